@@ -1,0 +1,172 @@
+import keras
+
+from keras_tfm.layers.masks import implicit_mask
+from keras_tfm.layers.transformer_block import TransformerBlock
+from keras_tfm.layers.validation import check_rank
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class DecoderBlock(TransformerBlock):
+    """One decoder layer: causal self-attention, cross-attention, FFN.
+
+    Post-LN, as in the paper (`normalize_first=False`):
+
+        x = Norm(x + Dropout(CausalSelfAttention(x)))
+        x = Norm(x + Dropout(CrossAttention(x, encoder_outputs)))
+        y = Norm(x + Dropout(FFN(x)))
+
+    The cross-attention sublayer exists when the block is built with an
+    encoder output (encoder-decoder models); without one it is a
+    decoder-only (GPT-style) block. Pre-LN with `normalize_first=True`.
+
+    Cached decoding: `cache` (batch, 2, max_length, kv_heads, head_dim) holds
+    the self-attention keys and values of earlier steps (see `empty_cache`);
+    `cache_update_index` is the position of the first token of `inputs`. The
+    cross-attention keys and values are computed once per source with
+    `compute_cross_attention_cache(encoder_outputs)` and passed as
+    `cross_attention_cache` at every step instead of `encoder_outputs`.
+
+    Args:
+        Those of `TransformerEncoderBlock`.
+
+    Call arguments:
+        inputs: (batch, seq, hidden_dim).
+        encoder_outputs: optional (batch, src_seq, encoder_dim).
+        padding_mask: optional (batch, seq) mask of `inputs`' real tokens (with
+            a cache: (batch, max_length), over the cache's positions).
+        encoder_padding_mask: optional (batch, src_seq) mask of the source.
+        use_causal_mask: True by default.
+        cache: optional self-attention cache.
+        cache_update_index: index at which `inputs` are written into `cache`.
+        cross_attention_cache: optional precomputed cross-attention keys and
+            values, in place of `encoder_outputs`.
+        training: whether dropout is active.
+
+    Returns:
+        (batch, seq, hidden_dim); `(outputs, cache)` when `cache` is passed.
+
+    Example:
+    >>> block = keras_tfm.layers.DecoderBlock(num_heads=2, intermediate_dim=32)
+    >>> x, source = np.ones((2, 5, 8), "float32"), np.ones((2, 7, 8), "float32")
+    >>> block(x, encoder_outputs=source).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def build(self, inputs_shape, encoder_outputs_shape=None):
+        self.self_attention = self._make_attention("self_attention", self.use_rotary)
+        self.self_attention.build(inputs_shape)
+        self.self_attention_norm = self._make_norm("self_attention_norm")
+        self.self_attention_norm.build(inputs_shape)
+        self.self_attention_dropout = self._make_dropout("self_attention_dropout")
+        self.has_cross_attention = encoder_outputs_shape is not None
+        if self.has_cross_attention:
+            self.cross_attention = self._make_attention("cross_attention", False)
+            self.cross_attention.build(inputs_shape, encoder_outputs_shape)
+            self.cross_attention_norm = self._make_norm("cross_attention_norm")
+            self.cross_attention_norm.build(inputs_shape)
+            self.cross_attention_dropout = self._make_dropout("cross_attention_dropout")
+        self.feed_forward = self._make_feed_forward()
+        self.feed_forward.build(inputs_shape)
+        self.feed_forward_norm = self._make_norm("feed_forward_norm")
+        self.feed_forward_norm.build(inputs_shape)
+        self.feed_forward_dropout = self._make_dropout("feed_forward_dropout")
+
+    def empty_cache(self, batch_size, max_length, dtype=None):
+        """A zero self-attention cache for `max_length` positions."""
+        return self.self_attention.empty_cache(batch_size, max_length, dtype)
+
+    def compute_cross_attention_cache(self, encoder_outputs):
+        """The cross-attention keys and values of `encoder_outputs`, computed once."""
+        self._require_cross_attention()
+        return self.cross_attention.compute_key_value_cache(encoder_outputs)
+
+    def _require_cross_attention(self):
+        if not self.has_cross_attention:
+            raise ValueError(
+                f"DecoderBlock '{self.name}' was built without cross-attention "
+                "(its first call had no `encoder_outputs`), so it cannot attend "
+                "to an encoder output."
+            )
+
+    def call(
+        self,
+        inputs,
+        encoder_outputs=None,
+        padding_mask=None,
+        encoder_padding_mask=None,
+        use_causal_mask=True,
+        cache=None,
+        cache_update_index=None,
+        cross_attention_cache=None,
+        training=None,
+    ):
+        check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
+        if cache is not None and cache_update_index is None:
+            raise ValueError(
+                "`cache_update_index` is required with `cache`: it is the "
+                "position of the first token of `inputs` in the cache."
+            )
+        attends_to_source = (
+            encoder_outputs is not None or cross_attention_cache is not None
+        )
+        if attends_to_source:
+            self._require_cross_attention()
+        elif self.has_cross_attention:
+            raise ValueError(
+                f"DecoderBlock '{self.name}' has cross-attention: pass "
+                "`encoder_outputs` or `cross_attention_cache`."
+            )
+        if padding_mask is None and cache is None:
+            padding_mask = implicit_mask(inputs)
+        if encoder_padding_mask is None and encoder_outputs is not None:
+            encoder_padding_mask = implicit_mask(encoder_outputs)
+        x = inputs
+
+        # Causal self-attention block.
+        def attend_to_self(h):
+            return self.self_attention(
+                h,
+                padding_mask=padding_mask,
+                use_causal_mask=use_causal_mask,
+                cache=cache,
+                cache_update_index=cache_update_index,
+                training=training,
+            )
+
+        x, *new_cache = self._residual(
+            x,
+            attend_to_self,
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            training,
+        )
+
+        # Cross-attention block.
+        if attends_to_source:
+
+            def attend_to_source(h):
+                return self.cross_attention(
+                    h,
+                    context=encoder_outputs,
+                    context_padding_mask=encoder_padding_mask,
+                    cache=cross_attention_cache,
+                    training=training,
+                )
+
+            x, *_ = self._residual(
+                x,
+                attend_to_source,
+                self.cross_attention_norm,
+                self.cross_attention_dropout,
+                training,
+            )
+
+        # Feed-forward block.
+        (x,) = self._residual(
+            x,
+            self.feed_forward,
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            training,
+        )
+        return (x, new_cache[0]) if cache is not None else x

@@ -1,0 +1,101 @@
+import keras
+from keras import ops
+
+from keras_tfm.layers.validation import ACTIVATIONS, check_choice, check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class FeedForward(keras.layers.Layer):
+    """The position-wise feed-forward network of a Transformer block.
+
+        relu:   FFN(x) = max(0, x W1 + b1) W2 + b2          (the paper)
+        gelu:   FFN(x) = GELU(x W1 + b1) W2 + b2            (BERT, GPT-2)
+        swiglu: FFN(x) = (SiLU(x W_gate) * (x W1)) W2       (PaLM, LLaMA)
+
+    GELU is the exact (erf) form. The output has the input's last dimension.
+
+    Args:
+        intermediate_dim: the inner width (2048 in the paper's base model).
+        activation: "relu", "gelu" or "swiglu".
+        use_bias: whether the projections have biases.
+        kernel_initializer, bias_initializer: initializers of the projections.
+
+    Call arguments:
+        inputs: (..., hidden_dim).
+
+    Returns:
+        A tensor of the input's shape.
+
+    Example:
+    >>> ffn = keras_tfm.layers.FeedForward(intermediate_dim=32)
+    >>> ffn(np.ones((2, 3, 8), "float32")).shape
+    TensorShape([2, 3, 8])
+    """
+
+    def __init__(
+        self,
+        intermediate_dim,
+        activation="relu",
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
+        self.activation = check_choice("activation", activation, ACTIVATIONS)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, inputs_shape):
+        hidden_dim = inputs_shape[-1]
+        inner_shape = (*inputs_shape[:-1], self.intermediate_dim)
+        # SwiGLU's gate and up projections are fused into one matmul.
+        width = 2 if self.activation == "swiglu" else 1
+        self.intermediate_dense = self._dense(
+            width * self.intermediate_dim, "intermediate"
+        )
+        self.intermediate_dense.build(inputs_shape)
+        self.output_dense = self._dense(hidden_dim, "output")
+        self.output_dense.build(inner_shape)
+
+    def call(self, inputs):
+        hidden = self.intermediate_dense(inputs)
+        if self.activation == "relu":
+            hidden = ops.relu(hidden)
+        elif self.activation == "gelu":
+            hidden = ops.gelu(hidden, approximate=False)
+        else:
+            gate, up = ops.split(hidden, 2, axis=-1)
+            hidden = ops.silu(gate) * up
+        return self.output_dense(hidden)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "activation": self.activation,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

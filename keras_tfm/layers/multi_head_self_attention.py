@@ -1,0 +1,360 @@
+import math
+
+import keras
+from keras import ops
+
+from keras_tfm.layers import masks as mask_utils
+from keras_tfm.layers.attention_kernel import dot_product_attention
+from keras_tfm.layers.rotary_embedding import RotaryEmbedding
+from keras_tfm.layers.validation import (
+    check_heads,
+    check_last_dim,
+    check_mask_shape,
+    check_positive_float,
+    check_positive_int,
+    check_rank,
+    check_rate,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product attention: self, cross, cached.
+
+    For each head h, with X the input and C the context (C = X in
+    self-attention):
+
+        Q_h = X W_Q^h,  K_h = C W_K^h,  V_h = C W_V^h
+        head_h = softmax(Q_h K_h^T / sqrt(d_k) + M) V_h
+        output = concat(head_1, ..., head_n) W_O
+
+    where M is 0 where the mask allows attention and -inf elsewhere. The
+    softmax runs in float32 under every dtype policy; a query that may attend
+    to nothing gets zero attention weights (its output is the output bias),
+    never NaN.
+
+    Masks (1 means attend, 0 means do not): `padding_mask` (batch, seq) marks
+    the real tokens of the keys (of `inputs` in self-attention, of `context`
+    in cross-attention, where `context_padding_mask` takes that role); the
+    implicit Keras mask of `inputs` / `context` (`Embedding(mask_zero=True)`)
+    is used when no padding mask is passed; `use_causal_mask=True` lets query
+    t see keys up to t only; `attention_mask` (batch, q, k) is general. All
+    given masks are combined with AND.
+
+    Key/value cache: a tensor of shape (batch, 2, max_length, kv_heads,
+    head_dim) (see `empty_cache`). With `cache_update_index`, the keys and
+    values of `inputs` are written into the cache at that index and the
+    queries attend to the whole cache, masked so that nothing past the newest
+    position is seen; `padding_mask` then covers the cache's positions.
+    Without `cache_update_index`, the cache holds precomputed keys and values
+    of a context (see `compute_key_value_cache`) and is only read: that is
+    how cross-attention avoids recomputing the encoder's keys at every step.
+
+    Args:
+        num_heads: number of query heads.
+        head_dim: size of each head; by default `hidden_dim // num_heads`,
+            which must then divide evenly.
+        num_key_value_heads: number of key/value heads for grouped-query
+            attention; must divide `num_heads`. Default: `num_heads`.
+        dropout: dropout rate on the attention weights.
+        use_bias: whether the projections have biases.
+        use_rotary: apply rotary position embedding to queries and keys
+            (self-attention only).
+        rotary_max_wavelength: the base of the rotary wavelengths.
+        kernel_initializer, bias_initializer: initializers of the projections.
+
+    Call arguments:
+        inputs: (batch, q_len, hidden_dim), the queries' source.
+        context: optional (batch, k_len, context_dim), the keys' and values'
+            source (cross-attention).
+        padding_mask: optional (batch, seq) mask of `inputs`' real tokens.
+        context_padding_mask: optional (batch, k_len) mask of `context`.
+        attention_mask: optional (batch, q_len, k_len).
+        use_causal_mask: whether query t may only see keys <= t.
+        cache: optional key/value cache, see above.
+        cache_update_index: the position of `inputs`' first token in the cache.
+        return_attention_scores: whether to also return the weights.
+        training: whether dropout is active.
+
+    Returns:
+        `outputs` of shape (batch, q_len, hidden_dim); `(outputs, cache)` when
+        a cache is passed; the attention weights (batch, num_heads, q_len,
+        k_len) are appended when `return_attention_scores=True`.
+
+    Example:
+    >>> attention = keras_tfm.layers.MultiHeadSelfAttention(num_heads=2)
+    >>> x = np.random.rand(3, 5, 8).astype("float32")
+    >>> attention(x, use_causal_mask=True).shape
+    TensorShape([3, 5, 8])
+
+    Reference: Vaswani et al., 2017, section 3.2; Ainslie et al., 2023 (GQA).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        head_dim=None,
+        num_key_value_heads=None,
+        dropout=0.0,
+        use_bias=True,
+        use_rotary=False,
+        rotary_max_wavelength=10000,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.head_dim, self.num_key_value_heads = check_heads(
+            num_heads, head_dim, num_key_value_heads
+        )
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_heads
+        self.dropout = check_rate("dropout", dropout)
+        self.use_bias = bool(use_bias)
+        self.use_rotary = bool(use_rotary)
+        self.rotary_max_wavelength = check_positive_float(
+            "rotary_max_wavelength", rotary_max_wavelength
+        )
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, inputs_shape, context_shape=None):
+        hidden_dim = inputs_shape[-1]
+        if self.head_dim is None:
+            if hidden_dim % self.num_heads:
+                raise ValueError(
+                    "`hidden_dim` (the last dimension of the input) must be "
+                    "divisible by `num_heads`, or pass `head_dim`. Received: "
+                    f"hidden_dim={hidden_dim}, num_heads={self.num_heads}"
+                )
+            self.head_dim = hidden_dim // self.num_heads
+        self.hidden_dim = hidden_dim
+        kv_source_shape = inputs_shape if context_shape is None else context_shape
+        self.context_dim = kv_source_shape[-1]
+        # Queries in one projection; keys and values fused into a second one.
+        self.query_dense = self._dense(self.num_heads * self.head_dim, "query")
+        self.query_dense.build(inputs_shape)
+        self.key_value_dense = self._dense(
+            2 * self.num_key_value_heads * self.head_dim, "key_value"
+        )
+        self.key_value_dense.build(kv_source_shape)
+        self.output_dense = self._dense(hidden_dim, "attention_output")
+        self.output_dense.build((None, None, self.num_heads * self.head_dim))
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
+        self.rotary_embedding = (
+            RotaryEmbedding(self.rotary_max_wavelength, dtype=self.dtype_policy)
+            if self.use_rotary
+            else None
+        )
+
+    def empty_cache(self, batch_size, max_length, dtype=None):
+        """A zero cache of shape (batch, 2, max_length, kv_heads, head_dim)."""
+        shape = (batch_size, 2, max_length, self.num_key_value_heads, self.head_dim)
+        return ops.zeros(shape, dtype=dtype or self.compute_dtype)
+
+    def compute_key_value_cache(self, context):
+        """Keys and values of `context`, (batch, 2, k_len, kv_heads, head_dim).
+
+        Pass the result as `cache` (without `cache_update_index`) to attend to
+        `context` without projecting it again.
+        """
+        check_rank("context", context, 3, "(batch, seq, dim)")
+        check_last_dim("context", context, self.context_dim)
+        return ops.stack(self._keys_and_values(context), axis=1)
+
+    def _keys_and_values(self, source, start_index=0):
+        batch, length = ops.shape(source)[0], ops.shape(source)[1]
+        key_value = ops.reshape(
+            self.key_value_dense(source),
+            (batch, length, 2, self.num_key_value_heads, self.head_dim),
+        )
+        key, value = key_value[:, :, 0], key_value[:, :, 1]  # (B, S, K, H)
+        if self.rotary_embedding is not None:
+            key = self.rotary_embedding(key, start_index=start_index)
+        return key, value
+
+    def call(
+        self,
+        inputs,
+        context=None,
+        padding_mask=None,
+        context_padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
+        check_last_dim("inputs", inputs, self.hidden_dim)
+        is_cross = context is not None or (
+            cache is not None and cache_update_index is None
+        )
+        if self.use_rotary and is_cross:
+            raise ValueError(
+                "Rotary embedding applies to self-attention only; this layer was "
+                "given a `context` (or a read-only cache). Use use_rotary=False "
+                "for cross-attention."
+            )
+        if context is not None:
+            check_rank("context", context, 3, "(batch, seq, dim)")
+            check_last_dim("context", context, self.context_dim)
+        if cache is not None:
+            check_rank("cache", cache, 5, "(batch, 2, max_length, kv_heads, head_dim)")
+            check_mask_shape(
+                "cache",
+                cache,
+                (None, 2, None, self.num_key_value_heads, self.head_dim),
+            )
+
+        batch, query_length = ops.shape(inputs)[0], ops.shape(inputs)[1]
+        start_index = 0 if cache_update_index is None else cache_update_index
+
+        # Projections.
+        query = ops.reshape(
+            self.query_dense(inputs),
+            (batch, query_length, self.num_heads, self.head_dim),
+        )  # (B, T, N, H)
+        if self.rotary_embedding is not None:
+            query = self.rotary_embedding(query, start_index=start_index)
+        if cache is not None and cache_update_index is None:
+            key, value = cache[:, 0], cache[:, 1]
+        else:
+            key, value = self._keys_and_values(
+                inputs if context is None else context, start_index
+            )
+            if cache is not None:
+                start = [0, cache_update_index, 0, 0]
+                key = ops.slice_update(cache[:, 0], start, key)
+                value = ops.slice_update(cache[:, 1], start, value)
+                cache = ops.stack([key, value], axis=1)
+
+        mask = self._attention_mask(
+            inputs,
+            context,
+            key,
+            padding_mask,
+            context_padding_mask,
+            attention_mask,
+            use_causal_mask,
+            cache_update_index,
+            is_cross,
+        )
+        outputs, scores = dot_product_attention(
+            query,
+            key,
+            value,
+            mask=mask,
+            scale=1.0 / math.sqrt(self.head_dim),
+            dropout_layer=self.dropout_layer if self.dropout > 0 else None,
+            training=training,
+        )
+        outputs = ops.reshape(
+            outputs, (batch, query_length, self.num_heads * self.head_dim)
+        )
+        outputs = self.output_dense(outputs)
+
+        results = (outputs,)
+        if cache is not None:
+            results += (cache,)
+        if return_attention_scores:
+            results += (scores,)
+        return results[0] if len(results) == 1 else results
+
+    def _attention_mask(
+        self,
+        inputs,
+        context,
+        key,
+        padding_mask,
+        context_padding_mask,
+        attention_mask,
+        use_causal_mask,
+        cache_update_index,
+        is_cross,
+    ):
+        """The (batch or 1, q_len, k_len) boolean mask, or None."""
+        query_length = inputs.shape[1]
+        key_length = key.shape[1]
+        if is_cross:
+            if context_padding_mask is None and context is not None:
+                context_padding_mask = mask_utils.implicit_mask(context)
+            check_mask_shape(
+                "context_padding_mask", context_padding_mask, (None, key_length)
+            )
+            key_mask = context_padding_mask
+        else:
+            if padding_mask is None and cache_update_index is None:
+                padding_mask = mask_utils.implicit_mask(inputs)
+            check_mask_shape("padding_mask", padding_mask, (None, key_length))
+            key_mask = padding_mask
+        check_mask_shape(
+            "attention_mask", attention_mask, (None, query_length, key_length)
+        )
+
+        causal = None
+        if cache_update_index is not None:
+            # Never attend to cache slots that are not written yet.
+            causal = mask_utils.causal_mask(
+                ops.shape(inputs)[1], ops.shape(key)[1], cache_update_index
+            )
+            if not use_causal_mask:
+                last = cache_update_index + ops.shape(inputs)[1]
+                causal = ops.expand_dims(
+                    ops.expand_dims(ops.arange(ops.shape(key)[1]) < last, 0), 0
+                )
+        elif use_causal_mask:
+            causal = mask_utils.causal_mask(ops.shape(inputs)[1], ops.shape(key)[1])
+        return mask_utils.merge_masks(
+            None if key_mask is None else mask_utils.key_padding_mask(key_mask),
+            attention_mask,
+            causal,
+        )
+
+    def compute_output_spec(self, inputs, context=None, **kwargs):
+        output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        results = (output,)
+        cache = kwargs.get("cache")
+        if cache is not None:
+            results += (keras.KerasTensor(cache.shape, dtype=cache.dtype),)
+        if kwargs.get("return_attention_scores"):
+            key_length = (context if context is not None else inputs).shape[1]
+            if cache is not None:
+                key_length = cache.shape[2]
+            shape = (inputs.shape[0], self.num_heads, inputs.shape[1], key_length)
+            results += (keras.KerasTensor(shape, dtype="float32"),)
+        return results[0] if len(results) == 1 else results
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "head_dim": self.head_dim,
+                "num_key_value_heads": self.num_key_value_heads,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "use_rotary": self.use_rotary,
+                "rotary_max_wavelength": self.rotary_max_wavelength,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

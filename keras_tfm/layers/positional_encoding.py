@@ -1,0 +1,71 @@
+import keras
+import numpy as np
+from keras import ops
+
+from keras_tfm.layers.validation import check_positive_float, check_rank
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class PositionalEncoding(keras.layers.Layer):
+    """Sinusoidal positional encoding of "Attention Is All You Need".
+
+    Adds to each position `pos` and dimension `j` of the input
+
+        PE(pos, 2i)   = sin(pos / max_wavelength^(2i / d_model))
+        PE(pos, 2i+1) = cos(pos / max_wavelength^(2i / d_model))
+
+    sine in the even dimensions and cosine in the odd ones, interleaved. It
+    has no weights and works at any sequence length. The Keras mask of the
+    input passes through.
+
+    Args:
+        max_wavelength: the base of the geometric progression of wavelengths,
+            10000 in the paper.
+
+    Call arguments:
+        inputs: a float tensor of shape (batch, seq, d_model).
+        start_index: the position of the first token, an int or a scalar
+            tensor; during cached decoding, the index of the token fed in.
+
+    Returns:
+        `inputs + PE`, same shape and dtype as `inputs`.
+
+    Example:
+    >>> x = np.zeros((2, 5, 8), "float32")
+    >>> y = keras_tfm.layers.PositionalEncoding()(x)
+    >>> y.shape
+    TensorShape([2, 5, 8])
+
+    Reference: Vaswani et al., 2017, section 3.5.
+    """
+
+    def __init__(self, max_wavelength=10000, **kwargs):
+        super().__init__(**kwargs)
+        self.max_wavelength = check_positive_float("max_wavelength", max_wavelength)
+        self.supports_masking = True
+
+    def call(self, inputs, start_index=0):
+        check_rank("inputs", inputs, 3, "(batch, seq, d_model)")
+        return inputs + ops.cast(self.encoding(inputs, start_index), inputs.dtype)
+
+    def encoding(self, inputs, start_index=0):
+        """The (seq, d_model) float32 encoding for the positions of `inputs`."""
+        d_model = inputs.shape[-1]
+        # Frequencies in float64 NumPy: exact to float32 rounding at any d_model.
+        pair = (np.arange(d_model) // 2) * 2
+        inverse_frequency = self.max_wavelength ** (-pair / d_model)
+        positions = ops.cast(ops.arange(ops.shape(inputs)[1]), "float32")
+        positions = positions + ops.cast(start_index, "float32")
+        angles = ops.expand_dims(positions, 1) * ops.convert_to_tensor(
+            inverse_frequency.astype("float32")
+        )
+        is_even = np.arange(d_model) % 2 == 0
+        return ops.where(is_even, ops.sin(angles), ops.cos(angles))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"max_wavelength": self.max_wavelength})
+        return config

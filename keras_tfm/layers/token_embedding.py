@@ -1,0 +1,107 @@
+import math
+
+import keras
+from keras import ops
+
+from keras_tfm.layers.validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class TokenEmbedding(keras.layers.ReversibleEmbedding):
+    """Token embedding that can also project hidden states back to logits.
+
+        forward:  E[ids] (* sqrt(hidden_dim) when `scale_embeddings`)
+        reverse:  logits = h E^T    (weights tied, the default)
+
+    The paper multiplies the embeddings by sqrt(d_model) and shares E with the
+    pre-softmax projection (section 3.4); GPT-2 shares without scaling. It is
+    Keras's `ReversibleEmbedding`, so it quantizes to int8 with the model.
+    Reverse logits are float32 by default, as a mixed-precision softmax wants.
+
+    Args:
+        vocabulary_size: number of token ids.
+        hidden_dim: embedding width.
+        scale_embeddings: multiply the looked-up vectors by sqrt(hidden_dim).
+        tie_weights: reuse E for the reverse projection (else a separate
+            matrix).
+        mask_zero: treat id 0 as padding and attach a Keras mask.
+        embeddings_initializer: initializer of E.
+        reverse_dtype: dtype of the reverse projection (default float32).
+
+    Call arguments:
+        inputs: integer ids (batch, seq), or hidden states (batch, seq,
+            hidden_dim) with `reverse=True`.
+        reverse: project hidden states to (batch, seq, vocabulary_size) logits.
+
+    Example:
+    >>> embedding = keras_tfm.layers.TokenEmbedding(100, 8, mask_zero=True)
+    >>> hidden = embedding(np.array([[5, 7, 0]]))
+    >>> embedding(hidden, reverse=True).shape
+    TensorShape([1, 3, 100])
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_dim,
+        scale_embeddings=False,
+        tie_weights=True,
+        mask_zero=False,
+        embeddings_initializer="uniform",
+        reverse_dtype="float32",
+        **kwargs,
+    ):
+        for name in ("input_dim", "output_dim"):
+            kwargs.pop(name, None)  # from a ReversibleEmbedding config
+        super().__init__(
+            check_positive_int("vocabulary_size", vocabulary_size),
+            check_positive_int("hidden_dim", hidden_dim),
+            tie_weights=tie_weights,
+            mask_zero=mask_zero,
+            embeddings_initializer=embeddings_initializer,
+            reverse_dtype=reverse_dtype,
+            **kwargs,
+        )
+        self.scale_embeddings = bool(scale_embeddings)
+
+    @property
+    def vocabulary_size(self):
+        return self.input_dim
+
+    @property
+    def hidden_dim(self):
+        return self.output_dim
+
+    def call(self, inputs, reverse=False):
+        if reverse:
+            if inputs.shape[-1] is not None and inputs.shape[-1] != self.hidden_dim:
+                raise ValueError(
+                    f"Reverse projection expects a last dimension of {self.hidden_dim}."
+                    f" Received: inputs.shape={tuple(inputs.shape)}"
+                )
+            return super().call(inputs, reverse=True)
+        if "int" not in keras.backend.standardize_dtype(inputs.dtype):
+            raise ValueError(
+                "TokenEmbedding expects integer token ids. Received: "
+                f"inputs.dtype={keras.backend.standardize_dtype(inputs.dtype)}"
+            )
+        outputs = super().call(inputs)
+        if self.scale_embeddings:
+            mask = getattr(outputs, "_keras_mask", None)
+            outputs = outputs * ops.cast(math.sqrt(self.hidden_dim), outputs.dtype)
+            if mask is not None:
+                outputs._keras_mask = mask
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        for name in ("input_dim", "output_dim"):
+            config.pop(name)
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "hidden_dim": self.hidden_dim,
+                "scale_embeddings": self.scale_embeddings,
+            }
+        )
+        return config

@@ -1,0 +1,140 @@
+"""The constructor arguments, sublayers and residual wiring shared by blocks."""
+
+import keras
+
+from keras_tfm.layers.feed_forward import FeedForward
+from keras_tfm.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_tfm.layers.validation import (
+    ACTIVATIONS,
+    NORMALIZATIONS,
+    check_choice,
+    check_heads,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+)
+
+
+class TransformerBlock(keras.layers.Layer):
+    """Base class of `TransformerEncoderBlock` and `DecoderBlock`.
+
+    Holds the arguments both take and the residual recipe:
+        post-LN (the paper):  x = Norm(x + Dropout(Sublayer(x)))
+        pre-LN:               x = x + Dropout(Sublayer(Norm(x)))
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        head_dim=None,
+        num_key_value_heads=None,
+        activation="relu",
+        dropout=0.0,
+        normalize_first=False,
+        normalization="layer_norm",
+        layer_norm_epsilon=1e-5,
+        use_rotary=False,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
+        self.head_dim, self.num_key_value_heads = check_heads(
+            num_heads, head_dim, num_key_value_heads
+        )
+        self.activation = check_choice("activation", activation, ACTIVATIONS)
+        self.dropout = check_rate("dropout", dropout)
+        self.normalize_first = bool(normalize_first)
+        self.normalization = check_choice(
+            "normalization", normalization, NORMALIZATIONS
+        )
+        self.layer_norm_epsilon = check_positive_float(
+            "layer_norm_epsilon", layer_norm_epsilon
+        )
+        self.use_rotary = bool(use_rotary)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def _make_attention(self, name, use_rotary):
+        return MultiHeadSelfAttention(
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            num_key_value_heads=self.num_key_value_heads,
+            dropout=self.dropout,
+            use_bias=self.use_bias,
+            use_rotary=use_rotary,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _make_norm(self, name):
+        if self.normalization == "rms_norm":
+            return keras.layers.RMSNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+            )
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+
+    def _make_feed_forward(self):
+        return FeedForward(
+            intermediate_dim=self.intermediate_dim,
+            activation=self.activation,
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+
+    def _make_dropout(self, name):
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
+    def _residual(self, x, sublayer, norm, dropout, training):
+        """Applies `sublayer` with a residual connection, pre- or post-LN.
+
+        `sublayer` maps a tensor to a tensor or to a tuple whose first item is
+        the tensor; the rest of the tuple is returned beside the new `x`.
+        """
+        result = sublayer(norm(x) if self.normalize_first else x)
+        extras = ()
+        if isinstance(result, tuple):
+            result, extras = result[0], result[1:]
+        x = x + dropout(result, training=training)
+        if not self.normalize_first:
+            x = norm(x)
+        return (x, *extras)
+
+    def compute_output_shape(self, inputs_shape, *args, **kwargs):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "head_dim": self.head_dim,
+                "num_key_value_heads": self.num_key_value_heads,
+                "activation": self.activation,
+                "dropout": self.dropout,
+                "normalize_first": self.normalize_first,
+                "normalization": self.normalization,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "use_rotary": self.use_rotary,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

@@ -1,0 +1,102 @@
+import keras
+
+from keras_tfm.layers.masks import implicit_mask
+from keras_tfm.layers.transformer_block import TransformerBlock
+from keras_tfm.layers.validation import check_rank
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class TransformerEncoderBlock(TransformerBlock):
+    """One encoder layer: self-attention and a feed-forward network.
+
+    Post-LN, as in the paper (`normalize_first=False`):
+
+        x = Norm(x + Dropout(SelfAttention(x)))
+        y = Norm(x + Dropout(FFN(x)))
+
+    Pre-LN (`normalize_first=True`): x = x + Dropout(Sublayer(Norm(x))) for
+    each sublayer; a stack of pre-LN blocks wants a final norm after it.
+
+    Args:
+        num_heads: number of attention heads.
+        intermediate_dim: inner width of the feed-forward network.
+        head_dim: size of each head, by default hidden_dim // num_heads.
+        num_key_value_heads: fewer key/value heads for grouped-query attention.
+        activation: the FFN's "relu" (default), "gelu" or "swiglu".
+        dropout: dropout rate of the attention weights and of each sublayer's
+            output before the residual addition.
+        normalize_first: pre-LN if True, post-LN (the paper) if False.
+        normalization: "layer_norm" (default) or "rms_norm".
+        layer_norm_epsilon: epsilon of the normalization layers.
+        use_rotary: rotary position embedding on queries and keys.
+        use_bias: whether the dense projections have biases.
+        kernel_initializer, bias_initializer: initializers of the projections.
+
+    Call arguments:
+        inputs: (batch, seq, hidden_dim).
+        padding_mask: optional (batch, seq), 1 for real tokens, 0 for padding;
+            the implicit Keras mask of `inputs` is used when absent.
+        attention_mask: optional (batch, seq, seq).
+        return_attention_scores: also return the attention weights.
+        training: whether dropout is active.
+
+    Returns:
+        (batch, seq, hidden_dim); with `return_attention_scores=True`,
+        `(outputs, weights)` with weights (batch, num_heads, seq, seq).
+
+    Example:
+    >>> block = keras_tfm.layers.TransformerEncoderBlock(
+    ...     num_heads=2, intermediate_dim=32)
+    >>> block(np.ones((2, 5, 8), "float32")).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def build(self, inputs_shape):
+        self.self_attention = self._make_attention("self_attention", self.use_rotary)
+        self.self_attention.build(inputs_shape)
+        self.self_attention_norm = self._make_norm("self_attention_norm")
+        self.self_attention_norm.build(inputs_shape)
+        self.self_attention_dropout = self._make_dropout("self_attention_dropout")
+        self.feed_forward = self._make_feed_forward()
+        self.feed_forward.build(inputs_shape)
+        self.feed_forward_norm = self._make_norm("feed_forward_norm")
+        self.feed_forward_norm.build(inputs_shape)
+        self.feed_forward_dropout = self._make_dropout("feed_forward_dropout")
+
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
+        if padding_mask is None:
+            # Read here: the pre-LN norm would drop the implicit mask.
+            padding_mask = implicit_mask(inputs)
+        x = inputs
+
+        # Self-attention block.
+        def attend(h):
+            return self.self_attention(
+                h,
+                padding_mask=padding_mask,
+                attention_mask=attention_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+
+        x, *scores = self._residual(
+            x, attend, self.self_attention_norm, self.self_attention_dropout, training
+        )
+
+        # Feed-forward block.
+        (x,) = self._residual(
+            x,
+            self.feed_forward,
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            training,
+        )
+        return (x, scores[0]) if return_attention_scores else x

@@ -1,0 +1,93 @@
+"""Argument and input checks shared by the layers.
+
+Every check raises a `ValueError` that names the argument and quotes the
+value received, so that a bad call fails at the line that made it rather
+than as a NaN or a silent broadcast three layers later.
+"""
+
+ACTIVATIONS = ("relu", "gelu", "swiglu")
+NORMALIZATIONS = ("layer_norm", "rms_norm")
+
+
+def check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(
+            f"`{name}` must be a positive integer. Received: {name}={value!r}"
+        )
+    return value
+
+
+def check_heads(num_heads, head_dim, num_key_value_heads):
+    """Validates the head layout; returns `(head_dim, num_key_value_heads)`."""
+    check_positive_int("num_heads", num_heads)
+    if head_dim is not None:
+        check_positive_int("head_dim", head_dim)
+    if num_key_value_heads is not None:
+        check_positive_int("num_key_value_heads", num_key_value_heads)
+        if num_heads % num_key_value_heads:
+            raise ValueError(
+                "`num_heads` must be a multiple of `num_key_value_heads`. Received: "
+                f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
+            )
+    return head_dim, num_key_value_heads
+
+
+def check_rate(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"`{name}` must be a number. Received: {name}={value!r}")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value!r}")
+    return float(value)
+
+
+def check_positive_float(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(
+            f"`{name}` must be a positive number. Received: {name}={value!r}"
+        )
+    return float(value)
+
+
+def check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(
+            f"`{name}` must be one of {list(choices)}. Received: {name}={value!r}"
+        )
+    return value
+
+
+def check_rank(name, tensor, rank, meaning):
+    """Checks the static rank of `tensor`, e.g. `meaning="(batch, seq, dim)"`."""
+    if len(tensor.shape) != rank:
+        raise ValueError(
+            f"`{name}` must have rank {rank}, {meaning}. "
+            f"Received: {name}.shape={tuple(tensor.shape)}"
+        )
+
+
+def check_last_dim(name, tensor, expected):
+    got = tensor.shape[-1]
+    if got is not None and expected is not None and got != expected:
+        raise ValueError(
+            f"The last dimension of `{name}` must be {expected}, the size the "
+            f"layer was built with. Received: {name}.shape={tuple(tensor.shape)}"
+        )
+
+
+def check_mask_shape(name, mask, expected_shape):
+    """Checks a mask against `expected_shape`; `None` entries are not checked.
+
+    Static dimensions must match exactly: a mask is never broadcast.
+    """
+    if mask is None:
+        return
+    shape = tuple(mask.shape)
+    ok = len(shape) == len(expected_shape) and all(
+        e is None or s is None or s == e
+        for s, e in zip(shape, expected_shape, strict=False)
+    )
+    if not ok:
+        wanted = tuple("?" if e is None else e for e in expected_shape)
+        raise ValueError(
+            f"`{name}` must have shape {wanted}. Received: {name}.shape={shape}"
+        )

@@ -1,0 +1,1 @@
+"""The three Transformer families built from `keras_tfm.layers`."""
