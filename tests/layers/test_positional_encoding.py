@@ -1,0 +1,71 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_tfm.layers import PositionalEncoding
+from tests.layers import numpy_reference as ref
+from tests.layers.layer_harness import run_layer_test
+
+
+@pytest.mark.parametrize("d_model", [8, 7, 64])
+def test_matches_the_papers_formula(d_model):
+    x = np.random.default_rng(0).normal(size=(2, 40, d_model)).astype("float32")
+    out = np.asarray(PositionalEncoding()(x))
+    expected = x + ref.positional_encoding(40, d_model)
+    np.testing.assert_allclose(out, expected, atol=1e-5, rtol=0)
+
+
+def test_even_dimensions_are_sine_and_odd_are_cosine():
+    pe = np.asarray(PositionalEncoding()(np.zeros((1, 3, 4), "float32")))[0]
+    np.testing.assert_allclose(pe[:, 0], np.sin([0, 1, 2]), atol=1e-6)
+    np.testing.assert_allclose(pe[:, 1], np.cos([0, 1, 2]), atol=1e-6)
+    np.testing.assert_allclose(pe[:, 2], np.sin(np.arange(3) / 100.0), atol=1e-6)
+
+
+def test_start_index_gives_the_later_positions():
+    layer = PositionalEncoding()
+    x = np.zeros((1, 10, 16), "float32")
+    full = np.asarray(layer(x))
+    for start in (0, 3, 9):
+        step = np.asarray(layer(x[:, :1], start_index=start))
+        np.testing.assert_allclose(step[0, 0], full[0, start], atol=1e-6)
+    tensor_start = np.asarray(layer(x[:, :2], start_index=ops.convert_to_tensor(4)))
+    np.testing.assert_allclose(tensor_start[0], full[0, 4:6], atol=1e-6)
+
+
+def test_long_sequences_stay_accurate():
+    # float32 rounds the angle pos * freq; the error grows with pos (~1e-4 at 5k).
+    out = np.asarray(PositionalEncoding()(np.zeros((1, 5000, 32), "float32")))[0]
+    np.testing.assert_allclose(out, ref.positional_encoding(5000, 32), atol=1e-3)
+
+
+def test_passes_the_mask_through():
+    x = ops.convert_to_tensor(np.ones((1, 3, 4), "float32"))
+    mask = ops.convert_to_tensor([[True, True, False]])
+    x._keras_mask = mask
+    out = PositionalEncoding()(x)
+    np.testing.assert_array_equal(np.asarray(out._keras_mask), np.asarray(mask))
+
+
+def test_layer_contract(tmp_path):
+    x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    run_layer_test(
+        PositionalEncoding,
+        {"inputs": x},
+        expected_output_shape=(2, 5, 8),
+        tmp_path=tmp_path,
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"max_wavelength": 0}, "max_wavelength=0"), ({"max_wavelength": "x"}, "'x'")],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        PositionalEncoding(**kwargs)
+
+
+def test_wrong_rank_is_refused():
+    with pytest.raises(ValueError, match=r"inputs.shape=\(5, 8\)"):
+        PositionalEncoding()(np.zeros((5, 8), "float32"))
