@@ -1,0 +1,35 @@
+"""Training utilities: the Transformer learning-rate schedule, a padding-aware
+label-smoothed loss, padding-aware metrics and a throughput/MFU callback.
+
+`Perplexity` is `keras_hub.metrics.Perplexity`, re-exported: pass
+`from_logits=True, mask_token_id=<padding id>` to ignore padding.
+
+Example:
+>>> from keras_tfm import training
+>>> model.compile(
+...     keras.optimizers.Adam(training.TransformerSchedule(hidden_dim=64)),
+...     loss=training.TokenCrossEntropy(label_smoothing=0.1),
+...     metrics=[training.TokenAccuracy(),
+...              training.Perplexity(from_logits=True, mask_token_id=0)],
+... )
+"""
+
+from keras_hub.metrics import Perplexity
+
+from keras_tfm.training.flops import measure_peak_flops, training_flops_per_token
+from keras_tfm.training.throughput_callback import ThroughputCallback
+from keras_tfm.training.token_accuracy import TokenAccuracy
+from keras_tfm.training.token_count import TokenCount
+from keras_tfm.training.token_cross_entropy import TokenCrossEntropy
+from keras_tfm.training.transformer_schedule import TransformerSchedule
+
+__all__ = [
+    "Perplexity",
+    "ThroughputCallback",
+    "TokenAccuracy",
+    "TokenCount",
+    "TokenCrossEntropy",
+    "TransformerSchedule",
+    "measure_peak_flops",
+    "training_flops_per_token",
+]
