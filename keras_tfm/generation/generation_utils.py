@@ -1,0 +1,235 @@
+"""What both model families' `generate` share: input checks, samplers, caching.
+
+The decoding loops themselves are keras-hub samplers (and
+`BeamSearchSampler`) driven by each model's cached forward step.
+"""
+
+import keras
+import keras_hub
+import numpy as np
+import tensorflow as tf
+
+from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
+from keras_tfm.layers.validation import (
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+)
+
+SAMPLERS = ("greedy", "random", "top_k", "top_p", "beam")
+
+
+def make_sampler(
+    sampler,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    num_beams=1,
+    length_penalty=0.0,
+    padding_id=0,
+    seed=None,
+):
+    """A sampler for a `sampler` name (or instance) and its options.
+
+    Returns `(sampler, key)`, `key` a hashable description used to cache the
+    compiled decoding loop that owns the sampler's seed state.
+    """
+    check_positive_int("num_beams", num_beams)
+    if isinstance(sampler, keras_hub.samplers.Sampler):
+        return sampler, ("instance", id(sampler))
+    check_choice("sampler", sampler, SAMPLERS)
+    temperature = check_positive_float("temperature", temperature)
+    if top_k is not None:
+        check_positive_int("top_k", top_k)
+    if top_p is not None:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+            raise ValueError(f"`top_p` must be a number. Received: top_p={top_p!r}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
+    if num_beams > 1 and sampler not in ("greedy", "beam"):
+        raise ValueError(
+            "`num_beams` > 1 means beam search, which does not sample. Received: "
+            f"num_beams={num_beams}, sampler={sampler!r}"
+        )
+    if sampler == "beam" or num_beams > 1:
+        sampler = "beam"
+        instance = BeamSearchSampler(
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            padding_id=padding_id,
+            temperature=temperature,
+        )
+    elif sampler == "greedy":
+        instance = keras_hub.samplers.GreedySampler(temperature=temperature)
+    elif sampler == "random":
+        instance = keras_hub.samplers.RandomSampler(seed=seed, temperature=temperature)
+    elif sampler == "top_k":
+        instance = keras_hub.samplers.TopKSampler(
+            k=5 if top_k is None else top_k, seed=seed, temperature=temperature
+        )
+    else:
+        instance = keras_hub.samplers.TopPSampler(
+            p=0.1 if top_p is None else float(top_p),
+            k=top_k,
+            seed=seed,
+            temperature=temperature,
+        )
+    key = (sampler, temperature, top_k, top_p, num_beams, float(length_penalty))
+    return instance, key
+
+
+def reset_seed(sampler, seed):
+    """Restarts a sampler's random stream at `seed`, so equal seeds repeat."""
+    generator = getattr(sampler, "seed_generator", None)
+    if seed is not None and generator is not None:
+        generator.state.assign(np.array([seed, 0], generator.state.dtype))
+
+
+def cached_function(owner, key, factory):
+    """`factory()` compiled once per `key` and kept on `owner`, untracked.
+
+    The dict is set with `object.__setattr__` so that Keras does not track the
+    samplers' seed variables as the model's weights.
+    """
+    functions = owner.__dict__.get("_tfm_generate_functions")
+    if functions is None:
+        functions = {}
+        object.__setattr__(owner, "_tfm_generate_functions", functions)
+    if key not in functions:
+        functions[key] = factory()
+    return functions[key]
+
+
+def compile_loop(function):
+    """`function` as an XLA-compiled `tf.function`, retraced per input shape."""
+    return tf.function(function, jit_compile=True)
+
+
+def check_stop_token_ids(stop_token_ids, vocabulary_size):
+    """Normalizes `stop_token_ids` (None, an int or a list) to a tuple or None."""
+    if stop_token_ids is None:
+        return None
+    ids = (stop_token_ids,) if isinstance(stop_token_ids, int) else stop_token_ids
+    try:
+        ids = tuple(ids)
+    except TypeError:
+        ids = None
+    if not ids or not all(
+        isinstance(i, (int, np.integer)) and 0 <= i < vocabulary_size for i in ids
+    ):
+        raise ValueError(
+            "`stop_token_ids` must be None or a non-empty list of token ids in "
+            f"[0, {vocabulary_size}). Received: stop_token_ids={stop_token_ids!r}"
+        )
+    return tuple(int(i) for i in ids)
+
+
+def _to_list(ids):
+    if hasattr(ids, "to_list"):
+        return ids.to_list()
+    if isinstance(ids, list):
+        return ids
+    return keras.ops.convert_to_numpy(ids).tolist()
+
+
+def normalize_token_batch(name, inputs, vocabulary_size, padding_id, tokenizer):
+    """Turns generation inputs into a list of 1-D int64 arrays.
+
+    Accepts a string or a list of strings (with a tokenizer), a list of
+    token ids (one sequence), a list of token-id lists of any lengths, or a
+    dense (batch, seq) integer array whose `padding_id` entries are padding.
+    Returns `(rows, kind)` with `kind` one of "string", "strings", "ids",
+    "batch" (how to shape the output).
+    """
+    if isinstance(inputs, str) or (
+        isinstance(inputs, (list, tuple))
+        and inputs
+        and all(isinstance(x, str) for x in inputs)
+    ):
+        if tokenizer is None:
+            raise ValueError(
+                f"`{name}` are strings but the model has no `tokenizer`. "
+                f"Received: {name}={inputs!r}"
+            )
+        kind = "string" if isinstance(inputs, str) else "strings"
+        texts = [inputs] if kind == "string" else list(inputs)
+        rows = [np.asarray(r, "int64").reshape(-1) for r in _to_list(tokenizer(texts))]
+    elif isinstance(inputs, (list, tuple)) and all(
+        isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in inputs
+    ):
+        kind, rows = "ids", [np.asarray(inputs)]
+    elif isinstance(inputs, (list, tuple)):
+        kind, rows = "batch", [np.asarray(row) for row in inputs]
+        for i, row in enumerate(rows):
+            if row.ndim != 1:
+                raise ValueError(
+                    f"Each item of `{name}` must be a list of token ids. Received: "
+                    f"{name}[{i}] of shape {row.shape}"
+                )
+    else:
+        array = keras.ops.convert_to_numpy(inputs)
+        if array.ndim not in (1, 2):
+            raise ValueError(
+                f"`{name}` must be a (batch, seq) array of token ids. "
+                f"Received: {name}.shape={array.shape}"
+            )
+        kind = "ids" if array.ndim == 1 else "batch"
+        if array.ndim == 1:
+            array = array[None]
+        rows = [row[row != padding_id] for row in array]
+    if not rows:
+        raise ValueError(f"`{name}` is empty. Received: {name}={inputs!r}")
+    for i, row in enumerate(rows):
+        if row.size and not np.issubdtype(row.dtype, np.integer):
+            raise ValueError(
+                f"`{name}` must hold integer token ids. Received: "
+                f"{name}[{i}] of dtype {row.dtype}"
+            )
+        if row.size == 0:
+            raise ValueError(
+                f"`{name}` holds an empty sequence: each needs at least one token. "
+                f"Received: {name}[{i}]={row.tolist()}"
+            )
+        if row.min() < 0 or row.max() >= vocabulary_size:
+            raise ValueError(
+                f"`{name}` holds ids outside [0, {vocabulary_size}). "
+                f"Received: {name}[{i}]={row.tolist()}"
+            )
+    return [row.astype("int64") for row in rows], kind
+
+
+def pad_rows(rows, length, padding_id):
+    """Right-pads rows into a (batch, length) int32 array and a bool mask."""
+    tokens = np.full((len(rows), length), padding_id, "int32")
+    mask = np.zeros((len(rows), length), bool)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = row
+        mask[i, : len(row)] = True
+    return tokens, mask
+
+
+def truncate_at_stop(tokens, start, stop_token_ids):
+    """`tokens` up to and including the first stop id at or after `start`."""
+    tokens = [int(t) for t in tokens]
+    if stop_token_ids:
+        for i in range(start, len(tokens)):
+            if tokens[i] in stop_token_ids:
+                return tokens[: i + 1]
+    return tokens
+
+
+def format_outputs(rows, kind, tokenizer, stop_token_ids):
+    """Outputs shaped like the inputs: strings back to strings."""
+    if kind in ("string", "strings"):
+        stops = set(stop_token_ids or ())
+        texts = [
+            tokenizer.detokenize([[t for t in row if t not in stops]])[0]
+            for row in rows
+        ]
+        texts = [
+            t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in texts
+        ]
+        return texts[0] if kind == "string" else texts
+    return rows[0] if kind == "ids" else rows

@@ -1,0 +1,375 @@
+import keras
+from keras import ops
+
+from keras_tfm.generation import generation_utils as gen
+from keras_tfm.layers.decoder_block import DecoderBlock
+from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
+from keras_tfm.layers.positional_encoding import PositionalEncoding
+from keras_tfm.layers.token_embedding import TokenEmbedding
+from keras_tfm.layers.validation import (
+    check_choice,
+    check_positive_int,
+    check_rank,
+    check_rate,
+)
+
+POSITION_ENCODINGS = ("learned", "sinusoidal", "rotary")
+
+
+def check_token_ids(name, token_ids, max_sequence_length):
+    """Rank 2, integer dtype, at most `max_sequence_length` long."""
+    check_rank(name, token_ids, 2, "(batch, seq)")
+    dtype = keras.backend.standardize_dtype(token_ids.dtype)
+    if "int" not in dtype:
+        raise ValueError(
+            f"`{name}` must hold integer token ids. Received: {name}.dtype={dtype}"
+        )
+    length = token_ids.shape[1]
+    if length is not None and length > max_sequence_length:
+        raise ValueError(
+            f"`{name}` is longer than max_sequence_length={max_sequence_length}. "
+            f"Received: {name}.shape={tuple(token_ids.shape)}"
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class CausalLM(keras.Model):
+    """A GPT-style decoder-only language model, with cached generation.
+
+        h_0 = E[x] + P            (P: learned, sinusoidal, or rotary in attention)
+        h_l = DecoderBlock_l(h_{l-1})    causal self-attention, no cross-attention
+        logits = Norm(h_L) E^T    (the final norm only when `normalize_first`)
+
+    The output projection is the token embedding, transposed (tied weights);
+    logits are float32. Tokens equal to `padding_id` are never attended to.
+
+    Args:
+        vocabulary_size: number of token ids.
+        num_layers: number of decoder blocks.
+        num_heads: attention heads per block.
+        hidden_dim: width of the model.
+        intermediate_dim: inner width of the feed-forward networks.
+        max_sequence_length: the longest sequence (prompt plus new tokens).
+        num_key_value_heads: fewer key/value heads for grouped-query attention.
+        activation: "gelu" (default), "relu" or "swiglu".
+        dropout: dropout rate of the embeddings, attention and sublayers.
+        normalize_first: pre-LN (default, as GPT-2) or post-LN.
+        normalization: "layer_norm" or "rms_norm".
+        layer_norm_epsilon: epsilon of the normalization layers.
+        position_encoding: "learned" (default), "sinusoidal" or "rotary".
+        padding_id: the id of padding tokens.
+        tokenizer: optional keras-hub tokenizer; saved with the model, and
+            `generate` then also takes and returns strings.
+
+    Call arguments:
+        token_ids: int (batch, seq).
+        training: whether dropout is active.
+
+    Returns:
+        float32 logits (batch, seq, vocabulary_size) for the next token.
+
+    Example:
+    >>> model = keras_tfm.models.CausalLM(
+    ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+    ...     intermediate_dim=32, max_sequence_length=16)
+    >>> model(np.array([[5, 6, 7]])).shape
+    TensorShape([1, 3, 50])
+    >>> len(model.generate([[5, 6, 7], [8]], max_new_tokens=4)[1])
+    5
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        max_sequence_length,
+        num_key_value_heads=None,
+        activation="gelu",
+        dropout=0.0,
+        normalize_first=True,
+        normalization="layer_norm",
+        layer_norm_epsilon=1e-5,
+        position_encoding="learned",
+        padding_id=0,
+        tokenizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        self.num_layers = check_positive_int("num_layers", num_layers)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
+        self.max_sequence_length = check_positive_int(
+            "max_sequence_length", max_sequence_length
+        )
+        self.num_key_value_heads = num_key_value_heads
+        self.activation = activation
+        self.dropout = check_rate("dropout", dropout)
+        self.normalize_first = bool(normalize_first)
+        self.normalization = normalization
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.position_encoding = check_choice(
+            "position_encoding", position_encoding, POSITION_ENCODINGS
+        )
+        if not isinstance(padding_id, int) or not 0 <= padding_id < vocabulary_size:
+            raise ValueError(
+                f"`padding_id` must be an id in [0, {vocabulary_size}). "
+                f"Received: padding_id={padding_id!r}"
+            )
+        self.padding_id = padding_id
+        if isinstance(tokenizer, dict):
+            tokenizer = keras.saving.deserialize_keras_object(tokenizer)
+        self.tokenizer = tokenizer
+
+        dtype = self.dtype_policy
+        self.token_embedding = TokenEmbedding(
+            vocabulary_size, hidden_dim, dtype=dtype, name="token_embedding"
+        )
+        if position_encoding == "learned":
+            self.position_embedding = LearnedPositionalEmbedding(
+                max_sequence_length, dtype=dtype, name="position_embedding"
+            )
+        elif position_encoding == "sinusoidal":
+            self.position_embedding = PositionalEncoding(
+                dtype=dtype, name="position_embedding"
+            )
+        else:
+            self.position_embedding = None
+        self.embedding_dropout = keras.layers.Dropout(
+            self.dropout, dtype=dtype, name="embedding_dropout"
+        )
+        self.decoder_blocks = [
+            DecoderBlock(
+                num_heads=num_heads,
+                intermediate_dim=intermediate_dim,
+                num_key_value_heads=num_key_value_heads,
+                activation=activation,
+                dropout=dropout,
+                normalize_first=normalize_first,
+                normalization=normalization,
+                layer_norm_epsilon=layer_norm_epsilon,
+                use_rotary=position_encoding == "rotary",
+                dtype=dtype,
+                name=f"decoder_block_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.final_norm = None
+        if self.normalize_first:
+            norm = (
+                keras.layers.RMSNormalization
+                if normalization == "rms_norm"
+                else keras.layers.LayerNormalization
+            )
+            self.final_norm = norm(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm"
+            )
+        # All weights exist from construction: saving needs no build config.
+        hidden_shape = (None, None, hidden_dim)
+        self.token_embedding.build((None, None))
+        if self.position_embedding is not None:
+            self.position_embedding.build(hidden_shape)
+        for block in self.decoder_blocks:
+            block.build(hidden_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(hidden_shape)
+        self.built = True
+
+    def _embed(self, token_ids, start_index=0, training=None):
+        x = self.token_embedding(token_ids)
+        if self.position_embedding is not None:
+            x = self.position_embedding(x, start_index=start_index)
+        return self.embedding_dropout(x, training=training)
+
+    def _logits(self, x):
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return self.token_embedding(x, reverse=True)
+
+    def call(self, token_ids, training=None):
+        check_token_ids("token_ids", token_ids, self.max_sequence_length)
+        padding_mask = ops.not_equal(token_ids, self.padding_id)
+        x = self._embed(token_ids, training=training)
+        for block in self.decoder_blocks:
+            x = block(x, padding_mask=padding_mask, training=training)
+        return self._logits(x)
+
+    def empty_cache(self, batch_size, max_length):
+        """A zero cache (batch, num_layers, 2, max_length, kv_heads, head_dim)."""
+        caches = [b.empty_cache(batch_size, max_length) for b in self.decoder_blocks]
+        return ops.stack(caches, axis=1)
+
+    def call_with_cache(self, token_ids, cache, cache_update_index, padding_mask=None):
+        """One decoding step (or a prefill) with the key/value cache.
+
+        Args:
+            token_ids: int (batch, seq), the tokens at positions
+                `cache_update_index ... cache_update_index + seq - 1`.
+            cache: (batch, num_layers, 2, max_length, kv_heads, head_dim),
+                see `empty_cache`.
+            cache_update_index: int or scalar tensor.
+            padding_mask: optional (batch, max_length), False for the cache
+                positions holding padding.
+
+        Returns:
+            `(logits, cache)`: float32 (batch, seq, vocabulary_size) and the
+            updated cache.
+        """
+        check_token_ids("token_ids", token_ids, self.max_sequence_length)
+        check_rank("cache", cache, 6, "(batch, num_layers, 2, max_length, heads, dim)")
+        x = self._embed(token_ids, start_index=cache_update_index)
+        caches = []
+        for i, block in enumerate(self.decoder_blocks):
+            x, layer_cache = block(
+                x,
+                padding_mask=padding_mask,
+                cache=cache[:, i],
+                cache_update_index=cache_update_index,
+            )
+            caches.append(layer_cache)
+        return self._logits(x), ops.stack(caches, axis=1)
+
+    def _generate_step(self, sampler, stop_token_ids):
+        """The compiled loop: prefill the cache, then sample token by token."""
+
+        def step(prompt, mask, start_index):
+            batch_size, length = ops.shape(prompt)[0], ops.shape(prompt)[1]
+            cache = self.empty_cache(batch_size, length)
+            padding_mask = ops.not_equal(prompt, self.padding_id)
+            _, cache = self.call_with_cache(prompt, cache, 0, padding_mask)
+
+            def next(prompt, cache, index):
+                token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
+                padding_mask = ops.not_equal(prompt, self.padding_id)
+                logits, cache = self.call_with_cache(
+                    token, cache, index - 1, padding_mask=padding_mask
+                )
+                return logits[:, 0, :], None, cache
+
+            return sampler(
+                next,
+                prompt,
+                cache=cache,
+                index=start_index,
+                mask=mask,
+                stop_token_ids=stop_token_ids,
+            )
+
+        return gen.compile_loop(step)
+
+    def generate(
+        self,
+        prompts,
+        max_new_tokens,
+        sampler="greedy",
+        temperature=1.0,
+        top_k=None,
+        top_p=None,
+        num_beams=1,
+        stop_token_ids=None,
+        seed=None,
+        length_penalty=0.0,
+    ):
+        """Continues each prompt by up to `max_new_tokens` tokens.
+
+        The prompts are right-padded into one batch; the cache is filled by one
+        forward pass, then one token per step is decoded by an XLA-compiled
+        loop (keras-hub samplers, or `BeamSearchSampler` for "beam"), kept per
+        sampler setting and retraced only for a new (batch, length). Each row
+        is decoded exactly as if it were alone.
+
+        Args:
+            prompts: a list of token-id lists (any lengths), one list, a
+                dense (batch, seq) int array padded with `padding_id`, or with
+                a tokenizer attached a string or a list of strings.
+            max_new_tokens: how many tokens to add at most.
+            sampler: "greedy", "random", "top_k", "top_p", "beam", or a
+                `keras_hub.samplers.Sampler`.
+            temperature: divides the logits before the softmax.
+            top_k, top_p: the cut-offs of "top_k" / "top_p" sampling.
+            num_beams: the beam width of "beam" (beam search if > 1).
+            stop_token_ids: ids that end a row's generation (kept in the
+                output; dropped from strings).
+            seed: makes random sampling repeatable.
+            length_penalty: the GNMT length-penalty exponent of beam search.
+
+        Returns:
+            Per prompt, the prompt followed by the new tokens: a list of lists
+            of ids (one list for one prompt), or strings for string prompts.
+        """
+        rows, kind = gen.normalize_token_batch(
+            "prompts", prompts, self.vocabulary_size, self.padding_id, self.tokenizer
+        )
+        check_positive_int("max_new_tokens", max_new_tokens)
+        stop_token_ids = gen.check_stop_token_ids(stop_token_ids, self.vocabulary_size)
+        longest = max(len(row) for row in rows)
+        if longest + max_new_tokens > self.max_sequence_length:
+            raise ValueError(
+                "The longest prompt plus `max_new_tokens` exceeds "
+                f"max_sequence_length={self.max_sequence_length}. Received: "
+                f"prompt length {longest}, max_new_tokens={max_new_tokens}"
+            )
+        sampler, key = gen.make_sampler(
+            sampler, temperature, top_k, top_p, num_beams, length_penalty,
+            self.padding_id, seed,
+        )  # fmt: skip
+        function, sampler = gen.cached_function(
+            self,
+            (key, stop_token_ids),
+            lambda: (self._generate_step(sampler, stop_token_ids), sampler),
+        )
+        gen.reset_seed(sampler, seed)
+        tokens, mask = gen.pad_rows(rows, longest + max_new_tokens, self.padding_id)
+        start_index = min(len(row) for row in rows)
+        outputs = ops.convert_to_numpy(
+            function(tokens, mask, ops.convert_to_tensor(start_index, "int32"))
+        )
+        results = [
+            gen.truncate_at_stop(
+                outputs[i, : len(row) + max_new_tokens], len(row), stop_token_ids
+            )
+            for i, row in enumerate(rows)
+        ]
+        return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
+
+    def get_config(self):
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_layers": self.num_layers,
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "intermediate_dim": self.intermediate_dim,
+                "max_sequence_length": self.max_sequence_length,
+                "num_key_value_heads": self.num_key_value_heads,
+                "activation": self.activation,
+                "dropout": self.dropout,
+                "normalize_first": self.normalize_first,
+                "normalization": self.normalization,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "position_encoding": self.position_encoding,
+                "padding_id": self.padding_id,
+                "tokenizer": None
+                if self.tokenizer is None
+                else keras.saving.serialize_keras_object(self.tokenizer),
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("tokenizer"), dict):
+            config["tokenizer"] = keras.saving.deserialize_keras_object(
+                config["tokenizer"]
+            )
+        return cls(**config)

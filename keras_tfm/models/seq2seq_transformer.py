@@ -1,0 +1,469 @@
+import keras
+import numpy as np
+from keras import ops
+
+from keras_tfm.generation import generation_utils as gen
+from keras_tfm.layers.decoder_block import DecoderBlock
+from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
+from keras_tfm.layers.positional_encoding import PositionalEncoding
+from keras_tfm.layers.token_embedding import TokenEmbedding
+from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_tfm.layers.validation import (
+    check_choice,
+    check_positive_int,
+    check_rank,
+    check_rate,
+)
+from keras_tfm.models.causal_lm import POSITION_ENCODINGS, check_token_ids
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class Seq2SeqTransformer(keras.Model):
+    """The encoder-decoder Transformer of "Attention Is All You Need".
+
+        memory = Encoder(E[source] * sqrt(d) + PE)
+        h      = Decoder(E[target] * sqrt(d) + PE, memory)   causal + cross
+        logits = h E^T
+
+    One embedding matrix E is shared by the source, the target and the
+    pre-softmax projection (section 3.4). Post-LN by default, as in the
+    paper; with `normalize_first=True` each stack ends with a norm. Source
+    tokens equal to `padding_id` are masked in the encoder and in
+    cross-attention; the decoder is causal (trailing target padding is never
+    attended to by real tokens; leave it out of the loss).
+
+    Args:
+        vocabulary_size: the shared source/target vocabulary size.
+        num_encoder_layers, num_decoder_layers: depth of each stack.
+        num_heads: attention heads per block.
+        hidden_dim: width of the model (d_model).
+        intermediate_dim: inner width of the feed-forward networks.
+        max_sequence_length: the longest source, and the longest target
+            (start token plus new tokens).
+        activation: "relu" (default), "gelu" or "swiglu".
+        dropout: dropout of the embeddings, attention and sublayers.
+        normalize_first: pre-LN if True, post-LN (the paper) if False.
+        normalization: "layer_norm" or "rms_norm".
+        layer_norm_epsilon: epsilon of the normalization layers.
+        position_encoding: "sinusoidal" (default), "learned" or "rotary".
+        padding_id: the id of padding tokens.
+        tokenizer: optional keras-hub tokenizer, saved with the model;
+            `generate` then also takes and returns strings.
+
+    Call arguments:
+        inputs: a dict with int "source_ids" (batch, src_seq) and
+            "target_ids" (batch, tgt_seq), the decoder inputs (teacher
+            forcing: the targets shifted right, see `teacher_forcing`).
+        training: whether dropout is active.
+
+    Returns:
+        float32 logits (batch, tgt_seq, vocabulary_size).
+
+    Example:
+    >>> model = keras_tfm.models.Seq2SeqTransformer(
+    ...     vocabulary_size=20, num_encoder_layers=1, num_decoder_layers=1,
+    ...     num_heads=2, hidden_dim=16, intermediate_dim=32,
+    ...     max_sequence_length=16)
+    >>> model({"source_ids": np.array([[3, 4, 5]]),
+    ...        "target_ids": np.array([[1, 6]])}).shape
+    TensorShape([1, 2, 20])
+    >>> len(model.generate([[3, 4, 5]], max_new_tokens=4, start_token_id=1)[0])
+    4
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_encoder_layers,
+        num_decoder_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        max_sequence_length,
+        activation="relu",
+        dropout=0.0,
+        normalize_first=False,
+        normalization="layer_norm",
+        layer_norm_epsilon=1e-5,
+        position_encoding="sinusoidal",
+        padding_id=0,
+        tokenizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        self.num_encoder_layers = check_positive_int(
+            "num_encoder_layers", num_encoder_layers
+        )
+        self.num_decoder_layers = check_positive_int(
+            "num_decoder_layers", num_decoder_layers
+        )
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
+        self.max_sequence_length = check_positive_int(
+            "max_sequence_length", max_sequence_length
+        )
+        self.activation = activation
+        self.dropout = check_rate("dropout", dropout)
+        self.normalize_first = bool(normalize_first)
+        self.normalization = normalization
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.position_encoding = check_choice(
+            "position_encoding", position_encoding, POSITION_ENCODINGS
+        )
+        if not isinstance(padding_id, int) or not 0 <= padding_id < vocabulary_size:
+            raise ValueError(
+                f"`padding_id` must be an id in [0, {vocabulary_size}). "
+                f"Received: padding_id={padding_id!r}"
+            )
+        self.padding_id = padding_id
+        if isinstance(tokenizer, dict):
+            tokenizer = keras.saving.deserialize_keras_object(tokenizer)
+        self.tokenizer = tokenizer
+
+        dtype = self.dtype_policy
+        self.token_embedding = TokenEmbedding(
+            vocabulary_size,
+            hidden_dim,
+            scale_embeddings=True,
+            dtype=dtype,
+            name="token_embedding",
+        )
+
+        def positions(name):
+            if position_encoding == "learned":
+                return LearnedPositionalEmbedding(
+                    max_sequence_length, dtype=dtype, name=name
+                )
+            if position_encoding == "sinusoidal":
+                return PositionalEncoding(dtype=dtype, name=name)
+            return None
+
+        self.encoder_position_embedding = positions("encoder_position_embedding")
+        self.decoder_position_embedding = positions("decoder_position_embedding")
+        self.encoder_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="encoder_dropout"
+        )
+        self.decoder_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="decoder_dropout"
+        )
+        block_args = dict(
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            activation=activation,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            normalization=normalization,
+            layer_norm_epsilon=layer_norm_epsilon,
+            use_rotary=position_encoding == "rotary",
+            dtype=dtype,
+        )
+        self.encoder_blocks = [
+            TransformerEncoderBlock(name=f"encoder_block_{i}", **block_args)
+            for i in range(num_encoder_layers)
+        ]
+        self.decoder_blocks = [
+            DecoderBlock(name=f"decoder_block_{i}", **block_args)
+            for i in range(num_decoder_layers)
+        ]
+        self.encoder_final_norm = self.decoder_final_norm = None
+        if self.normalize_first:
+            norm = (
+                keras.layers.RMSNormalization
+                if normalization == "rms_norm"
+                else keras.layers.LayerNormalization
+            )
+            self.encoder_final_norm = norm(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="encoder_final_norm"
+            )
+            self.decoder_final_norm = norm(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="decoder_final_norm"
+            )
+        # All weights exist from construction: saving needs no build config.
+        hidden_shape = (None, None, hidden_dim)
+        self.token_embedding.build((None, None))
+        for layer in (
+            self.encoder_position_embedding,
+            self.decoder_position_embedding,
+            *self.encoder_blocks,
+            self.encoder_final_norm,
+            self.decoder_final_norm,
+        ):
+            if layer is not None:
+                layer.build(hidden_shape)
+        for block in self.decoder_blocks:
+            block.build(hidden_shape, hidden_shape)
+        self.built = True
+
+    @staticmethod
+    def teacher_forcing(target_ids, start_token_id):
+        """Decoder inputs and labels from target sequences, for `fit`.
+
+        `decoder_inputs` is `target_ids` shifted right by one with
+        `start_token_id` in front (the last token dropped); `labels` is
+        `target_ids`. Use a loss with `ignore_class=padding_id` so that the
+        padding of the labels does not count.
+
+        Example:
+        >>> Seq2SeqTransformer.teacher_forcing(np.array([[5, 6, 2, 0]]), 1)
+        (array([[1, 5, 6, 2]], dtype=int32), array([[5, 6, 2, 0]], dtype=int32))
+        """
+        target_ids = np.asarray(target_ids)
+        if target_ids.ndim != 2 or not np.issubdtype(target_ids.dtype, np.integer):
+            raise ValueError(
+                "`target_ids` must be an integer (batch, seq) array. Received: "
+                f"target_ids.shape={target_ids.shape}, dtype={target_ids.dtype}"
+            )
+        start = np.full((len(target_ids), 1), start_token_id, "int32")
+        inputs = np.concatenate([start, target_ids[:, :-1]], axis=1).astype("int32")
+        return inputs, target_ids.astype("int32")
+
+    def encode(self, source_ids, training=None):
+        """The encoder output (batch, src_seq, hidden_dim) of `source_ids`."""
+        check_token_ids("source_ids", source_ids, self.max_sequence_length)
+        padding_mask = ops.not_equal(source_ids, self.padding_id)
+        x = self.token_embedding(source_ids)
+        if self.encoder_position_embedding is not None:
+            x = self.encoder_position_embedding(x)
+        x = self.encoder_dropout(x, training=training)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=padding_mask, training=training)
+        if self.encoder_final_norm is not None:
+            x = self.encoder_final_norm(x)
+        return x
+
+    def _embed_target(self, target_ids, start_index=0, training=None):
+        x = self.token_embedding(target_ids)
+        if self.decoder_position_embedding is not None:
+            x = self.decoder_position_embedding(x, start_index=start_index)
+        return self.decoder_dropout(x, training=training)
+
+    def _logits(self, x):
+        if self.decoder_final_norm is not None:
+            x = self.decoder_final_norm(x)
+        return self.token_embedding(x, reverse=True)
+
+    def call(self, inputs, training=None):
+        if not isinstance(inputs, dict) or set(inputs) != {"source_ids", "target_ids"}:
+            raise ValueError(
+                'Seq2SeqTransformer expects a dict with keys "source_ids" and '
+                f'"target_ids". Received: inputs={inputs!r}'
+            )
+        source_ids, target_ids = inputs["source_ids"], inputs["target_ids"]
+        check_token_ids("target_ids", target_ids, self.max_sequence_length)
+        encoder_outputs = self.encode(source_ids, training=training)
+        source_mask = ops.not_equal(source_ids, self.padding_id)
+        x = self._embed_target(target_ids, training=training)
+        for block in self.decoder_blocks:
+            x = block(
+                x,
+                encoder_outputs=encoder_outputs,
+                encoder_padding_mask=source_mask,
+                training=training,
+            )
+        return self._logits(x)
+
+    def compute_cross_attention_cache(self, encoder_outputs):
+        """Every decoder block's cross-attention keys and values, computed once.
+
+        Returns (batch, num_decoder_layers, 2, src_seq, heads, head_dim).
+        """
+        caches = [
+            block.compute_cross_attention_cache(encoder_outputs)
+            for block in self.decoder_blocks
+        ]
+        return ops.stack(caches, axis=1)
+
+    def empty_cache(self, batch_size, max_length):
+        """A zero self-attention cache (batch, layers, 2, max_length, heads, dim)."""
+        caches = [b.empty_cache(batch_size, max_length) for b in self.decoder_blocks]
+        return ops.stack(caches, axis=1)
+
+    def call_with_cache(
+        self,
+        target_ids,
+        cache,
+        cache_update_index,
+        cross_attention_cache,
+        source_padding_mask=None,
+    ):
+        """Decoder step(s) with the self-attention and cross-attention caches.
+
+        Args:
+            target_ids: int (batch, seq), the decoder inputs at positions
+                `cache_update_index ... cache_update_index + seq - 1`.
+            cache: self-attention cache, see `empty_cache`.
+            cache_update_index: int or scalar tensor.
+            cross_attention_cache: from `compute_cross_attention_cache`.
+            source_padding_mask: (batch, src_seq), False at source padding.
+
+        Returns:
+            `(logits, cache)`.
+        """
+        check_token_ids("target_ids", target_ids, self.max_sequence_length)
+        check_rank("cache", cache, 6, "(batch, layers, 2, max_length, heads, dim)")
+        x = self._embed_target(target_ids, start_index=cache_update_index)
+        caches = []
+        for i, block in enumerate(self.decoder_blocks):
+            x, layer_cache = block(
+                x,
+                encoder_padding_mask=source_padding_mask,
+                cache=cache[:, i],
+                cache_update_index=cache_update_index,
+                cross_attention_cache=cross_attention_cache[:, i],
+            )
+            caches.append(layer_cache)
+        return self._logits(x), ops.stack(caches, axis=1)
+
+    def _generate_step(self, sampler, stop_token_ids):
+        """The compiled loop: encode once, cross keys/values once, then decode."""
+        beams = getattr(sampler, "num_beams", 1)
+
+        def step(source_ids, prompt, mask):
+            source_mask = ops.not_equal(source_ids, self.padding_id)
+            cross_cache = self.compute_cross_attention_cache(self.encode(source_ids))
+            if beams > 1:  # The sampler repeats its own state, not closures.
+                cross_cache = ops.repeat(cross_cache, beams, axis=0)
+                source_mask = ops.repeat(source_mask, beams, axis=0)
+            cache = self.empty_cache(ops.shape(prompt)[0], ops.shape(prompt)[1])
+
+            def next(prompt, cache, index):
+                token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
+                logits, cache = self.call_with_cache(
+                    token, cache, index - 1, cross_cache, source_mask
+                )
+                return logits[:, 0, :], None, cache
+
+            return sampler(
+                next,
+                prompt,
+                cache=cache,
+                index=1,
+                mask=mask,
+                stop_token_ids=stop_token_ids,
+            )
+
+        return gen.compile_loop(step)
+
+    def generate(
+        self,
+        source_ids,
+        max_new_tokens,
+        start_token_id,
+        stop_token_ids=None,
+        num_beams=1,
+        length_penalty=0.6,
+        sampler="greedy",
+        seed=None,
+    ):
+        """Translates each source: greedy decoding, beam search or sampling.
+
+        The source is encoded once and each decoder block's cross-attention
+        keys and values are computed once; then one token per step is decoded
+        with the self-attention cache, in an XLA-compiled loop kept per
+        setting and retraced only for new shapes.
+
+        Args:
+            source_ids: a list of token-id lists (any lengths), a dense
+                (batch, seq) int array padded with `padding_id`, or with a
+                tokenizer attached a string or a list of strings.
+            max_new_tokens: the most tokens to generate per source.
+            start_token_id: the first decoder input.
+            stop_token_ids: ids that end a hypothesis (kept in the output;
+                dropped from strings).
+            num_beams: beam width; > 1 is beam search.
+            length_penalty: alpha of the GNMT length penalty
+                ((5 + n) / 6) ** alpha of beam search (0: none).
+            sampler: "greedy" (default), "beam", "random", "top_k", "top_p"
+                or a `keras_hub.samplers.Sampler`.
+            seed: makes random sampling repeatable.
+
+        Returns:
+            Per source, the generated tokens (without the start token): a list
+            of id lists (one list for one source), or strings.
+        """
+        rows, kind = gen.normalize_token_batch(
+            "source_ids",
+            source_ids,
+            self.vocabulary_size,
+            self.padding_id,
+            self.tokenizer,
+        )
+        check_positive_int("max_new_tokens", max_new_tokens)
+        longest = max(len(row) for row in rows)
+        if longest > self.max_sequence_length:
+            raise ValueError(
+                f"A source is longer than max_sequence_length="
+                f"{self.max_sequence_length}. Received: source length {longest}"
+            )
+        if max_new_tokens + 1 > self.max_sequence_length:
+            raise ValueError(
+                "The start token plus `max_new_tokens` exceeds max_sequence_length="
+                f"{self.max_sequence_length}. Received: max_new_tokens="
+                f"{max_new_tokens}"
+            )
+        if (
+            isinstance(start_token_id, bool)
+            or not isinstance(start_token_id, (int, np.integer))
+            or not 0 <= start_token_id < self.vocabulary_size
+        ):
+            raise ValueError(
+                f"`start_token_id` must be an id in [0, {self.vocabulary_size}). "
+                f"Received: start_token_id={start_token_id!r}"
+            )
+        stop_token_ids = gen.check_stop_token_ids(stop_token_ids, self.vocabulary_size)
+        sampler, key = gen.make_sampler(
+            sampler, 1.0, None, None, num_beams, length_penalty, self.padding_id, seed
+        )
+        function, sampler = gen.cached_function(
+            self,
+            (key, stop_token_ids),
+            lambda: (self._generate_step(sampler, stop_token_ids), sampler),
+        )
+        gen.reset_seed(sampler, seed)
+        source, _ = gen.pad_rows(rows, longest, self.padding_id)
+        prompt, mask = gen.pad_rows(
+            [[start_token_id]] * len(rows), 1 + max_new_tokens, self.padding_id
+        )
+        outputs = ops.convert_to_numpy(function(source, prompt, mask))
+        results = [gen.truncate_at_stop(row[1:], 0, stop_token_ids) for row in outputs]
+        return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
+
+    def get_config(self):
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_encoder_layers": self.num_encoder_layers,
+                "num_decoder_layers": self.num_decoder_layers,
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "intermediate_dim": self.intermediate_dim,
+                "max_sequence_length": self.max_sequence_length,
+                "activation": self.activation,
+                "dropout": self.dropout,
+                "normalize_first": self.normalize_first,
+                "normalization": self.normalization,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "position_encoding": self.position_encoding,
+                "padding_id": self.padding_id,
+                "tokenizer": None
+                if self.tokenizer is None
+                else keras.saving.serialize_keras_object(self.tokenizer),
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("tokenizer"), dict):
+            config["tokenizer"] = keras.saving.deserialize_keras_object(
+                config["tokenizer"]
+            )
+        return cls(**config)
