@@ -25,8 +25,10 @@ class MaskedLanguageModel(keras.Model):
     the masked positions only keeps the loss there and saves the
     (batch, seq, vocabulary_size) projection. `MaskedLMMasker` prepares
     `(x, y, sample_weight)` batches for `fit`; compile with
-    `SparseCategoricalCrossentropy(from_logits=True)` and pass the masker's
-    weights as `weighted_metrics` too, so padded selections do not count.
+    `SparseCategoricalCrossentropy(from_logits=True,
+    reduction="mean_with_sample_weight")` and `weighted_metrics`, so that the
+    loss and metrics average over the real selections only (the masker pads
+    unused slots with weight 0).
 
     Args:
         backbone: an `EncoderBackbone`; `mlm.backbone` can later feed an
