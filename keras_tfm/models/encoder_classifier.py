@@ -34,7 +34,7 @@ class EncoderClassifier(keras.Model):
         training: whether dropout is active.
 
     Returns:
-        Logits of shape (batch, num_classes).
+        Logits of shape (batch, num_classes), float32 under a mixed policy.
 
     Example:
     >>> backbone = keras_tfm.models.EncoderBackbone(
@@ -73,6 +73,9 @@ class EncoderClassifier(keras.Model):
             self.dropout, dtype=policy, name="classifier_dropout"
         )
         self.classifier_dropout.build((None, hidden_dim))
+        if policy.compute_dtype != policy.variable_dtype:
+            # Mixed precision: float32 logits for a stable softmax and loss.
+            policy = keras.DTypePolicy(policy.variable_dtype)
         self.classifier = keras.layers.Dense(
             num_classes,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),

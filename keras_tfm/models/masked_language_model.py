@@ -41,7 +41,8 @@ class MaskedLanguageModel(keras.Model):
         training: whether dropout is active.
 
     Returns:
-        Logits of shape (batch, num_masked, vocabulary_size).
+        Logits of shape (batch, num_masked, vocabulary_size), float32 under a
+        mixed policy.
 
     Example:
     >>> backbone = keras_tfm.models.EncoderBackbone(
@@ -61,12 +62,18 @@ class MaskedLanguageModel(keras.Model):
             )
         super().__init__(**kwargs)
         self.backbone = backbone
+        # keras-hub's MaskedLMHead (autocast=False) adds its float32 bias to
+        # logits cast to the compute dtype, which fails under a mixed policy;
+        # there the head runs in float32, as the logits should anyway.
+        policy = self.dtype_policy
+        if policy.compute_dtype != policy.variable_dtype:
+            policy = keras.DTypePolicy(policy.variable_dtype)
         self.mlm_head = keras_hub.layers.MaskedLMHead(
             token_embedding=backbone.token_embedding,
             intermediate_activation="gelu",  # keras's gelu is the exact form
             layer_norm_epsilon=backbone.layer_norm_epsilon,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            dtype=self.dtype_policy,
+            dtype=policy,
             name="mlm_head",
         )
         self.mlm_head.build((None, None, backbone.hidden_dim))

@@ -164,3 +164,16 @@ def test_a_backbone_of_another_type_raises():
 def test_bad_inputs_raise(inputs, message):
     with pytest.raises(ValueError, match=message):
         EncoderClassifier(make_backbone(), num_classes=2)(inputs)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_gives_float32_logits_close_to_float32(policy):
+    reference = EncoderClassifier(make_backbone(), num_classes=3, pooling="mean")
+    randomize(reference)
+    keras.config.set_dtype_policy(policy)
+    model = EncoderClassifier(make_backbone(), num_classes=3, pooling="mean")
+    model.set_weights(reference.get_weights())
+    ids = padded_batch()
+    logits = model(ids)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    np.testing.assert_allclose(logits, reference(ids), atol=0.1)

@@ -198,3 +198,19 @@ def test_bad_inputs_raise(inputs, message):
 def test_a_backbone_of_another_type_raises():
     with pytest.raises(ValueError, match="backbone"):
         MaskedLanguageModel(keras.layers.Dense(3))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_gives_float32_logits_close_to_float32(policy):
+    reference = make_mlm()
+    randomize(reference, scale=0.1)
+    keras.config.set_dtype_policy(policy)
+    model = make_mlm()
+    model.set_weights(reference.get_weights())
+    x = {
+        "token_ids": counting_sequences(2, seed=5),
+        "mask_positions": np.array([[1, 3], [2, 5]], "int32"),
+    }
+    logits = model(x)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    np.testing.assert_allclose(logits, reference(x), atol=0.1)
