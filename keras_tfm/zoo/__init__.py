@@ -1,0 +1,18 @@
+"""The model zoo: presets of keras_tfm models, shipped with the package.
+
+Example:
+>>> from keras_tfm import zoo
+>>> zoo.list_presets()
+>>> print(zoo.preset_card("<name>"))
+>>> model = zoo.from_preset("<name>", dropout=0.0)
+"""
+
+from keras_tfm.zoo.catalogue import (
+    from_preset,
+    list_presets,
+    preset_card,
+    preset_dir,
+)
+from keras_tfm.zoo.save_preset import save_preset
+
+__all__ = ["from_preset", "list_presets", "preset_card", "preset_dir", "save_preset"]

@@ -1,0 +1,232 @@
+"""Finding, reading and building the presets of a catalogue folder.
+
+A catalogue is a folder with one sub-folder per preset:
+
+    <root>/<name>/config.json        {"class_name": "CausalLM", "config": {...}}
+    <root>/<name>/README.md          the model card
+    <root>/<name>/model.weights.h5   optional, loaded after building
+    <root>/<name>/assets/<layer>/    optional, e.g. a tokenizer's vocabulary
+
+`class_name` is a class registered under the "keras_tfm" package, bare
+("CausalLM") or full ("keras_tfm>CausalLM"); nested objects in `config`
+(a backbone, a tokenizer) are {"class_name", "config"} dicts resolved the
+same way. An optional "build_config" entry builds a model whose variables
+are only created on first call. The default root is the repository's
+top-level `zoo/` folder, installed with the package as `keras_tfm._catalogue`.
+"""
+
+import importlib.resources
+import inspect
+import json
+import re
+from pathlib import Path
+
+import keras
+
+import keras_tfm
+
+CONFIG_FILE = "config.json"
+CARD_FILE = "README.md"
+WEIGHTS_FILE = "model.weights.h5"
+ASSETS_DIR = "assets"
+PACKAGE = "keras_tfm"
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def default_root():
+    """The installed catalogue: `keras_tfm._catalogue`, i.e. the repo's `zoo/`."""
+    try:
+        return Path(str(importlib.resources.files("keras_tfm._catalogue")))
+    except ModuleNotFoundError:
+        # A checkout whose editable install predates the package mapping.
+        return Path(keras_tfm.__file__).resolve().parent.parent / "zoo"
+
+
+def _root(root):
+    return default_root() if root is None else Path(root)
+
+
+def check_preset_name(name):
+    """Refuses anything but a plain folder name (no separators, no "..")."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            "`name` must be a plain preset name: letters, digits, '_', '-' and "
+            f"'.', not a path. Received: name={name!r}"
+        )
+    return name
+
+
+def list_presets(root=None):
+    """The sorted names of the presets (folders holding a config.json).
+
+    Example:
+    >>> keras_tfm.zoo.list_presets()
+    ['...']
+    """
+    root = _root(root)
+    if not root.is_dir():
+        return []
+    return sorted(
+        child.name
+        for child in root.iterdir()
+        if _NAME.fullmatch(child.name) and (child / CONFIG_FILE).is_file()
+    )
+
+
+def preset_dir(name, root=None):
+    """The folder of preset `name`, e.g. to read its tokenizer files.
+
+    Raises:
+        ValueError: if `name` is not a plain name or is not in the catalogue.
+    """
+    check_preset_name(name)
+    root = _root(root)
+    available = list_presets(root)
+    if name not in available:
+        raise ValueError(
+            f"Unknown preset. Received: name={name!r}. Available presets in "
+            f"{root}: {available}"
+        )
+    directory = (root / name).resolve()
+    if directory.parent != root.resolve():
+        raise ValueError(
+            f"Preset {name!r} resolves outside the catalogue {root}: {directory}"
+        )
+    return directory
+
+
+def preset_card(name, root=None):
+    """The model card (README.md) of preset `name`, as text.
+
+    Example:
+    >>> print(keras_tfm.zoo.preset_card(keras_tfm.zoo.list_presets()[0]))
+    """
+    card = preset_dir(name, root) / CARD_FILE
+    if not card.is_file():
+        raise ValueError(f"Preset {name!r} has no model card: {card} is missing.")
+    return card.read_text(encoding="utf-8")
+
+
+def registered_classes():
+    """{short name: class} of every class registered under "keras_tfm"."""
+    import keras_tfm.layers  # noqa: F401  (registers the classes)
+    import keras_tfm.models  # noqa: F401
+    import keras_tfm.training  # noqa: F401
+
+    prefix = PACKAGE + ">"
+    return {
+        key[len(prefix) :]: cls
+        for key, cls in keras.saving.get_custom_objects().items()
+        if key.startswith(prefix)
+    }
+
+
+def _read_spec(path):
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    if (
+        not isinstance(spec, dict)
+        or not isinstance(spec.get("class_name"), str)
+        or not isinstance(spec.get("config"), dict)
+    ):
+        raise ValueError(
+            f'{path} must hold {{"class_name": "<class>", "config": {{...}}}}. '
+            f"Received: {str(spec)[:200]}"
+        )
+    return spec
+
+
+def _accepted_arguments(cls, config):
+    names = set(config)
+    for klass in cls.__mro__:
+        if klass is object or "__init__" not in vars(klass):
+            continue
+        for parameter in inspect.signature(klass.__init__).parameters.values():
+            if parameter.kind in (
+                parameter.POSITIONAL_OR_KEYWORD,
+                parameter.KEYWORD_ONLY,
+            ):
+                names.add(parameter.name)
+        break  # The first explicit __init__ is the constructor's signature.
+    names.discard("self")
+    if issubclass(cls, keras.layers.Layer):
+        names.update({"name", "dtype", "trainable"})  # the base layer's kwargs
+    return names
+
+
+def _layers_with(model, method):
+    layers = [model]
+    if hasattr(model, "_flatten_layers"):
+        layers = list(model._flatten_layers(include_self=True, recursive=True))
+    return [layer for layer in layers if callable(getattr(layer, method, None))]
+
+
+def build_from_directory(directory, load_weights=True, **overrides):
+    """Builds the model described by a preset folder (any path; no name check)."""
+    directory = Path(directory)
+    spec = _read_spec(directory / CONFIG_FILE)
+    classes = registered_classes()
+    class_name = spec["class_name"].removeprefix(PACKAGE + ">")
+    if class_name not in classes:
+        raise ValueError(
+            f"`class_name` in {directory / CONFIG_FILE} must be a class registered "
+            f'under package "{PACKAGE}". Received: class_name='
+            f"{spec['class_name']!r}. Registered: {sorted(classes)}"
+        )
+    cls = classes[class_name]
+    accepted = _accepted_arguments(cls, spec["config"])
+    unknown = sorted(set(overrides) - accepted)
+    if unknown:
+        raise ValueError(
+            f"Unknown override(s) {unknown} for preset {directory.name!r} "
+            f"({class_name}). Received: {overrides}. Accepted arguments: "
+            f"{sorted(accepted)}"
+        )
+    config = {**spec["config"], **overrides}
+    with keras.saving.custom_object_scope(classes):
+        model = cls.from_config(config)
+    if spec.get("build_config") and not model.built:
+        model.build_from_config(spec["build_config"])
+    weights = directory / WEIGHTS_FILE
+    if load_weights and weights.is_file():
+        if not model.built:
+            raise ValueError(
+                f"Preset {directory.name!r} has weights but its {class_name} is not "
+                f'built by its constructor; add a "build_config" to {CONFIG_FILE} '
+                "(save_preset writes it)."
+            )
+        try:
+            model.load_weights(weights)
+        except ValueError as error:
+            raise ValueError(
+                f"The weights of preset {directory.name!r} do not fit the model "
+                f"built with overrides {overrides}: {error}"
+            ) from error
+    for layer in _layers_with(model, "load_assets"):
+        assets = directory / ASSETS_DIR / layer.name
+        if assets.is_dir():
+            layer.load_assets(str(assets))
+    return model
+
+
+def from_preset(name, root=None, load_weights=True, **overrides):
+    """Builds preset `name`, with weights if it has them.
+
+    Args:
+        name: a preset name, from `list_presets()`.
+        root: the catalogue folder (default: the installed zoo).
+        load_weights: whether to load `model.weights.h5` when present.
+        **overrides: constructor arguments replacing the stored ones, e.g.
+            `dropout=0.0`. Unknown arguments raise a ValueError; ones that
+            change weight shapes make the weight loading fail.
+
+    Returns:
+        The built Keras model.
+
+    Example:
+    >>> model = keras_tfm.zoo.from_preset(keras_tfm.zoo.list_presets()[0])
+    """
+    return build_from_directory(preset_dir(name, root), load_weights, **overrides)

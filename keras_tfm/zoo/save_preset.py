@@ -1,0 +1,158 @@
+"""Writing a model as a preset folder of a catalogue."""
+
+import json
+import shutil
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_tfm.zoo.catalogue import (
+    ASSETS_DIR,
+    CARD_FILE,
+    CONFIG_FILE,
+    PACKAGE,
+    WEIGHTS_FILE,
+    _layers_with,
+    build_from_directory,
+    check_preset_name,
+)
+
+CARD = """# {name}
+
+{description}
+
+| | |
+|---|---|
+| Class | `{class_name}` |
+| Parameters | {parameters:,} |
+| Weights | {weights} |
+
+Load it with `keras_tfm.zoo.from_preset("{name}")`.
+
+## Intended use
+
+{intended_use}
+
+## Training data
+
+{training_data}
+
+## How it was trained
+
+```
+{training_command}
+```
+"""
+
+
+def save_preset(
+    model,
+    directory,
+    description,
+    intended_use,
+    training_data,
+    training_command,
+    save_weights=True,
+    overwrite=False,
+    verify=True,
+):
+    """Writes `model` as a preset folder: config.json, weights, assets, card.
+
+    The folder's name is the preset name. `config.json` holds
+    `{"class_name", "config": model.get_config(), "build_config"}`; the
+    weights go to `model.weights.h5`; every sub-layer with `save_assets`
+    (e.g. a keras-hub tokenizer) writes to `assets/<layer name>/`; the card
+    README.md states the parameter count and the given texts. With
+    `verify=True` the folder is then loaded back and its weights compared.
+
+    Args:
+        model: a model whose class is registered under package "keras_tfm".
+        directory: the preset folder to write, e.g. "zoo/gpt-tiny-shakespeare".
+        description: one paragraph on what the model is.
+        intended_use: what it is for and not for.
+        training_data: the data set, its size and licence.
+        training_command: the command that trained it, as run.
+        save_weights: whether to write the weights (False: a config-only preset).
+        overwrite: whether to replace an existing non-empty folder.
+        verify: whether to load the written preset back and compare weights.
+
+    Returns:
+        The folder, a `pathlib.Path`.
+
+    Example:
+    >>> save_preset(model, "zoo/gpt-tiny", "A 2-layer GPT.", "Demos.",
+    ...             "Tiny Shakespeare (1 MB, public domain).",
+    ...             "python examples/train_gpt.py --epochs 20")
+    """
+    directory = Path(directory)
+    name = check_preset_name(directory.name)
+    registered = keras.saving.get_registered_name(type(model))
+    if not registered.startswith(PACKAGE + ">"):
+        raise ValueError(
+            f'`model` must be of a class registered under package "{PACKAGE}". '
+            f"Received: model of class {type(model).__name__} ({registered!r})"
+        )
+    texts = {
+        "description": description,
+        "intended_use": intended_use,
+        "training_data": training_data,
+        "training_command": training_command,
+    }
+    for key, text in texts.items():
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"`{key}` must be a non-empty string. Received: {text!r}")
+    if save_weights and not model.built:
+        raise ValueError(
+            "`model` must be built (called once) to save its weights. "
+            f"Received: an unbuilt {type(model).__name__}"
+        )
+    spec = {"class_name": registered.removeprefix(PACKAGE + ">")}
+    spec["config"] = model.get_config()
+    build_config = model.get_build_config() if model.built else None
+    if build_config:
+        spec["build_config"] = build_config
+    try:
+        config_text = json.dumps(spec, indent=2, sort_keys=True)
+    except TypeError as error:
+        raise ValueError(
+            f"The config of `model` is not JSON-serializable: {error}"
+        ) from error
+
+    if directory.exists() and any(directory.iterdir()):
+        if not overwrite:
+            raise ValueError(
+                f"`directory` exists and is not empty; pass overwrite=True to "
+                f"replace it. Received: directory={str(directory)!r}"
+            )
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / CONFIG_FILE).write_text(config_text + "\n", encoding="utf-8")
+    if save_weights:
+        model.save_weights(directory / WEIGHTS_FILE)
+    for layer in _layers_with(model, "save_assets"):
+        assets = directory / ASSETS_DIR / layer.name
+        assets.mkdir(parents=True, exist_ok=True)
+        layer.save_assets(str(assets))
+    card = CARD.format(
+        name=name,
+        class_name=spec["class_name"],
+        parameters=model.count_params() if model.built else 0,
+        weights=WEIGHTS_FILE if save_weights else "none (config only)",
+        **{key: text.strip() for key, text in texts.items()},
+    )
+    (directory / CARD_FILE).write_text(card, encoding="utf-8")
+
+    if verify:
+        loaded = build_from_directory(directory, load_weights=save_weights)
+        if save_weights:
+            for saved, restored in zip(model.weights, loaded.weights, strict=True):
+                if not np.array_equal(
+                    keras.ops.convert_to_numpy(saved),
+                    keras.ops.convert_to_numpy(restored),
+                ):
+                    raise ValueError(
+                        f"The preset written to {directory} does not reload to the "
+                        f"same weights (first difference: {saved.path})."
+                    )
+    return directory
