@@ -1,6 +1,7 @@
 import math
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 
@@ -121,6 +122,87 @@ def test_matches_an_independent_bert_forward_pass():
     want = bert_reference(weights, token_ids, segment_ids, 2, 2, 1e-6)
     real = token_ids != 0
     np.testing.assert_allclose(np.asarray(got)[real], want[real], atol=2e-4)
+
+
+def copy_keras_hub_bert_weights(bert, backbone):
+    """Maps keras-hub BertBackbone weights onto ours (what a converter does)."""
+    theirs = {w.path: w.numpy() for w in bert.weights}
+    ours = {w.path: w for w in backbone.weights}
+    for name in (
+        "token_embedding/embeddings",
+        "position_embedding/embeddings",
+        "segment_embedding/embeddings",
+        "embeddings_layer_norm/gamma",
+        "embeddings_layer_norm/beta",
+    ):
+        ours[name].assign(theirs[name])
+    for i in range(backbone.num_layers):
+        t, o = f"transformer_layer_{i}/", f"transformer_layer_{i}/"
+        att = t + "self_attention_layer/"
+        hidden = backbone.hidden_dim
+        ours[o + "self_attention/query/kernel"].assign(
+            theirs[att + "query/kernel"].reshape(hidden, -1)
+        )
+        ours[o + "self_attention/query/bias"].assign(theirs[att + "query/bias"].ravel())
+        # Our key/value projection is fused: all key heads, then all values.
+        ours[o + "self_attention/key_value/kernel"].assign(
+            np.concatenate(
+                [
+                    theirs[att + n + "/kernel"].reshape(hidden, -1)
+                    for n in ("key", "value")
+                ],
+                axis=1,
+            )
+        )
+        ours[o + "self_attention/key_value/bias"].assign(
+            np.concatenate(
+                [theirs[att + n + "/bias"].ravel() for n in ("key", "value")]
+            )
+        )
+        ours[o + "self_attention/attention_output/kernel"].assign(
+            theirs[att + "attention_output/kernel"].reshape(-1, hidden)
+        )
+        ours[o + "self_attention/attention_output/bias"].assign(
+            theirs[att + "attention_output/bias"]
+        )
+        pairs = {
+            "self_attention_norm": "self_attention_layer_norm",
+            "feed_forward_norm": "feedforward_layer_norm",
+            "feed_forward/intermediate": "feedforward_intermediate_dense",
+            "feed_forward/output": "feedforward_output_dense",
+        }
+        for our_name, their_name in pairs.items():
+            for leaf in ("gamma", "beta", "kernel", "bias"):
+                if o + f"{our_name}/{leaf}" in ours:
+                    ours[o + f"{our_name}/{leaf}"].assign(
+                        theirs[t + f"{their_name}/{leaf}"]
+                    )
+
+
+def test_matches_keras_hub_bert_backbone():
+    bert = keras_hub.models.BertBackbone(
+        vocabulary_size=30,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=10,
+    )
+    randomize(bert, seed=2)
+    backbone = make_backbone()
+    copy_keras_hub_bert_weights(bert, backbone)
+    token_ids = token_batch(seed=4)
+    segment_ids = (np.arange(10)[None] >= 5).astype("int32").repeat(3, 0)
+    want = bert(
+        {
+            "token_ids": token_ids,
+            "segment_ids": segment_ids,
+            "padding_mask": (token_ids != 0).astype("int32"),
+        }
+    )["sequence_output"]
+    got = backbone({"token_ids": token_ids, "segment_ids": segment_ids})
+    real = token_ids != 0
+    np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-4)
 
 
 def test_weight_names_are_the_documented_ones():
