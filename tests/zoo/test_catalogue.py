@@ -265,3 +265,24 @@ def test_shipped_presets_are_well_formed():
         spec = json.loads((zoo.preset_dir(name) / "config.json").read_text())
         assert spec["class_name"].removeprefix("keras_tfm>") in classes, name
         assert "| Parameters |" in zoo.preset_card(name), name
+
+
+def test_round_trips_a_tiny_causal_lm(tmp_path):
+    from keras_tfm.models import CausalLM
+
+    model = CausalLM(
+        vocabulary_size=40,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=12,
+    )
+    tokens = np.random.default_rng(1).integers(1, 40, size=(2, 6))
+    save(model, tmp_path / "tiny-lm")
+    restored = zoo.from_preset("tiny-lm", root=tmp_path, dropout=0.0)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(restored(tokens)),
+        keras.ops.convert_to_numpy(model(tokens)),
+        atol=1e-6,
+    )
