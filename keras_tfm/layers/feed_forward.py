@@ -82,8 +82,8 @@ class FeedForward(keras.layers.Layer):
             hidden = ops.silu(gate) * up
         return self.output_dense(hidden)
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
 
     def get_config(self):
         config = super().get_config()

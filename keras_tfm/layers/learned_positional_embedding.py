@@ -67,8 +67,8 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
         )
         return inputs + ops.cast(positions, inputs.dtype)
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
 
     def get_config(self):
         config = super().get_config()

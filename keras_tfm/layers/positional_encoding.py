@@ -62,8 +62,8 @@ class PositionalEncoding(keras.layers.Layer):
         is_even = np.arange(d_model) % 2 == 0
         return ops.where(is_even, ops.sin(angles), ops.cos(angles))
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
 
     def get_config(self):
         config = super().get_config()

@@ -59,8 +59,8 @@ class RotaryEmbedding(keras.layers.Layer):
         rotated_half = ops.concatenate([-second, first], axis=-1)
         return inputs * cos + rotated_half * sin
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
 
     def get_config(self):
         config = super().get_config()

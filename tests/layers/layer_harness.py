@@ -75,6 +75,7 @@ def run_layer_test(
     if expected_output_shape is not None:
         assert eager.shape == tuple(expected_output_shape)
     assert tuple(model.output.shape[1:]) == eager.shape[1:]
+    model.summary(print_fn=lambda *args, **kwargs: None)  # shapes from the build
     assert np.isfinite(eager).all()
 
     # Config round trip after build: every argument was stored.
