@@ -422,7 +422,10 @@ class Seq2SeqTransformer(keras.Model):
             lambda: (self._generate_step(sampler, stop_token_ids), sampler),
         )
         gen.reset_seed(sampler, seed)
-        source, _ = gen.pad_rows(rows, longest, self.padding_id)
+        # Sources are padded to a multiple of 8 (masked, so the result is the
+        # same) so that nearby lengths share one compiled loop.
+        source_length = min(-(-longest // 8) * 8, self.max_sequence_length)
+        source, _ = gen.pad_rows(rows, source_length, self.padding_id)
         prompt, mask = gen.pad_rows(
             [[start_token_id]] * len(rows), 1 + max_new_tokens, self.padding_id
         )
