@@ -109,6 +109,8 @@ def save_preset(
         )
     spec = {"class_name": registered.removeprefix(PACKAGE + ">")}
     spec["config"] = model.get_config()
+    # A preset follows the user's dtype policy (e.g. mixed_bfloat16) on load.
+    spec["config"].pop("dtype", None)
     build_config = model.get_build_config() if model.built else None
     if build_config:
         spec["build_config"] = build_config

@@ -1,0 +1,239 @@
+"""The `keras-tfm` command: train, generate, evaluate, list presets.
+
+keras-tfm train                      # a byte-level GPT on the shipped KJV text
+keras-tfm generate kjv_gpt.keras --prompt "And God said"
+keras-tfm evaluate kjv_gpt.keras
+keras-tfm presets
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_OUTPUT = "kjv_gpt.keras"
+
+
+def _positive_int(text):
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _read_corpus(path):
+    from keras_tfm.data import load_default_corpus
+
+    if path is None:
+        return load_default_corpus(), "the shipped KJV Genesis and Exodus"
+    path = Path(path)
+    if not path.is_file():
+        raise SystemExit(f"keras-tfm: no such file: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SystemExit(
+            f"keras-tfm: {path} is not UTF-8 text ({error.reason} at byte "
+            f"{error.start}); convert it with e.g. `iconv -t utf-8`."
+        ) from None
+    if not text.strip():
+        raise SystemExit(f"keras-tfm: {path} is empty.")
+    return text, str(path)
+
+
+def _datasets(model, text, args):
+    from keras_tfm.data import language_model_datasets
+
+    return language_model_datasets(
+        text,
+        model.tokenizer,
+        sequence_length=args.sequence_length,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+
+
+def _load(path):
+    import keras
+
+    if not Path(path).is_file():
+        raise SystemExit(f"keras-tfm: no such model file: {path}")
+    return keras.models.load_model(path)
+
+
+def train(args):
+    import keras
+    import keras_hub
+
+    from keras_tfm import training, zoo
+
+    keras.utils.set_random_seed(args.seed)
+    if args.dtype_policy:
+        keras.config.set_dtype_policy(args.dtype_policy)
+    text, source = _read_corpus(args.data)
+    model = zoo.from_preset(
+        args.preset,
+        vocabulary_size=256,
+        max_sequence_length=args.sequence_length,
+        dropout=args.dropout,
+        tokenizer=keras_hub.tokenizers.ByteTokenizer(),
+    )
+    train_data, validation_data = _datasets(model, text, args)
+    steps = args.epochs * int(train_data.cardinality())
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0,
+        decay_steps=max(1, steps - steps // 10),
+        warmup_target=args.learning_rate,
+        warmup_steps=steps // 10,
+        alpha=0.1,
+    )
+    model.compile(
+        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01),
+        loss=training.TokenCrossEntropy(ignore_class=None),
+        metrics=[training.TokenAccuracy(ignore_class=None)],
+        jit_compile=args.jit_compile,
+    )
+    print(
+        f"Training preset '{args.preset}' ({model.count_params():,} parameters) on "
+        f"{source}: {len(text):,} characters, {steps} steps."
+    )
+    callbacks = [
+        training.ThroughputCallback(
+            tokens_per_step=args.batch_size * args.sequence_length,
+            flops_per_token=training.training_flops_per_token(
+                model.count_params(),
+                model.num_layers,
+                model.hidden_dim,
+                args.sequence_length,
+            ),
+        )
+    ]
+    started = time.perf_counter()
+    history = model.fit(
+        train_data,
+        validation_data=validation_data,
+        epochs=args.epochs,
+        callbacks=callbacks,
+        verbose=1 if sys.stdout.isatty() else 2,
+    )
+    minutes = (time.perf_counter() - started) / 60
+    validation_loss = history.history["val_loss"][-1]
+    model.save(args.output)
+    print(
+        f"Saved {args.output} after {minutes:.1f} min: validation loss "
+        f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}."
+    )
+    for prompt in args.prompt or ["And God said", "Moses went"]:
+        sample = model.generate(
+            prompt,
+            max_new_tokens=args.max_new_tokens,
+            sampler="top_k",
+            top_k=10,
+            temperature=0.8,
+            seed=args.seed,
+        )
+        print(f"\n>>> {sample}")
+
+
+def generate(args):
+    model = _load(args.model)
+    if model.tokenizer is None and args.prompt:
+        raise SystemExit("keras-tfm: this model has no tokenizer attached.")
+    for prompt in args.prompt:
+        print(
+            model.generate(
+                prompt,
+                max_new_tokens=args.max_new_tokens,
+                sampler=args.sampler,
+                top_k=args.top_k,
+                top_p=args.top_p,
+                temperature=args.temperature,
+                num_beams=args.num_beams,
+                seed=args.seed,
+            )
+        )
+
+
+def evaluate(args):
+    model = _load(args.model)
+    text, source = _read_corpus(args.data)
+    args.sequence_length = args.sequence_length or model.max_sequence_length
+    _, validation_data = _datasets(model, text, args)
+    results = model.evaluate(validation_data, return_dict=True, verbose=0)
+    loss = results["loss"]
+    print(
+        f"{source}, validation split: loss {loss:.4f}, perplexity {math.exp(loss):.3f}"
+    )
+
+
+def presets(args):
+    from keras_tfm import zoo
+
+    for name in zoo.list_presets():
+        print(name)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-tfm", description=__doc__.split("\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("train", help="train a decoder-only preset on a text file")
+    p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
+    p.add_argument("--preset", default="gpt_micro")
+    p.add_argument("--epochs", type=_positive_int, default=3)
+    p.add_argument("--batch-size", type=_positive_int, default=32)
+    p.add_argument("--sequence-length", type=_positive_int, default=128)
+    p.add_argument("--learning-rate", type=float, default=2e-3)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--dtype-policy", help="e.g. mixed_bfloat16 or mixed_float16")
+    p.add_argument("--no-jit", dest="jit_compile", action="store_false")
+    p.add_argument("--output", default=DEFAULT_OUTPUT)
+    p.add_argument("--prompt", action="append", help="prompts for the samples")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=120)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=train)
+
+    p = commands.add_parser("generate", help="continue prompts with a saved model")
+    p.add_argument("model", help="a .keras file written by `keras-tfm train`")
+    p.add_argument("--prompt", action="append", required=True)
+    p.add_argument("--max-new-tokens", type=_positive_int, default=200)
+    p.add_argument(
+        "--sampler",
+        default="top_k",
+        choices=["greedy", "random", "top_k", "top_p", "beam"],
+    )
+    p.add_argument("--top-k", type=_positive_int, default=10)
+    p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--num-beams", type=_positive_int, default=1)
+    p.add_argument("--seed", type=int)
+    p.set_defaults(run=generate)
+
+    p = commands.add_parser("evaluate", help="validation loss and perplexity")
+    p.add_argument("model")
+    p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
+    p.add_argument("--sequence-length", type=_positive_int)
+    p.add_argument("--batch-size", type=_positive_int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=evaluate)
+
+    p = commands.add_parser("presets", help="list the zoo's presets")
+    p.set_defaults(run=presets)
+    return parser
+
+
+def main(argv=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except ValueError as error:
+        raise SystemExit(f"keras-tfm: {error}") from None
+
+
+if __name__ == "__main__":
+    main()

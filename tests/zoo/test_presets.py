@@ -1,0 +1,70 @@
+"""The shipped catalogue: every preset builds, and its card states its size."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from keras_tfm import zoo
+from keras_tfm.models import CausalLM, EncoderBackbone, Seq2SeqTransformer
+
+REQUIRED = [
+    "transformer_base",
+    "transformer_big",
+    "bert_tiny",
+    "bert_mini",
+    "bert_small",
+    "bert_base",
+    "gpt_nano",
+    "gpt_micro",
+    "gpt_mini",
+    "gpt_small",
+    "gpt_tiny",
+    "bert_tiny_test",
+    "transformer_tiny",
+]
+
+
+def stated_parameters(name):
+    match = re.search(r"\| Parameters \| ([\d,]+) \|", zoo.preset_card(name))
+    assert match, f"the card of {name} states no parameter count"
+    return int(match.group(1).replace(",", ""))
+
+
+def test_the_catalogue_has_the_promised_presets():
+    assert set(REQUIRED) <= set(zoo.list_presets())
+
+
+@pytest.mark.parametrize("name", sorted(zoo.list_presets()))
+def test_card_states_the_parameter_count(name):
+    model = zoo.from_preset(name)
+    assert model.count_params() == stated_parameters(name)
+    keras.backend.clear_session()
+
+
+def test_published_sizes():
+    # GPT-2 small has exactly 124,439,808 parameters; BERT-base 109,482,240
+    # with its pooler (768 * 768 + 768 = 590,592), which ours keeps outside.
+    assert stated_parameters("gpt_small") == 124_439_808
+    assert stated_parameters("bert_base") + 590_592 == 109_482_240
+
+
+def test_families_and_overrides():
+    assert isinstance(zoo.from_preset("gpt_tiny"), CausalLM)
+    assert isinstance(zoo.from_preset("bert_tiny_test"), EncoderBackbone)
+    model = zoo.from_preset("transformer_tiny", dropout=0.2)
+    assert isinstance(model, Seq2SeqTransformer) and model.dropout == 0.2
+
+
+def test_a_preset_follows_the_dtype_policy():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    model = zoo.from_preset("gpt_tiny")
+    assert model.dtype_policy.name == "mixed_bfloat16"
+    logits = model(np.array([[1, 2, 3]]))
+    assert logits.dtype == "float32"
+
+
+def test_unknown_preset_lists_the_available_ones():
+    with pytest.raises(ValueError, match="gpt_micro"):
+        zoo.from_preset("gpt_huge")
