@@ -116,6 +116,7 @@ def train(args):
         validation_data=validation_data,
         epochs=args.epochs,
         callbacks=callbacks,
+        shuffle=False,  # the dataset shuffles itself
         verbose=1 if sys.stdout.isatty() else 2,
     )
     minutes = (time.perf_counter() - started) / 60
