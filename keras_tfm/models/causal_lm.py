@@ -279,7 +279,8 @@ class CausalLM(keras.Model):
         The prompts are right-padded into one batch; the cache is filled by one
         forward pass, then one token per step is decoded by an XLA-compiled
         loop (keras-hub samplers, or `BeamSearchSampler` for "beam"), kept per
-        sampler setting and retraced only for a new (batch, length). Each row
+        sampler setting and retraced only for a new (batch, length), the
+        length rounded up to a multiple of 8. Each row
         is decoded exactly as if it were alone.
 
         Args:
@@ -323,7 +324,10 @@ class CausalLM(keras.Model):
             lambda: (self._generate_step(sampler, stop_token_ids), sampler),
         )
         gen.reset_seed(sampler, seed)
-        tokens, mask = gen.pad_rows(rows, longest + max_new_tokens, self.padding_id)
+        # The buffer is rounded up to a multiple of 8 so that nearby lengths
+        # share one compiled loop; the extra positions are cut off below.
+        length = min(-(-(longest + max_new_tokens) // 8) * 8, self.max_sequence_length)
+        tokens, mask = gen.pad_rows(rows, length, self.padding_id)
         start_index = min(len(row) for row in rows)
         outputs = ops.convert_to_numpy(
             function(tokens, mask, ops.convert_to_tensor(start_index, "int32"))
