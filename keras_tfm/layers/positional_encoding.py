@@ -62,8 +62,9 @@ class PositionalEncoding(keras.layers.Layer):
         is_even = np.arange(d_model) % 2 == 0
         return ops.where(is_even, ops.sin(angles), ops.cos(angles))
 
-    def compute_output_shape(self, inputs_shape):
-        return inputs_shape
+    def compute_output_shape(self, input_shape):
+        # `input_shape`: the name Keras records for layers without build().
+        return input_shape
 
     def get_config(self):
         config = super().get_config()

@@ -59,8 +59,9 @@ class RotaryEmbedding(keras.layers.Layer):
         rotated_half = ops.concatenate([-second, first], axis=-1)
         return inputs * cos + rotated_half * sin
 
-    def compute_output_shape(self, inputs_shape):
-        return inputs_shape
+    def compute_output_shape(self, input_shape):
+        # `input_shape`: the name Keras records for layers without build().
+        return input_shape
 
     def get_config(self):
         config = super().get_config()

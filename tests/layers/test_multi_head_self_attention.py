@@ -392,3 +392,10 @@ def test_rotary_cross_attention_is_refused():
     layer = MultiHeadSelfAttention(num_heads=2, use_rotary=True)
     with pytest.raises(ValueError, match="Rotary embedding applies to self-attention"):
         layer(_x(1, 2, DIM), context=_x(1, 3, DIM))
+
+
+def test_a_single_key_pass_is_plain_softmax():
+    # One key: every query puts weight 1 on it (and no warning is raised).
+    layer = _built()
+    _, weights = layer(_x(BATCH, 1, DIM), return_attention_scores=True)
+    np.testing.assert_allclose(np.asarray(weights), 1.0, atol=1e-6)

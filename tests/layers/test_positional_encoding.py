@@ -69,3 +69,12 @@ def test_bad_arguments(kwargs, message):
 def test_wrong_rank_is_refused():
     with pytest.raises(ValueError, match=r"inputs.shape=\(5, 8\)"):
         PositionalEncoding()(np.zeros((5, 8), "float32"))
+
+
+def test_summary_of_a_model_holding_position_layers():
+    from keras_tfm.models import CausalLM
+
+    for encoding in ("sinusoidal", "rotary", "learned"):
+        model = CausalLM(32, 1, 2, 16, 32, 16, position_encoding=encoding)
+        model(np.array([[3, 4]]))
+        model.summary(print_fn=lambda *args, **kwargs: None)
