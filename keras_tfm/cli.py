@@ -127,9 +127,10 @@ def train(args):
         f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}."
     )
     for prompt in args.prompt or ["And God said", "Moses went"]:
+        room = model.max_sequence_length - len(model.tokenizer(prompt))
         sample = model.generate(
             prompt,
-            max_new_tokens=args.max_new_tokens,
+            max_new_tokens=min(args.max_new_tokens, room),
             sampler="top_k",
             top_k=10,
             temperature=0.8,
@@ -185,10 +186,10 @@ def build_parser():
     p = commands.add_parser("train", help="train a decoder-only preset on a text file")
     p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
     p.add_argument("--preset", default="gpt_micro")
-    p.add_argument("--epochs", type=_positive_int, default=3)
-    p.add_argument("--batch-size", type=_positive_int, default=32)
+    p.add_argument("--epochs", type=_positive_int, default=8)
+    p.add_argument("--batch-size", type=_positive_int, default=16)
     p.add_argument("--sequence-length", type=_positive_int, default=128)
-    p.add_argument("--learning-rate", type=float, default=2e-3)
+    p.add_argument("--learning-rate", type=float, default=3e-3)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--dtype-policy", help="e.g. mixed_bfloat16 or mixed_float16")
     p.add_argument("--no-jit", dest="jit_compile", action="store_false")
