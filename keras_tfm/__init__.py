@@ -12,7 +12,7 @@ from keras_tfm import layers
 __version__ = "0.1.0"
 
 # Imported on first use: they pull in keras-hub, which `layers` does not need.
-_SUBMODULES = ("data", "generation", "models", "training", "zoo")
+_SUBMODULES = ("convert", "data", "generation", "models", "training", "zoo")
 
 
 def __getattr__(name):
