@@ -4,7 +4,11 @@ import keras
 from keras import ops
 
 from keras_tfm.layers import masks as mask_utils
-from keras_tfm.layers.attention_kernel import dot_product_attention
+from keras_tfm.layers.attention_kernel import (
+    CHUNKED_ATTENTION_MIN_LENGTH,
+    chunked_dot_product_attention,
+    dot_product_attention,
+)
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.layers.validation import (
     check_heads,
@@ -31,7 +35,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     where M is 0 where the mask allows attention and -inf elsewhere. The
     softmax runs in float32 under every dtype policy; a query that may attend
     to nothing gets zero attention weights (its output is the output bias),
-    never NaN.
+    never NaN. With keys of `CHUNKED_ATTENTION_MIN_LENGTH` (1024) or more,
+    and no cache, no returned scores and no active attention dropout, the
+    exact chunked kernel (`chunked_dot_product_attention`) is used, so memory
+    grows linearly with the length.
 
     Masks (1 means attend, 0 means do not): `padding_mask` (batch, seq) marks
     the real tokens of the keys (of `inputs` in self-attention, of `context`
@@ -244,7 +251,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 value = ops.slice_update(cache[:, 1], start, value)
                 cache = ops.stack([key, value], axis=1)
 
-        mask = self._attention_mask(
+        key_mask, attention_mask, causal = self._attention_mask(
             inputs,
             context,
             key,
@@ -255,15 +262,42 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             cache_update_index,
             is_cross,
         )
-        outputs, scores = dot_product_attention(
-            query,
-            key,
-            value,
-            mask=mask,
-            scale=1.0 / math.sqrt(self.head_dim),
-            dropout_layer=self.dropout_layer if self.dropout > 0 else None,
-            training=training,
-        )
+        scale = 1.0 / math.sqrt(self.head_dim)
+        dropout_active = self.dropout > 0 and bool(training)
+        key_length = key.shape[1]
+        if (
+            cache is None
+            and not return_attention_scores
+            and not dropout_active
+            and key_length is not None
+            and key_length >= CHUNKED_ATTENTION_MIN_LENGTH
+            and (not use_causal_mask or inputs.shape[1] == key_length)
+        ):
+            # Long keys: memory linear in the length, same numbers.
+            outputs = chunked_dot_product_attention(
+                query,
+                key,
+                value,
+                key_mask=key_mask,
+                use_causal_mask=use_causal_mask,
+                mask=attention_mask,
+                scale=scale,
+            )
+            scores = None
+        else:
+            outputs, scores = dot_product_attention(
+                query,
+                key,
+                value,
+                mask=mask_utils.merge_masks(
+                    None if key_mask is None else mask_utils.key_padding_mask(key_mask),
+                    attention_mask,
+                    causal,
+                ),
+                scale=scale,
+                dropout_layer=self.dropout_layer if self.dropout > 0 else None,
+                training=training,
+            )
         outputs = ops.reshape(
             outputs, (batch, query_length, self.num_heads * self.head_dim)
         )
@@ -288,7 +322,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         cache_update_index,
         is_cross,
     ):
-        """The (batch or 1, q_len, k_len) boolean mask, or None."""
+        """`(key_mask, attention_mask, causal)`, each checked or None.
+
+        key_mask is (batch, k_len), attention_mask (batch, q_len, k_len) and
+        causal (1, q_len, k_len); the attention is their AND.
+        """
         query_length = inputs.shape[1]
         key_length = key.shape[1]
         if is_cross:
@@ -320,11 +358,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 )
         elif use_causal_mask:
             causal = mask_utils.causal_mask(ops.shape(inputs)[1], ops.shape(key)[1])
-        return mask_utils.merge_masks(
-            None if key_mask is None else mask_utils.key_padding_mask(key_mask),
-            attention_mask,
-            causal,
-        )
+        return key_mask, attention_mask, causal
 
     def compute_output_spec(self, inputs, context=None, **kwargs):
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
