@@ -1,3 +1,5 @@
+import doctest
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -200,3 +202,10 @@ def test_short_inputs_and_cache_keep_the_plain_path(monkeypatch):
     long_x = np.ones((1, attention_kernel.CHUNKED_ATTENTION_MIN_LENGTH, 8), "float32")
     layer(long_x, training=True)  # active attention dropout needs the weights
     assert calls == []
+
+
+def test_docstring_example_runs():
+    result = doctest.testmod(
+        attention_kernel, extraglobs={"np": np}, optionflags=doctest.ELLIPSIS
+    )
+    assert result.attempted > 0 and result.failed == 0
