@@ -78,7 +78,7 @@ def train(args):
         vocabulary_size=256,
         max_sequence_length=args.sequence_length,
         dropout=args.dropout,
-        tokenizer=keras_hub.tokenizers.ByteTokenizer(),
+        tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
     )
     train_data, validation_data = _datasets(model, text, args)
     steps = args.epochs * int(train_data.cardinality())
