@@ -1,0 +1,32 @@
+"""What a user meets first: `import keras_tfm`, then loading a saved model."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from keras_tfm import zoo
+
+
+def test_a_fresh_process_loads_a_saved_model_after_import_keras_tfm(tmp_path):
+    model = zoo.from_preset("gpt_tiny")
+    ids = np.array([[1, 2, 3, 4]])
+    expected = np.asarray(model(ids))
+    model.save(tmp_path / "m.keras")
+    np.save(tmp_path / "expected.npy", expected)
+    script = textwrap.dedent(
+        f"""
+        import keras, numpy as np
+        import keras_tfm
+        model = keras.models.load_model({str(tmp_path / "m.keras")!r})
+        got = np.asarray(model(np.array([[1, 2, 3, 4]])))
+        np.testing.assert_array_equal(got, np.load({str(tmp_path / "expected.npy")!r}))
+        print("loaded", type(model).__name__)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "loaded CausalLM" in result.stdout
