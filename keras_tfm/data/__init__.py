@@ -1,6 +1,29 @@
 """Data: the default corpus shipped with the package and `tf.data` pipelines."""
 
+from keras_tfm.data.bucketing import batch_by_length, length_buckets
 from keras_tfm.data.default_corpus import default_corpus_path, load_default_corpus
+from keras_tfm.data.fortunes import (
+    classification_dataset,
+    classify_texts,
+    fortune_splits,
+    load_fortunes,
+)
 from keras_tfm.data.language_modeling import language_model_datasets
+from keras_tfm.data.tokenizers import (
+    encode_for_classification,
+    train_word_piece_tokenizer,
+)
 
-__all__ = ["default_corpus_path", "language_model_datasets", "load_default_corpus"]
+__all__ = [
+    "batch_by_length",
+    "classification_dataset",
+    "classify_texts",
+    "default_corpus_path",
+    "encode_for_classification",
+    "fortune_splits",
+    "language_model_datasets",
+    "length_buckets",
+    "load_default_corpus",
+    "load_fortunes",
+    "train_word_piece_tokenizer",
+]

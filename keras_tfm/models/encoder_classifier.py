@@ -27,6 +27,9 @@ class EncoderClassifier(keras.Model):
         num_classes: number of classes.
         pooling: "cls" (the first token) or "mean" (over real tokens).
         dropout: dropout rate before the classification layer.
+        tokenizer: optional keras-hub tokenizer (e.g. a `WordPieceTokenizer`);
+            saved with the model (its vocabulary as an asset), so that a
+            `.keras` file or preset carries what it needs to read text.
 
     Call arguments:
         inputs: what the backbone takes: int token ids (batch, seq), or a dict
@@ -45,7 +48,15 @@ class EncoderClassifier(keras.Model):
     TensorShape([1, 3])
     """
 
-    def __init__(self, backbone, num_classes, pooling="cls", dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        pooling="cls",
+        dropout=0.0,
+        tokenizer=None,
+        **kwargs,
+    ):
         if not isinstance(backbone, EncoderBackbone):
             raise ValueError(
                 "`backbone` must be an EncoderBackbone. "
@@ -56,6 +67,9 @@ class EncoderClassifier(keras.Model):
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.pooling = check_choice("pooling", pooling, POOLINGS)
         self.dropout = check_rate("dropout", dropout)
+        if isinstance(tokenizer, dict):
+            tokenizer = keras.saving.deserialize_keras_object(tokenizer)
+        self.tokenizer = tokenizer
 
         hidden_dim = backbone.hidden_dim
         policy = self.dtype_policy
@@ -106,6 +120,9 @@ class EncoderClassifier(keras.Model):
                 "num_classes": self.num_classes,
                 "pooling": self.pooling,
                 "dropout": self.dropout,
+                "tokenizer": None
+                if self.tokenizer is None
+                else keras.saving.serialize_keras_object(self.tokenizer),
             }
         )
         return config
@@ -114,4 +131,8 @@ class EncoderClassifier(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        if isinstance(config.get("tokenizer"), dict):
+            config["tokenizer"] = keras.saving.deserialize_keras_object(
+                config["tokenizer"]
+            )
         return cls(**config)

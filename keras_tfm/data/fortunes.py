@@ -1,0 +1,332 @@
+"""The fortune cookie corpus (Debian's `fortunes`) as a topic-classification task.
+
+Each file `/usr/share/games/fortunes/<category>` holds entries separated by a
+line holding a single `%`; the category is the label. What is kept:
+
+- Only the plain category files: `.dat` (indexes) and `.u8` files, hidden
+  files and sub-folders (the offensive `off/` set) are skipped.
+- Terminal overstriking (`X<backspace>X`, bold/underline) is removed and
+  whitespace is collapsed, so an entry is one line of text.
+- ASCII art is dropped: entries in which under 60% of the visible characters
+  are letters (pictures, tables, code).
+- Very long entries (more than `max_chars`, default 800 characters, about
+  the longest 3%) are dropped: stories and song lyrics rather than fortunes.
+- Texts found in more than one category are dropped from all of them (they
+  cannot be classified, and would leak between splits); repeats within a
+  category are kept once.
+- Categories with fewer than `min_entries` (default 150) entries left are
+  dropped, which keeps 27 categories and about 15,000 entries.
+
+The splits are stratified by category and seeded (scikit-learn's
+`train_test_split`), so the same arguments give the same splits everywhere.
+Licence: BSD (fortune-mod).
+"""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from keras_tfm.data.bucketing import (
+    batch_by_length,
+    bucket_batch_sizes,
+    length_buckets,
+)
+from keras_tfm.data.tokenizers import encode_for_classification
+
+DEFAULT_ROOT = "/usr/share/games/fortunes"
+_OVERSTRIKE = re.compile(r".\x08")
+_SEPARATOR = re.compile(r"^%[ \t]*$", flags=re.MULTILINE)
+
+
+def _missing(root, detail):
+    return ValueError(
+        f"No fortune files found in {root} ({detail}). Install Debian's "
+        "`fortunes` package: `apt-get install -y fortunes` (as root), or pass "
+        "`root=` pointing at a folder of fortune files."
+    )
+
+
+def _is_ascii_art(entry, min_letter_share=0.6):
+    visible = [c for c in entry if not c.isspace()]
+    if not visible:
+        return True
+    return sum(c.isalpha() for c in visible) / len(visible) < min_letter_share
+
+
+def read_fortune_file(path):
+    """The cleaned entries of one fortune file (no filtering), as strings.
+
+    Example:
+    >>> entries = read_fortune_file("/usr/share/games/fortunes/fortunes")
+    >>> len(entries) > 400
+    True
+    """
+    raw = Path(path).read_text(encoding="utf-8", errors="replace")
+    raw = _OVERSTRIKE.sub("", raw)
+    return [" ".join(e.split()) for e in _SEPARATOR.split(raw) if e.strip()]
+
+
+def load_fortunes(root=None, min_entries=150, max_chars=800, categories=None):
+    """Reads and filters the fortunes (see the module docstring for the rules).
+
+    Args:
+        root: the folder of fortune files (default `/usr/share/games/fortunes`).
+        min_entries: drop categories with fewer entries after filtering.
+        max_chars: drop entries longer than this (after collapsing spaces).
+        categories: optional list of category names to keep (before the
+            `min_entries` rule).
+
+    Returns:
+        `(texts, labels, class_names)`: a list of strings, an int32 array of
+        indices into `class_names` (the sorted category names).
+
+    Example:
+    >>> texts, labels, names = load_fortunes()
+    >>> len(texts) == len(labels) and len(names) == labels.max() + 1
+    True
+    """
+    root = Path(DEFAULT_ROOT if root is None else root)
+    if not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(
+            f"`max_chars` must be a positive integer. Received: max_chars={max_chars!r}"
+        )
+    if not isinstance(min_entries, int) or min_entries < 1:
+        raise ValueError(
+            "`min_entries` must be a positive integer. "
+            f"Received: min_entries={min_entries!r}"
+        )
+    if not root.is_dir():
+        raise _missing(root, "the folder does not exist")
+    files = sorted(
+        p
+        for p in root.iterdir()
+        if p.is_file() and "." not in p.name and not p.name.startswith(".")
+    )
+    if not files:
+        raise _missing(root, "the folder holds no fortune files")
+    available = [p.name for p in files]
+    if categories is not None:
+        unknown = sorted(set(categories) - set(available))
+        if unknown:
+            raise ValueError(
+                f"Unknown fortune categories {unknown}. Received: categories="
+                f"{list(categories)}. Available in {root}: {available}"
+            )
+        files = [p for p in files if p.name in set(categories)]
+
+    seen = {}  # text -> set of categories
+    per_category = {}
+    for path in files:
+        kept = []
+        for entry in read_fortune_file(path):
+            if len(entry) > max_chars or _is_ascii_art(entry):
+                continue
+            if path.name in seen.setdefault(entry, set()):
+                continue  # a repeat within the category
+            seen[entry].add(path.name)
+            kept.append(entry)
+        per_category[path.name] = kept
+    for name, entries in per_category.items():
+        per_category[name] = [e for e in entries if len(seen[e]) == 1]
+    class_names = sorted(n for n, e in per_category.items() if len(e) >= min_entries)
+    if len(class_names) < 2:
+        raise ValueError(
+            f"Fewer than 2 fortune categories have at least min_entries="
+            f"{min_entries} entries in {root}. Lower `min_entries`."
+        )
+    texts, labels = [], []
+    for index, name in enumerate(class_names):
+        texts.extend(per_category[name])
+        labels.extend([index] * len(per_category[name]))
+    return texts, np.asarray(labels, dtype="int32"), class_names
+
+
+def fortune_splits(
+    root=None,
+    validation_fraction=0.1,
+    test_fraction=0.1,
+    seed=0,
+    **load_kwargs,
+):
+    """Deterministic, stratified train/validation/test splits of the fortunes.
+
+    Args:
+        root: the folder of fortune files (see `load_fortunes`).
+        validation_fraction: share of entries in the validation split.
+        test_fraction: share of entries in the test split.
+        seed: the split seed.
+        **load_kwargs: `min_entries`, `max_chars`, `categories`.
+
+    Returns:
+        A dict with "train", "validation" and "test" (each `(texts, labels)`)
+        and "class_names".
+
+    Example:
+    >>> splits = fortune_splits()
+    >>> texts, labels = splits["test"]
+    >>> len(texts) == len(labels)
+    True
+    """
+    from sklearn.model_selection import train_test_split
+
+    for name, value in (
+        ("validation_fraction", validation_fraction),
+        ("test_fraction", test_fraction),
+    ):
+        if not 0 < value < 0.5:
+            raise ValueError(f"`{name}` must be in (0, 0.5). Received: {name}={value}")
+    texts, labels, class_names = load_fortunes(root, **load_kwargs)
+    texts = np.asarray(texts, dtype=object)
+    rest_x, test_x, rest_y, test_y = train_test_split(
+        texts, labels, test_size=test_fraction, stratify=labels, random_state=seed
+    )
+    train_x, val_x, train_y, val_y = train_test_split(
+        rest_x,
+        rest_y,
+        test_size=validation_fraction / (1 - test_fraction),
+        stratify=rest_y,
+        random_state=seed,
+    )
+    return {
+        "train": (list(train_x), train_y),
+        "validation": (list(val_x), val_y),
+        "test": (list(test_x), test_y),
+        "class_names": class_names,
+    }
+
+
+def classification_dataset(
+    texts,
+    labels,
+    tokenizer,
+    batch_size,
+    max_sequence_length=128,
+    bucket_lengths=None,
+    shuffle=False,
+    seed=0,
+):
+    """A `tf.data` pipeline of `(token_ids, label)` batches bucketed by length.
+
+    Texts become "[CLS] text [SEP]" ids truncated to `max_sequence_length`
+    (`encode_for_classification`), then `batch_by_length` pads each batch to
+    its bucket's length only (with `tokens_per_batch = batch_size *
+    max_sequence_length`, so shorter buckets take larger batches).
+
+    Args:
+        texts: list of strings.
+        labels: int class indices, one per text.
+        tokenizer: a trained `WordPieceTokenizer` (see `train_word_piece_tokenizer`).
+        batch_size: rows per batch of the longest bucket.
+        max_sequence_length: the longest sequence, [CLS] and [SEP] included.
+        bucket_lengths: padded lengths; default `length_buckets(max_sequence_length)`.
+        shuffle: reshuffle the examples every epoch (training).
+        seed: the shuffling seed.
+
+    Returns:
+        A `tf.data.Dataset` of `(int32 (batch, length), int32 (batch,))`.
+    """
+    labels = np.asarray(labels, dtype="int32")
+    if len(texts) != len(labels):
+        raise ValueError(
+            "`texts` and `labels` must have the same length. Received: "
+            f"len(texts)={len(texts)}, len(labels)={len(labels)}"
+        )
+    if len(texts) == 0:
+        raise ValueError("`texts` is empty. Received: len(texts)=0")
+    ids = encode_for_classification(tokenizer, texts)
+    # Truncate long rows, keeping their final [SEP].
+    ids = [
+        np.concatenate([row[: max_sequence_length - 1], row[-1:]])
+        if len(row) > max_sequence_length
+        else row
+        for row in ids
+    ]
+    ragged = tf.ragged.constant(ids, dtype=tf.int32)
+    dataset = tf.data.Dataset.from_tensor_slices((ragged, labels))
+    # The slices of a ragged matrix have a ragged spec; a map makes them
+    # plain 1-D tensors, which padded batching needs.
+    dataset = dataset.map(lambda x, y: (tf.reshape(x, [-1]), y))
+    if shuffle:
+        dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    if bucket_lengths is None:
+        bucket_lengths = length_buckets(max_sequence_length)
+    tokens_per_batch = batch_size * max_sequence_length
+    dataset = batch_by_length(
+        dataset,
+        batch_size,
+        bucket_lengths,
+        padding_id=tokenizer.token_to_id("[PAD]"),
+        tokens_per_batch=tokens_per_batch,
+    )
+    # Each bucket yields ceil(members / its batch size) batches whatever the
+    # order: stating the count lets Keras show progress and end epochs cleanly.
+    buckets = np.searchsorted(bucket_lengths, [len(row) for row in ids])
+    sizes = bucket_batch_sizes(batch_size, bucket_lengths, tokens_per_batch)
+    count = sum(-(-int(np.sum(buckets == b)) // size) for b, size in enumerate(sizes))
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def predict_with_labels(model, dataset):
+    """Runs `model` over a bucketed `(x, y)` dataset; returns (logits, y).
+
+    Bucketing reorders the examples, so the labels are collected from the
+    same batches as the predictions rather than from the original order.
+    """
+    logits, labels = [], []
+    for x, y in dataset:
+        logits.append(np.asarray(model(x, training=False)))
+        labels.append(np.asarray(y))
+    if not logits:
+        raise ValueError("`dataset` is empty. Received: a dataset with no batches.")
+    return np.concatenate(logits), np.concatenate(labels)
+
+
+def classify_texts(model, texts, class_names=None):
+    """Classifies raw strings with an `EncoderClassifier` that holds its tokenizer.
+
+    Args:
+        model: an `EncoderClassifier` built with `tokenizer=` (e.g. the
+            "fortunes_classifier" preset).
+        texts: a list of strings.
+        class_names: optional names of the classes, to return names.
+
+    Returns:
+        `(predictions, probabilities)`: class indices (or names) and the
+        softmax probabilities (len(texts), num_classes).
+
+    Example:
+    >>> model = keras_tfm.zoo.from_preset("fortunes_classifier")
+    >>> names = fortunes_classifier_labels()
+    >>> predictions, probabilities = classify_texts(
+    ...     model, ["Real programmers use vi."], names)
+    >>> probabilities.shape == (1, len(names))
+    True
+    """
+    if getattr(model, "tokenizer", None) is None:
+        raise ValueError(
+            "`model` must hold its tokenizer (EncoderClassifier(..., tokenizer=...)). "
+            f"Received: a {type(model).__name__} without one"
+        )
+    length = model.backbone.max_sequence_length
+    ids = encode_for_classification(model.tokenizer, list(texts), length)
+    ids = ids[:, : max(3, int((ids != 0).sum(axis=1).max()))]
+    logits = np.asarray(model(ids, training=False), dtype="float64")
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    predictions = probabilities.argmax(axis=1)
+    if class_names is not None:
+        predictions = [class_names[i] for i in predictions]
+    return predictions, probabilities
+
+
+def fortunes_classifier_labels(preset="fortunes_classifier"):
+    """The category names of the zoo's fortune classifier, by class index."""
+    import json
+
+    from keras_tfm.zoo import preset_dir
+
+    path = preset_dir(preset) / "labels.json"
+    return json.loads(path.read_text(encoding="utf-8"))
