@@ -1,0 +1,503 @@
+"""Side-by-side benchmark: keras-tfm against keras-hub, a Keras
+`MultiHeadAttention` stack and PyTorch, run one after another.
+
+    TF_CPP_MIN_LOG_LEVEL=2 python benchmarks/run.py            # everything
+    python benchmarks/run.py --sections train --quick           # a smoke run
+
+Sections (each prints a markdown table, the load average around it and,
+at the end, everything as JSON with --json):
+- ceiling: float32 matmul GFLOP/s (TF and PyTorch, 2048 x 2048), median.
+- train: model.fit tokens/s and MFU (model FLOPs / the ceiling) of an
+  encoder: Embedding -> num_layers post-LN blocks (ReLU FFN) -> Dense(vocab),
+  Adam, sparse cross-entropy, batch 32 x 128 tokens, every Keras model with
+  jit_compile=True; the same architecture in PyTorch (nn.TransformerEncoder).
+  Median of the per-step wall times after the warm-up steps.
+- generate: greedy and top-k generation tokens/s of a GPT-style model
+  (CausalLM against keras-hub's GPT2CausalLM.generate, both XLA-compiled) at
+  batch 1 and 8, prompt 16, 112 new tokens; median of repeats after a warm-up
+  call, and a check that keras-tfm's greedy tokens equal the argmax of an
+  uncached forward pass.
+- memory: one encoder block's forward+backward (batch 1, XLA for Keras) at
+  1k..16k tokens, each in a fresh process: the peak resident memory above
+  the resident memory after a warm-up step (glibc told to return large
+  blocks to the system so that freed memory is not counted), and the median
+  time of the step.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+TRAIN_CONFIGS = {
+    "base": dict(hidden_dim=256, num_heads=4, intermediate_dim=1024, num_layers=4),
+    "large": dict(hidden_dim=512, num_heads=8, intermediate_dim=2048, num_layers=4),
+}
+BATCH, SEQ, VOCAB = 32, 128, 1000
+GEN = dict(
+    vocabulary_size=8192,
+    num_layers=4,
+    num_heads=4,
+    hidden_dim=256,
+    intermediate_dim=1024,
+    prompt=16,
+    new_tokens=112,
+)
+MEMORY_LENGTHS = [1024, 2048, 4096, 8192, 16384]
+# Quadratic implementations beyond this many tokens would need several GB.
+QUADRATIC_LIMIT = 8192
+
+
+def load():
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# The matmul ceiling.
+
+
+def matmul_ceiling(size=2048, repeats=10):
+    import tensorflow as tf
+
+    results = {}
+    a = tf.random.normal((size, size))
+    b = tf.random.normal((size, size))
+    matmul = tf.function(lambda a, b: tf.matmul(a, b))
+    matmul(a, b).numpy()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, b).numpy()
+        times.append(time.perf_counter() - start)
+    results["tensorflow"] = 2 * size**3 / statistics.median(times) / 1e9
+    try:
+        import torch
+    except ImportError:
+        return results
+    torch.set_num_threads(os.cpu_count())
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - start)
+    results["torch"] = 2 * size**3 / statistics.median(times) / 1e9
+    return results
+
+
+# Training.
+
+
+def keras_encoder(kind, config, dtype_policy="float32"):
+    import keras
+    import keras_hub
+
+    from keras_tfm.layers import TransformerEncoderBlock
+
+    keras.config.set_dtype_policy(dtype_policy)
+    try:
+        d, heads = config["hidden_dim"], config["num_heads"]
+        ffn = config["intermediate_dim"]
+        inputs = keras.Input((SEQ,), dtype="int32")
+        x = keras.layers.Embedding(VOCAB, d)(inputs)
+        for _ in range(config["num_layers"]):
+            if kind == "keras-tfm":
+                x = TransformerEncoderBlock(heads, ffn)(x)
+            elif kind == "keras-hub":
+                x = keras_hub.layers.TransformerEncoder(ffn, heads)(x)
+            else:  # a post-LN block from keras.layers.MultiHeadAttention
+                a = keras.layers.MultiHeadAttention(heads, d // heads)(x, x)
+                x = keras.layers.LayerNormalization(epsilon=1e-5)(x + a)
+                f = keras.layers.Dense(ffn, activation="relu")(x)
+                f = keras.layers.Dense(d)(f)
+                x = keras.layers.LayerNormalization(epsilon=1e-5)(x + f)
+        outputs = keras.layers.Dense(VOCAB, dtype="float32")(x)
+        model = keras.Model(inputs, outputs)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-4),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    return model
+
+
+def time_keras_fit(model, steps, warmup):
+    import keras
+    import numpy as np
+
+    times = []
+
+    class StepTimer(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            times.append(time.perf_counter())
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(1, VOCAB, size=(BATCH * (steps + warmup), SEQ)).astype("int32")
+    y = rng.integers(0, VOCAB, size=x.shape).astype("int32")
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[StepTimer()])  # fmt: skip
+    intervals = np.diff(times)[warmup - 1 :]
+    return float(np.median(intervals))
+
+
+def torch_encoder(config):
+    import torch
+
+    d, heads = config["hidden_dim"], config["num_heads"]
+    layer = torch.nn.TransformerEncoderLayer(
+        d, heads, config["intermediate_dim"], dropout=0.0, batch_first=True
+    )
+    return torch.nn.Sequential(
+        torch.nn.Embedding(VOCAB, d),
+        torch.nn.TransformerEncoder(
+            layer, config["num_layers"], enable_nested_tensor=False
+        ),
+        torch.nn.Linear(d, VOCAB),
+    )
+
+
+def time_torch_fit(model, steps, warmup):
+    import numpy as np
+    import torch
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    generator = torch.Generator().manual_seed(0)
+    times = []
+    for _ in range(steps + warmup):
+        x = torch.randint(1, VOCAB, (BATCH, SEQ), generator=generator)
+        y = torch.randint(0, VOCAB, (BATCH, SEQ), generator=generator)
+        optimizer.zero_grad()
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.ravel())
+        loss.backward()
+        optimizer.step()
+        times.append(time.perf_counter())
+    return float(np.median(np.diff(times)[warmup - 1 :]))
+
+
+def train_flops_per_token(config):
+    from keras_tfm.training.flops import training_flops_per_token
+
+    d, ffn, layers = (
+        config[k] for k in ("hidden_dim", "intermediate_dim", "num_layers")
+    )
+    # The matmul weights: Q, K, V, O and the FFN per layer, and the output head.
+    params = layers * (4 * d * d + 4 * d + 2 * d * ffn + ffn + d) + d * VOCAB + VOCAB
+    return training_flops_per_token(params, layers, d, SEQ)
+
+
+def bench_train(quick):
+    try:
+        import torch
+
+        torch.set_num_threads(os.cpu_count())
+    except ImportError:
+        torch = None
+    rows, results, ceilings = [], [], {}
+    for name, config in TRAIN_CONFIGS.items():
+        if quick:
+            config = dict(config, num_layers=1)
+        steps = 3 if quick else (20 if name == "base" else 12)
+        warmup = 2 if quick else 3
+        flops = train_flops_per_token(config)
+        # Re-measured per config: the machine's load changes during the run.
+        ceiling = max(matmul_ceiling().values()) * 1e9
+        ceilings[name] = ceiling
+        peers = [
+            ("keras-tfm", "keras-tfm", "float32"),
+            ("keras-tfm mixed_bfloat16", "keras-tfm", "mixed_bfloat16"),
+            ("keras-hub TransformerEncoder", "keras-hub", "float32"),
+            ("keras.layers.MultiHeadAttention", "mha", "float32"),
+        ]
+        for peer, kind, policy in peers:
+            before = load()
+            model = keras_encoder(kind, config, policy)
+            seconds = time_keras_fit(model, steps, warmup)
+            results.append((name, peer, seconds, before))
+            _clear_keras()
+        if torch is not None:
+            before = load()
+            seconds = time_torch_fit(torch_encoder(config), steps, warmup)
+            results.append((name, "PyTorch nn.TransformerEncoder", seconds, before))
+        base = {n: s for n, p, s, _ in results if p.startswith("keras-hub")}
+        for n, peer, seconds, before in results:
+            if n != name:
+                continue
+            tokens = BATCH * SEQ / seconds
+            rows.append([
+                name, peer, f"{tokens:,.0f}", f"{tokens * flops / ceilings[name]:.0%}",
+                f"{base[name] / seconds:.2f}x", f"{seconds * 1e3:.0f}", before,
+            ])  # fmt: skip
+    header = ["config", "implementation", "tokens/s", "MFU", "vs keras-hub",
+              "ms/step", "load before"]  # fmt: skip
+    note = "matmul ceiling used for MFU (GFLOP/s, measured before each config): "
+    note += ", ".join(f"{n} {c / 1e9:.0f}" for n, c in ceilings.items())
+    return table(header, rows) + "\n\n" + note, rows
+
+
+def _clear_keras():
+    import gc
+
+    import keras
+
+    keras.backend.clear_session()
+    gc.collect()
+
+
+# Generation.
+
+
+def bench_generate(quick):
+    import keras
+    import keras_hub
+    import numpy as np
+
+    from keras_tfm.models import CausalLM
+
+    cfg = dict(GEN)
+    if quick:
+        cfg.update(num_layers=1, new_tokens=8)
+    total = cfg["prompt"] + cfg["new_tokens"]
+    repeats = 1 if quick else 3
+    keras.utils.set_random_seed(0)
+    ours = CausalLM(
+        vocabulary_size=cfg["vocabulary_size"], num_layers=cfg["num_layers"],
+        num_heads=cfg["num_heads"], hidden_dim=cfg["hidden_dim"],
+        intermediate_dim=cfg["intermediate_dim"], max_sequence_length=total,
+    )  # fmt: skip
+    backbone = keras_hub.models.GPT2Backbone(
+        vocabulary_size=cfg["vocabulary_size"], num_layers=cfg["num_layers"],
+        num_heads=cfg["num_heads"], hidden_dim=cfg["hidden_dim"],
+        intermediate_dim=cfg["intermediate_dim"], max_sequence_length=total,
+    )  # fmt: skip
+    theirs = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    rng = np.random.default_rng(0)
+    rows, checks = [], []
+    for sampler in ("greedy", "top_k"):
+        for batch in (1, 8):
+            prompts = rng.integers(1, cfg["vocabulary_size"], (batch, cfg["prompt"]))
+            token_ids = np.zeros((batch, total), "int32")
+            token_ids[:, : cfg["prompt"]] = prompts
+            hub_inputs = {"token_ids": token_ids, "padding_mask": token_ids != 0}
+            hub_sampler = (
+                keras_hub.samplers.GreedySampler()
+                if sampler == "greedy"
+                else keras_hub.samplers.TopKSampler(k=50, seed=0)
+            )
+            theirs.compile(sampler=hub_sampler)
+            kwargs = {"top_k": 50, "seed": 0} if sampler == "top_k" else {}
+
+            def run_ours(prompts=prompts, kwargs=kwargs, sampler=sampler):
+                return ours.generate(
+                    prompts.tolist(), cfg["new_tokens"], sampler=sampler, **kwargs
+                )
+
+            def run_theirs(hub_inputs=hub_inputs):
+                return theirs.generate(hub_inputs, stop_token_ids=None)
+
+            for peer, fn in (("keras-tfm CausalLM", run_ours),
+                             ("keras-hub GPT2CausalLM", run_theirs)):  # fmt: skip
+                before = load()
+                out = fn()  # warm-up: tracing and XLA compilation
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    out = fn()
+                    times.append(time.perf_counter() - start)
+                seconds = statistics.median(times)
+                rows.append([
+                    sampler, batch, peer, f"{batch * cfg['new_tokens'] / seconds:,.0f}",
+                    f"{seconds:.2f}", before,
+                ])  # fmt: skip
+                if peer.startswith("keras-tfm") and sampler == "greedy":
+                    checks.append(_greedy_equals_uncached(ours, out, cfg["prompt"]))
+    for i in range(0, len(rows), 2):
+        rows[i].append(
+            "%.2fx" % (float(rows[i][3].replace(",", "")) /
+                       float(rows[i + 1][3].replace(",", "")))
+        )  # fmt: skip
+        rows[i + 1].append("1.00x")
+    header = ["sampler", "batch", "implementation", "new tokens/s", "s/call",
+              "load before", "vs keras-hub"]  # fmt: skip
+    note = "keras-tfm greedy equals the uncached argmax: " + ", ".join(checks)
+    return table(header, rows) + "\n\n" + note, rows
+
+
+def _greedy_equals_uncached(model, outputs, prompt_length):
+    import numpy as np
+
+    tokens = np.asarray(outputs, "int32").reshape(-1, len(np.ravel(outputs[0])))
+    logits = np.asarray(model(tokens))  # the full, uncached forward pass
+    predicted = logits[:, prompt_length - 1 : -1].argmax(-1)
+    same = (predicted == tokens[:, prompt_length:]).mean()
+    return f"batch {tokens.shape[0]}: {same:.0%} of tokens"
+
+
+# Memory and time of one block.
+
+
+def memory_worker(impl, length, hidden_dim=256, num_heads=4, ffn=1024):
+    """Runs in a fresh process; prints a JSON line."""
+    import numpy as np
+
+    def rss(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) / 1024  # MB
+
+    if impl == "torch":
+        import torch
+
+        torch.set_num_threads(os.cpu_count())
+        block = torch.nn.TransformerEncoderLayer(
+            hidden_dim, num_heads, ffn, dropout=0.0, batch_first=True
+        )
+        x = torch.randn(1, length, hidden_dim, requires_grad=True)
+
+        def step():
+            block.zero_grad()
+            x.grad = None
+            y = block(x)
+            (y * y).sum().backward()
+
+    else:
+        import keras_hub
+        import tensorflow as tf
+
+        from keras_tfm.layers import TransformerEncoderBlock
+
+        if impl == "keras-tfm":
+            block = TransformerEncoderBlock(num_heads, ffn)
+        elif impl == "keras-tfm plain":
+            import keras_tfm.layers.multi_head_self_attention as mhsa
+
+            mhsa.CHUNKED_ATTENTION_MIN_LENGTH = 10**9
+            block = TransformerEncoderBlock(num_heads, ffn)
+        else:
+            block = keras_hub.layers.TransformerEncoder(ffn, num_heads)
+        x = tf.random.normal((1, length, hidden_dim))
+        block(x[:, :8])
+        weights = block.trainable_weights
+
+        @tf.function(jit_compile=True)
+        def compiled(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = block(x)
+                loss = tf.reduce_sum(y * y)
+            return tape.gradient(loss, [x] + weights)
+
+        def step():
+            for g in compiled(x):
+                g.numpy()
+
+    step()  # warm-up: compilation
+    if impl != "torch":
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        allocator_base = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    base = rss("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets the peak (VmHWM) to the current RSS
+    start = time.perf_counter()
+    step()
+    first = time.perf_counter() - start
+    peak = rss("VmHWM")
+    allocator_extra = None
+    if impl != "torch":
+        info = tf.config.experimental.get_memory_info("CPU:0")
+        allocator_extra = (info["peak"] - allocator_base) / 2**20
+    times = [first]
+    for _ in range(1):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    result = {"rss_extra_mb": peak - base, "allocator_extra_mb": allocator_extra}
+    print(json.dumps(dict(result, ms=1e3 * float(np.median(times)))))
+
+
+def bench_memory(quick):
+    lengths = [1024, 2048] if quick else MEMORY_LENGTHS
+    impls = ["keras-tfm", "keras-tfm plain", "keras-hub", "torch"]
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        impls.remove("torch")
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="0")
+    rows = []
+    for length in lengths:
+        for impl in impls:
+            if impl in ("keras-hub", "keras-tfm plain") and length > QUADRATIC_LIMIT:
+                rows.append([length, impl, "skipped (quadratic: GBs)", "", "", ""])
+                continue
+            before = load()
+            process = subprocess.run(
+                [sys.executable, __file__, "--memory-worker", impl, str(length)],
+                capture_output=True, text=True, env=env, timeout=1200,
+            )  # fmt: skip
+            if process.returncode:
+                tail = process.stderr.strip().splitlines()[-1:]
+                rows.append(
+                    [length, impl, "failed: " + " ".join(tail)[:80], "", before]
+                )
+                continue
+            result = json.loads(process.stdout.strip().splitlines()[-1])
+            extra = result["allocator_extra_mb"]
+            rows.append([length, impl, f"{result['rss_extra_mb']:.0f}",
+                         "" if extra is None else f"{extra:.0f}",
+                         f"{result['ms']:.0f}", before])  # fmt: skip
+    header = ["tokens", "implementation", "extra peak RSS MB",
+              "extra peak TF allocator MB", "ms fwd+bwd", "load before"]  # fmt: skip
+    return table(header, rows), rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default="ceiling,train,generate,memory")
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--memory-worker", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_worker:
+        memory_worker(args.memory_worker[0], int(args.memory_worker[1]))
+        return
+    sections = args.sections.split(",")
+    started = time.perf_counter()
+    print(f"cpus: {os.cpu_count()}, load average at start: {load()}", flush=True)
+    everything = {}
+    ceiling = matmul_ceiling()
+    everything["ceiling_gflops"] = ceiling
+    print("\n## Matmul ceiling (float32, 2048x2048, GFLOP/s)\n", flush=True)
+    print(table(list(ceiling), [[f"{v:.0f}" for v in ceiling.values()]]), flush=True)
+    for section, fn in (("train", lambda: bench_train(args.quick)),
+                        ("generate", lambda: bench_generate(args.quick)),
+                        ("memory", lambda: bench_memory(args.quick))):  # fmt: skip
+        if section not in sections:
+            continue
+        start = time.perf_counter()
+        text, rows = fn()
+        everything[section] = rows
+        print(f"\n## {section} ({time.perf_counter() - start:.0f} s, load after "
+              f"{load()})\n\n{text}", flush=True)  # fmt: skip
+    print(f"\ntotal wall time {time.perf_counter() - started:.0f} s, "
+          f"load average at end: {load()}")  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(everything, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
