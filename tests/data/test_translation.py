@@ -1,0 +1,134 @@
+"""The trans-de-en loader: parsing, sentence filter, leak-free split, pipeline."""
+
+import numpy as np
+import pytest
+
+from keras_tfm.data import translation
+
+DICTIONARY = """\
+# Version :: devel 2023-01-30
+# License :: GPL Version 2 or later
+Aalsuppe {f} [cook.] | Aalsuppen {pl} :: eel soup | eel soups
+Das ist doch nicht möglich. :: That really isn't possible.
+Haben Sie etwas gegen Sonnenbrand? :: Have you anything for sunburn?
+Auf Ihre Gesundheit!; Auf Ihr Wohl! :: Here's to you all!
+Zwei Teile | nur ein Teil :: two parts
+Er kommt (bald) wieder. [ugs.] | Sie geht. :: He will (surely) come back. | She goes.
+kein Trenner hier
+Wie spät ist es jetzt? :: What time is it now?
+Wie spät ist es jetzt? :: What's the time now?
+Ich habe keine Zeit. :: I have no time.
+Wir sehen uns morgen. :: See you tomorrow.
+"""
+
+
+@pytest.fixture
+def dictionary(tmp_path):
+    path = tmp_path / "de-en"
+    path.write_text(DICTIONARY, encoding="utf-8")
+    return path
+
+
+def test_strip_annotations_removes_all_label_kinds():
+    assert translation.strip_annotations("Aal {m} (auf der Speisekarte) [cook.]") == (
+        "Aal"
+    )
+    assert translation.strip_annotations("eel <eelsmoking> (a (nested) one) x .") == (
+        "eel x."
+    )
+
+
+def test_parse_dictionary_line_edge_cases():
+    assert translation.parse_dictionary_line("# License :: GPL") == []
+    assert translation.parse_dictionary_line("no separator") == []
+    assert translation.parse_dictionary_line("Zwei | eins :: two") == []  # 2 vs 1
+    assert translation.parse_dictionary_line(
+        "Aalsuppe {f} [cook.] | Aalsuppen {pl} :: eel soup | eel soups"
+    ) == [(("Aalsuppe",), ("eel soup",)), (("Aalsuppen",), ("eel soups",))]
+    assert translation.parse_dictionary_line(
+        "Auf Ihre Gesundheit!; Auf Ihr Wohl! :: Here's to you!"
+    ) == [(("Auf Ihre Gesundheit!", "Auf Ihr Wohl!"), ("Here's to you!",))]
+
+
+def test_load_keeps_sentence_like_pairs_only(dictionary):
+    pairs = translation.load_translation_pairs(dictionary)
+    assert ("Das ist doch nicht möglich.", "That really isn't possible.") in pairs
+    # Synonyms are paired; labels stripped inside sub-entries; the short
+    # "Sie geht." / "She goes." (2 words) is not sentence-like.
+    assert ("Auf Ihr Wohl!", "Here's to you all!") in pairs
+    assert ("Er kommt wieder.", "He will come back.") in pairs
+    assert not any("Aal" in de or "geht" in de or "Zwei" in de for de, _ in pairs)
+    assert len(pairs) == len(set(pairs)) == 9
+    everything = translation.load_translation_pairs(dictionary, sentence_like=False)
+    assert ("Aalsuppen", "eel soups") in everything and len(everything) > len(pairs)
+
+
+def test_missing_file_names_the_debian_package(tmp_path):
+    with pytest.raises(ValueError, match="trans-de-en"):
+        translation.load_translation_pairs(tmp_path / "absent")
+    with pytest.raises(ValueError, match="min_words"):
+        translation.load_translation_pairs(tmp_path, min_words=0)
+
+
+def test_split_is_deterministic_and_never_leaks(dictionary):
+    pairs = translation.load_translation_pairs(dictionary)
+    pairs += [
+        (f"Satz Nummer {i} hier.", f"Sentence number {i} here.") for i in range(200)
+    ]
+    splits = translation.split_translation_pairs(pairs, 0.2, 0.2, seed=3)
+    assert splits == translation.split_translation_pairs(pairs, 0.2, 0.2, seed=3)
+    assert splits != translation.split_translation_pairs(pairs, 0.2, 0.2, seed=4)
+    assert sorted(sum(splits, [])) == sorted(pairs)
+    assert 30 < len(splits[1]) < 55 and 30 < len(splits[2]) < 55
+    # Pairs sharing a German or an English sentence stay in one split.
+    for side in (0, 1):
+        owners = [{pair[side] for pair in split} for split in splits]
+        assert not (owners[0] & owners[1] or owners[0] & owners[2])
+        assert not owners[1] & owners[2]
+    with pytest.raises(ValueError, match="test_fraction"):
+        translation.split_translation_pairs(pairs, 0.5, 0.5)
+    with pytest.raises(ValueError, match="validation_fraction"):
+        translation.split_translation_pairs(pairs, -0.1)
+
+
+def test_tokenizer_and_teacher_forced_batches_by_length(dictionary):
+    pairs = translation.load_translation_pairs(dictionary)
+    tokenizer = translation.train_translation_tokenizer(
+        [s for pair in pairs for s in pair], 200
+    )
+    ids = [tokenizer.token_to_id(t) for t in translation.SPECIAL_TOKENS]
+    assert ids == [0, 1, 2, 3]
+    dataset = translation.translation_dataset(
+        pairs, tokenizer, batch_size=2, max_length=64, bucket_boundaries=(40,)
+    )
+    batches = list(dataset)
+    assert len(batches) == int(dataset.cardinality())
+    seen = 0
+    for x, y in batches:
+        source, target, labels = (
+            x["source_ids"].numpy(),
+            x["target_ids"].numpy(),
+            y.numpy(),
+        )
+        assert source.shape[1] == target.shape[1] == labels.shape[1] in (40, 64)
+        for t, label in zip(target, labels, strict=True):
+            n = int((label != 0).sum())
+            assert t[0] == 2 and label[n - 1] == 3  # [START] ... / ... [END]
+            np.testing.assert_array_equal(t[1:n], label[: n - 1])
+        seen += len(source)
+    assert seen == len(pairs)
+    with pytest.raises(ValueError, match="batch_size"):
+        translation.translation_dataset(pairs, tokenizer, batch_size=0)
+    with pytest.raises(ValueError, match="max_length"):
+        translation.translation_dataset(pairs, tokenizer, 2, max_length=2)
+    with pytest.raises(ValueError, match="vocabulary_size"):
+        translation.train_translation_tokenizer(["a b c."], 4)
+
+
+def test_detokenize_text_rejoins_punctuation():
+    assert translation.detokenize_text("That really isn ' t possible .") == (
+        "That really isn't possible."
+    )
+    assert (
+        translation.detokenize_text(b"Wie sp\xc3\xa4t ist es ?") == "Wie spät ist es?"
+    )
