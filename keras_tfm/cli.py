@@ -63,25 +63,114 @@ def _load(path):
     return keras.models.load_model(path)
 
 
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _save_freq(text):
+    if text == "epoch":
+        return text
+    try:
+        return _positive_int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be 'epoch' or a positive number of steps, got {text}"
+        ) from None
+
+
+def _epoch_stream(windows, args, first_epoch, last_epoch, skip_batches=0):
+    """Batches of epochs [first_epoch, last_epoch), the order of each a
+    function of (seed, epoch) only, so that a restarted run sees the same
+    batches; the first `skip_batches` are left out (already trained on)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_tfm import distribute
+
+    epochs = []
+    for epoch in range(first_epoch, last_epoch):
+        order = np.random.default_rng([args.seed, epoch]).permutation(len(windows))
+        batches = tf.data.Dataset.from_tensor_slices(
+            (windows[order, :-1], windows[order, 1:])
+        ).batch(args.batch_size)
+        epochs.append(batches.skip(skip_batches) if epoch == first_epoch else batches)
+    stream = epochs[0]
+    for batches in epochs[1:]:
+        stream = stream.concatenate(batches)
+    return distribute.shard_by_data(stream.prefetch(tf.data.AUTOTUNE))
+
+
+def _best_model_callback(directory, enabled):
+    """Keeps `<checkpoint dir>/best.keras`, the lowest validation loss so far,
+    across restarts (the best value is kept beside it in best.json)."""
+    import json  # lazy, as the rest of this module
+
+    import keras
+
+    from keras_tfm.saving import atomic_save, atomic_write_text
+
+    class BestModel(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.path = Path(directory) / "best.keras"
+            self.record = Path(directory) / "best.json"
+            self.best = math.inf
+            if self.record.is_file():
+                self.best = json.loads(self.record.read_text())["val_loss"]
+
+        def on_epoch_end(self, epoch, logs=None):
+            loss = (logs or {}).get("val_loss")
+            if not enabled or loss is None or not loss < self.best:
+                return
+            self.best = float(loss)
+            atomic_save(self.model, self.path)
+            record = {"val_loss": self.best, "epoch": epoch + 1}
+            atomic_write_text(self.record, json.dumps(record))
+
+    return BestModel()
+
+
 def train(args):
+    from keras_tfm import distribute
+
+    # First: a multi-worker strategy must exist before any TensorFlow work.
+    strategy = distribute.strategy_from_flags(args.strategy, tpu=args.tpu)
+
     import keras
     import keras_hub
+    import numpy as np
 
     from keras_tfm import training, zoo
+    from keras_tfm.saving import ResumableBackupAndRestore, atomic_save
 
     keras.utils.set_random_seed(args.seed)
     if args.dtype_policy:
         keras.config.set_dtype_policy(args.dtype_policy)
     text, source = _read_corpus(args.data)
-    model = zoo.from_preset(
-        args.preset,
-        vocabulary_size=256,
-        max_sequence_length=args.sequence_length,
-        dropout=args.dropout,
-        tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
-    )
+    with strategy.scope():
+        model = zoo.from_preset(
+            args.preset,
+            vocabulary_size=256,
+            max_sequence_length=args.sequence_length,
+            dropout=args.dropout,
+            tokenizer=keras_hub.tokenizers.ByteTokenizer(),
+        )
     train_data, validation_data = _datasets(model, text, args)
-    steps = args.epochs * int(train_data.cardinality())
+    # The windows, in a fixed order; each epoch permutes them with (seed, epoch).
+    windows = np.stack(
+        [
+            np.concatenate([x, y[-1:]])
+            for x, y in train_data.unbatch().as_numpy_iterator()
+        ]
+    )
+    steps_per_epoch = math.ceil(len(windows) / args.batch_size)
+    steps = args.epochs * steps_per_epoch
     schedule = keras.optimizers.schedules.CosineDecay(
         0.0,
         decay_steps=max(1, steps - steps // 10),
@@ -89,16 +178,30 @@ def train(args):
         warmup_steps=steps // 10,
         alpha=0.1,
     )
-    model.compile(
-        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01),
-        loss=training.TokenCrossEntropy(ignore_class=None),
-        metrics=[training.TokenAccuracy(ignore_class=None)],
-        jit_compile=args.jit_compile,
+    with strategy.scope():
+        model.compile(
+            optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01),
+            loss=training.TokenCrossEntropy(ignore_class=None),
+            metrics=[training.TokenAccuracy(ignore_class=None)],
+            jit_compile=args.jit_compile,
+        )
+    distribute.build_for_fit(model, next(iter(_epoch_stream(windows, args, 0, 1))))
+    checkpoints = Path(args.checkpoint_dir or f"{args.output}.checkpoints")
+    chief = distribute.is_chief()
+    backup = ResumableBackupAndRestore(
+        str(checkpoints / f"backup-{distribute.task_id()}"), save_freq=args.save_freq
     )
+    done = backup.restore(model)
+    epoch, skip = divmod(done, steps_per_epoch)
+    if strategy.num_replicas_in_sync > 1:
+        print(f"Distributing with {type(strategy).__name__} over "
+              f"{strategy.num_replicas_in_sync} replicas.")  # fmt: skip
     print(
         f"Training preset '{args.preset}' ({model.count_params():,} parameters) on "
         f"{source}: {len(text):,} characters, {steps} steps."
     )
+    if done:
+        print(f"Resuming from {backup.backup_dir} at step {done} (epoch {epoch + 1}).")
     callbacks = [
         training.ThroughputCallback(
             tokens_per_step=args.batch_size * args.sequence_length,
@@ -108,20 +211,44 @@ def train(args):
                 model.hidden_dim,
                 args.sequence_length,
             ),
-        )
+        ),
+        backup,
+        _best_model_callback(checkpoints, enabled=chief),
     ]
-    started = time.perf_counter()
-    history = model.fit(
-        train_data,
+    fit = dict(
         validation_data=validation_data,
-        epochs=args.epochs,
         callbacks=callbacks,
-        shuffle=False,  # the dataset shuffles itself
+        shuffle=False,  # the stream is ordered per epoch
         verbose=1 if sys.stdout.isatty() else 2,
     )
+    started = time.perf_counter()
+    history = None
+    if skip:  # finish the interrupted epoch first
+        history = model.fit(
+            _epoch_stream(windows, args, epoch, epoch + 1, skip),
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            steps_per_epoch=steps_per_epoch - skip,
+            **fit,
+        )
+        epoch += 1
+    if epoch < args.epochs:
+        history = model.fit(
+            _epoch_stream(windows, args, epoch, args.epochs),
+            initial_epoch=epoch,
+            epochs=args.epochs,
+            steps_per_epoch=steps_per_epoch,
+            **fit,
+        )
     minutes = (time.perf_counter() - started) / 60
-    validation_loss = history.history["val_loss"][-1]
-    model.save(args.output)
+    if history is not None:
+        validation_loss = history.history["val_loss"][-1]
+    else:
+        validation_loss = model.evaluate(validation_data, verbose=0, return_dict=True)
+        validation_loss = validation_loss["loss"]
+    if chief:
+        atomic_save(model, args.output)
+    backup.delete()
     print(
         f"Saved {args.output} after {minutes:.1f} min: validation loss "
         f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}."
@@ -189,7 +316,7 @@ def build_parser():
     p.add_argument("--epochs", type=_positive_int, default=8)
     p.add_argument("--batch-size", type=_positive_int, default=16)
     p.add_argument("--sequence-length", type=_positive_int, default=128)
-    p.add_argument("--learning-rate", type=float, default=3e-3)
+    p.add_argument("--learning-rate", type=_positive_float, default=3e-3)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--dtype-policy", help="e.g. mixed_bfloat16 or mixed_float16")
     p.add_argument("--no-jit", dest="jit_compile", action="store_false")
@@ -197,6 +324,25 @@ def build_parser():
     p.add_argument("--prompt", action="append", help="prompts for the samples")
     p.add_argument("--max-new-tokens", type=_positive_int, default=120)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--strategy",
+        default="auto",
+        choices=["auto", "default", "mirrored", "multi_worker", "tpu"],
+        help="tf.distribute strategy; auto: multi_worker when TF_CONFIG names "
+        "several tasks, mirrored on several GPUs, else one device",
+    )
+    p.add_argument("--tpu", help="the TPU's name or address (with --strategy tpu)")
+    p.add_argument(
+        "--checkpoint-dir",
+        help="backups (to resume after a crash) and best.keras "
+        "(default: <output>.checkpoints)",
+    )
+    p.add_argument(
+        "--save-freq",
+        type=_save_freq,
+        default="epoch",
+        help="back up every N steps, or 'epoch' (default)",
+    )
     p.set_defaults(run=train)
 
     p = commands.add_parser("generate", help="continue prompts with a saved model")

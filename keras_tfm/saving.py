@@ -1,0 +1,170 @@
+"""Crash-safe saving: write to a temporary file, then rename it into place.
+
+A process killed while `model.save(path)` runs leaves a truncated file where
+a good one stood. `atomic_save` writes beside the target first and moves the
+finished file over it with `os.replace`, which is atomic on POSIX and
+Windows: a reader sees the old file or the new one, never half of one.
+
+Example:
+>>> model = keras_tfm.models.CausalLM(
+...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+...     intermediate_dim=32, max_sequence_length=16)
+>>> model(np.array([[5, 6, 7]])).shape
+TensorShape([1, 3, 50])
+>>> atomic_save(model, "/tmp/lm.keras")            # the whole model
+PosixPath('/tmp/lm.keras')
+>>> atomic_save(model, "/tmp/lm.weights.h5")       # the weights only
+PosixPath('/tmp/lm.weights.h5')
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import keras
+
+MODEL_SUFFIX = ".keras"
+WEIGHTS_SUFFIX = ".weights.h5"
+
+
+def _fsync_directory(directory):
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path, suffix=""):
+    """Yields a temporary path beside `path`; renames it onto `path` on success.
+
+    On any exception (or KeyboardInterrupt) the temporary file is removed and
+    `path` keeps its previous content.
+
+    Example:
+    >>> with atomic_path("/tmp/notes.txt") as tmp:
+    ...     Path(tmp).write_text("done")
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+    _fsync_directory(path.parent)
+
+
+def atomic_save(model, path):
+    """Saves `model` to `path` (`.keras` or `.weights.h5`) atomically.
+
+    Args:
+        model: a Keras model (or layer, for `.weights.h5`).
+        path: ends in ".keras" (`model.save`) or ".weights.h5"
+            (`model.save_weights`, which includes the optimizer's state).
+
+    Returns:
+        `path`, a `pathlib.Path`.
+
+    Raises:
+        ValueError: if `path` has another ending.
+    """
+    path = Path(path)
+    if path.name.endswith(WEIGHTS_SUFFIX):
+        suffix, write = WEIGHTS_SUFFIX, model.save_weights
+    elif path.name.endswith(MODEL_SUFFIX):
+        suffix, write = MODEL_SUFFIX, model.save
+    else:
+        raise ValueError(
+            f"`path` must end in {MODEL_SUFFIX!r} or {WEIGHTS_SUFFIX!r}. "
+            f"Received: path={str(path)!r}"
+        )
+    with atomic_path(path, suffix) as tmp:
+        write(str(tmp), overwrite=True)
+    return path
+
+
+def atomic_write_text(path, text):
+    """Writes `text` (UTF-8) to `path` atomically. Returns `path`."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
+
+
+class ResumableBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` that saves atomically and can resume mid-epoch.
+
+    Keras' callback restores the weights of a mid-epoch backup but then
+    replays the whole epoch; this one records the global step (the
+    optimizer's `iterations`, saved with the weights) so that the caller can
+    skip the batches already trained on: `restore()` before `fit` returns it.
+    The data order must then be a function of the epoch alone (e.g. shuffled
+    with seed `(seed, epoch)`), so that a restarted process sees the same
+    batches. Writes go through `atomic_save`, so a crash while saving leaves
+    the previous backup intact. `keras-tfm train` uses it.
+
+    Args:
+        backup_dir: the folder of the backup (one per worker).
+        save_freq: "epoch" or a number of steps between backups.
+
+    Example:
+    >>> backup = ResumableBackupAndRestore("/tmp/run/backup", save_freq=50)
+    >>> step = backup.restore(model)        # 0 on a fresh start
+    >>> epoch, skip = divmod(step, steps_per_epoch)
+    """
+
+    def __init__(self, backup_dir, save_freq="epoch"):
+        super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=False)
+        self._restored = False
+
+    def restore(self, model):
+        """Loads the latest backup into `model` (and its optimizer), if any.
+
+        Returns:
+            The global step of the backup (0 when there is none).
+        """
+        self.set_model(model)
+        if Path(self._weights_path).is_file():
+            self._load_model()
+        self.model._initial_epoch = None  # the caller passes initial_epoch
+        self._restored = True
+        return self.global_step()
+
+    def global_step(self):
+        optimizer = self.model.optimizer
+        if optimizer is None or not optimizer.built:
+            return 0
+        return int(keras.ops.convert_to_numpy(optimizer.iterations))
+
+    def on_train_begin(self, logs=None):
+        if not self._restored:
+            self.restore(self.model)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._current_epoch = epoch
+
+    def _save_model(self):
+        atomic_save(self.model, self._weights_path)
+        metadata = {
+            "epoch": self._current_epoch,
+            "batch": self._last_batch_seen,
+            "step": self.global_step(),
+        }
+        atomic_write_text(self._training_metadata_path, json.dumps(metadata))
+
+    def delete(self):
+        """Removes the backup folder, once training has finished."""
+        shutil.rmtree(self.backup_dir, ignore_errors=True)

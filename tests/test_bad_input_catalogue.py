@@ -1,0 +1,226 @@
+"""The bad-input catalogue: each bad input, what it gets, one test per row.
+
+docs/bad_input.md is rendered from CATALOGUE below (a test checks that it
+is up to date), so the document and the tests cannot drift apart:
+
+    python -m tests.test_bad_input_catalogue > docs/bad_input.md
+
+A row whose `fixed` is False records a bad error that is reported but not
+yet fixed; its test is a strict xfail that starts failing once it is fixed.
+"""
+
+import dataclasses
+import os
+from pathlib import Path
+
+import keras_hub
+import numpy as np
+import pytest
+
+from keras_tfm import cli, layers, models, saving, training, zoo
+from keras_tfm.data import language_model_datasets
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    area: str
+    bad_input: str
+    error: str  # the exception type
+    message: str  # a substring of its message
+    run: object  # a callable taking a tmp folder
+    fixed: bool = True
+
+
+def lm(**overrides):
+    config = dict(
+        vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=16,
+    )  # fmt: skip
+    return models.CausalLM(**{**config, **overrides})
+
+
+def byte_data(text, sequence_length=8, batch_size=2):
+    tokenizer = keras_hub.tokenizers.ByteTokenizer()
+    return language_model_datasets(text, tokenizer, sequence_length, batch_size)
+
+
+def write(folder, name, content):
+    path = folder / name
+    path.write_bytes(content)
+    return str(path)
+
+
+def x(*shape, dtype="float32", fill=0):
+    return np.full(shape, fill, dtype)
+
+
+MHSA = layers.MultiHeadSelfAttention
+CATALOGUE = [
+    # Layers.
+    Row("layer", "`MultiHeadSelfAttention(num_heads=0)`", "ValueError",
+        "Received: num_heads=0", lambda d: MHSA(num_heads=0)),
+    Row("layer", "`MultiHeadSelfAttention(dropout=1.5)`", "ValueError",
+        "Received: dropout=1.5", lambda d: MHSA(num_heads=2, dropout=1.5)),
+    Row("layer", "`dropout=nan`", "ValueError", "dropout=nan",
+        lambda d: MHSA(num_heads=2, dropout=float("nan"))),
+    Row("layer", "attention inputs of rank 2 (batch, hidden)", "ValueError",
+        "(batch, seq, hidden_dim)", lambda d: MHSA(num_heads=2)(x(2, 8))),
+    Row("layer", "`padding_mask` of the wrong length", "ValueError",
+        "padding_mask", lambda d: MHSA(num_heads=2)(
+            x(2, 5, 8), padding_mask=np.ones((2, 4), bool))),
+    Row("layer", "`TransformerEncoderBlock(intermediate_dim=-1)`", "ValueError",
+        "Received: intermediate_dim=-1", lambda d: layers.TransformerEncoderBlock(
+            num_heads=2, intermediate_dim=-1)),
+    Row("layer", "`TokenEmbedding(vocabulary_size=0)`", "ValueError",
+        "Received: vocabulary_size=0", lambda d: layers.TokenEmbedding(
+            vocabulary_size=0, hidden_dim=8)),
+    Row("layer", "`PositionalEncoding(max_wavelength=-1)`", "ValueError",
+        "Received: max_wavelength=-1",
+        lambda d: layers.PositionalEncoding(max_wavelength=-1)),
+    Row("layer", "unknown `FeedForward` activation", "ValueError",
+        "Received: activation='sigmoidx'", lambda d: layers.FeedForward(
+            intermediate_dim=8, activation="sigmoidx")),
+    # Models.
+    Row("model", "`hidden_dim=10, num_heads=3` (not divisible)", "ValueError",
+        "must be divisible by `num_heads`", lambda d: lm(hidden_dim=10, num_heads=3)),
+    Row("model", "float token ids", "ValueError", "must hold integer token ids",
+        lambda d: lm()(x(1, 4))),
+    Row("model", "a sequence longer than `max_sequence_length`", "ValueError",
+        "longer than max_sequence_length=16",
+        lambda d: lm()(x(1, 20, dtype="int32", fill=1))),
+    Row("model", "a token id >= `vocabulary_size` (eager, CPU)",
+        "InvalidArgumentError", "indices",
+        lambda d: lm()(x(1, 4, dtype="int32", fill=60)), fixed=False),
+    Row("model", "a negative token id", "ValueError", "token id",
+        lambda d: lm()(x(1, 4, dtype="int32", fill=-1)), fixed=False),
+    Row("model", "`generate(max_new_tokens=0)`", "ValueError",
+        "Received: max_new_tokens=0",
+        lambda d: lm().generate([[1, 2]], max_new_tokens=0)),
+    Row("model", "prompt + `max_new_tokens` > `max_sequence_length`", "ValueError",
+        "exceeds max_sequence_length=16",
+        lambda d: lm().generate([[1, 2]], max_new_tokens=100)),
+    Row("model", "unknown sampler", "ValueError", "Received: sampler='bogus'",
+        lambda d: lm().generate([[1, 2]], max_new_tokens=2, sampler="bogus")),
+    Row("model", "`Seq2SeqTransformer` without `target_ids`", "ValueError",
+        '"source_ids" and "target_ids"', lambda d: zoo.from_preset(
+            "transformer_tiny")({"source_ids": x(1, 4, dtype="int32", fill=1)})),
+    Row("model", "`EncoderClassifier(num_classes=0)`", "ValueError",
+        "Received: num_classes=0", lambda d: models.EncoderClassifier(
+            backbone=zoo.from_preset("bert_tiny_test"), num_classes=0)),
+    Row("zoo", "preset name that is a path (`../etc`)", "ValueError",
+        "not a path", lambda d: zoo.from_preset("../etc")),
+    Row("zoo", "unknown preset", "ValueError", "Unknown preset",
+        lambda d: zoo.from_preset("nope")),
+    Row("zoo", "unknown override", "ValueError", "Unknown override(s) ['bogus']",
+        lambda d: zoo.from_preset("gpt_nano", bogus=1)),
+    # Data loaders.
+    Row("data", "empty corpus", "ValueError", "non-empty string",
+        lambda d: byte_data("")),
+    Row("data", "a corpus shorter than two windows", "ValueError", "too few",
+        lambda d: byte_data("abc")),
+    Row("data", "`sequence_length=0`", "ValueError", "sequence_length",
+        lambda d: byte_data("abc" * 100, sequence_length=0), fixed=False),
+    Row("data", "`batch_size=0`", "InvalidArgumentError",
+        "Batch size must be greater than zero",
+        lambda d: byte_data("abc" * 100, batch_size=0), fixed=False),
+    Row("saving", "`atomic_save` to a path that is not .keras/.weights.h5",
+        "ValueError", "must end in", lambda d: saving.atomic_save(lm(), d / "m.txt")),
+    Row("training", "`TokenCrossEntropy(label_smoothing=2.0)`", "ValueError",
+        "Received: label_smoothing=2.0",
+        lambda d: training.TokenCrossEntropy(label_smoothing=2.0)),
+    # The command line (SystemExit: a one-line message, no traceback).
+    Row("cli", "`train --data` a missing file", "SystemExit", "no such file",
+        lambda d: cli.main(["train", "--data", str(d / "missing.txt")])),
+    Row("cli", "`train --data` an empty file", "SystemExit", "is empty",
+        lambda d: cli.main(["train", "--data", write(d, "e.txt", b"")])),
+    Row("cli", "`train --data` bytes that are not UTF-8", "SystemExit", "not UTF-8",
+        lambda d: cli.main(["train", "--data", write(d, "b.txt", b"\xff\xfe\xfa")])),
+    Row("cli", "`train --data` too short for `--sequence-length`", "SystemExit",
+        "too few", lambda d: cli.main(
+            ["train", "--data", write(d, "s.txt", b"hello " * 10)])),
+    Row("cli", "`train --epochs 0`", "SystemExit", "2",
+        lambda d: cli.main(["train", "--epochs", "0"])),
+    Row("cli", "`train --learning-rate -1` (or nan)", "SystemExit", "2",
+        lambda d: cli.main(["train", "--learning-rate", "-1"])),
+    Row("cli", "`train --save-freq 0`", "SystemExit", "2",
+        lambda d: cli.main(["train", "--save-freq", "0"])),
+    Row("cli", "`train --dropout 1.5`", "SystemExit", "Received: dropout=1.5",
+        lambda d: cli.main(["train", "--dropout", "1.5"])),
+    Row("cli", "`train --strategy multi_worker` without TF_CONFIG", "SystemExit",
+        "needs the TF_CONFIG", lambda d: cli.main(
+            ["train", "--strategy", "multi_worker"])),
+    Row("cli", "`TF_CONFIG` that is not JSON", "SystemExit", "must be JSON",
+        lambda d: with_env({"TF_CONFIG": "{oops"}, cli.main, ["train"])),
+    Row("cli", "`generate` a missing model file", "SystemExit",
+        "no such model file", lambda d: cli.main(
+            ["generate", str(d / "missing.keras"), "--prompt", "a"])),
+]  # fmt: skip
+
+
+def with_env(env, function, *args):
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        return function(*args)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def render():
+    lines = [
+        "# Bad input: what each gets",
+        "",
+        "Every row is a test in `tests/test_bad_input_catalogue.py`; this page",
+        "is rendered from that table (`python -m tests.test_bad_input_catalogue",
+        "> docs/bad_input.md`), so the two cannot drift. Library errors are",
+        "`ValueError`s naming the argument and quoting the value received; the",
+        "command line turns them into a one-line `keras-tfm: ...` message",
+        "(`SystemExit`), and argparse rejects malformed flags with exit code 2.",
+        "Rows marked **open** still get a poor error (a TensorFlow error, or",
+        "nothing); they are reported and tested as strict xfails.",
+        "",
+        "| Area | Bad input | Error | Message contains | Status |",
+        "|---|---|---|---|---|",
+    ]
+    for row in CATALOGUE:
+        status = "ok" if row.fixed else "**open**"
+        message = row.message.replace("|", "\\|")
+        lines.append(
+            f"| {row.area} | {row.bad_input} | `{row.error}` | `{message}` | {status} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _id(row):
+    return f"{row.area}: {row.bad_input}"
+
+
+@pytest.mark.parametrize("row", CATALOGUE, ids=_id)
+def test_bad_input_gets_its_error(row, tmp_path, request):
+    if not row.fixed:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="reported, open"))
+        with pytest.raises(ValueError, match=r"\w"):
+            row.run(tmp_path)
+        return
+    with pytest.raises(BaseException) as info:
+        row.run(tmp_path)
+    assert type(info.value).__name__ == row.error, info.value
+    text = str(info.value.code if row.error == "SystemExit" else info.value)
+    assert row.message in text
+
+
+def test_the_document_is_rendered_from_the_table():
+    assert DOC.read_text(encoding="utf-8") == render(), (
+        "docs/bad_input.md is stale: python -m tests.test_bad_input_catalogue "
+        "> docs/bad_input.md"
+    )
+
+
+if __name__ == "__main__":
+    print(render(), end="")
