@@ -73,24 +73,39 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         return self.output_dim
 
     def call(self, inputs, reverse=False):
+        return self._embed_or_project(super().call, inputs, reverse)
+
+    def quantized_call(self, inputs, reverse=False):
+        # Keras routes a quantized layer's __call__ here instead of `call`.
+        return self._embed_or_project(super().quantized_call, inputs, reverse)
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras refuses to quantize subclasses (`type_check`) in case they
+        # override `call`; ours sends `quantized_call` through the same checks,
+        # scaling and mask as `call`, so the parent's int8/int4 path is valid.
+        super().quantize(mode, type_check=False, config=config)
+
+    def _embed_or_project(self, base_call, inputs, reverse):
         if reverse:
             if inputs.shape[-1] is not None and inputs.shape[-1] != self.hidden_dim:
                 raise ValueError(
                     f"Reverse projection expects a last dimension of {self.hidden_dim}."
                     f" Received: inputs.shape={tuple(inputs.shape)}"
                 )
-            return super().call(inputs, reverse=True)
+            return base_call(inputs, reverse=True)
         if "int" not in keras.backend.standardize_dtype(inputs.dtype):
             raise ValueError(
                 "TokenEmbedding expects integer token ids. Received: "
                 f"inputs.dtype={keras.backend.standardize_dtype(inputs.dtype)}"
             )
-        outputs = super().call(inputs)
+        outputs = base_call(inputs)
+        mask = getattr(outputs, "_keras_mask", None)
+        if mask is None and self.mask_zero:
+            mask = ops.not_equal(inputs, 0)  # the quantized lookup sets none
         if self.scale_embeddings:
-            mask = getattr(outputs, "_keras_mask", None)
             outputs = outputs * ops.cast(math.sqrt(self.hidden_dim), outputs.dtype)
-            if mask is not None:
-                outputs._keras_mask = mask
+        if mask is not None:
+            outputs._keras_mask = mask
         return outputs
 
     def get_config(self):

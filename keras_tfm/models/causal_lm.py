@@ -12,6 +12,7 @@ from keras_tfm.layers.validation import (
     check_rank,
     check_rate,
 )
+from keras_tfm.models.quantization import QuantizationMixin
 
 POSITION_ENCODINGS = ("learned", "sinusoidal", "rotary")
 
@@ -33,7 +34,7 @@ def check_token_ids(name, token_ids, max_sequence_length):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class CausalLM(keras.Model):
+class CausalLM(QuantizationMixin, keras.Model):
     """A GPT-style decoder-only language model, with cached generation.
 
         h_0 = E[x] + P            (P: learned, sinusoidal, or rotary in attention)
@@ -367,7 +368,7 @@ class CausalLM(keras.Model):
                 else keras.saving.serialize_keras_object(self.tokenizer),
             }
         )
-        return config
+        return self._add_quantization_config(config)
 
     @classmethod
     def from_config(cls, config):
@@ -376,4 +377,4 @@ class CausalLM(keras.Model):
             config["tokenizer"] = keras.saving.deserialize_keras_object(
                 config["tokenizer"]
             )
-        return cls(**config)
+        return cls._from_quantized_config(config)

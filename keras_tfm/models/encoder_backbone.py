@@ -15,6 +15,7 @@ from keras_tfm.layers.validation import (
     check_rank,
     check_rate,
 )
+from keras_tfm.models.quantization import QuantizationMixin
 
 POSITION_ENCODINGS = ("learned", "sinusoidal")
 INPUT_KEYS = ("token_ids", "segment_ids", "padding_mask")
@@ -48,7 +49,7 @@ def unpack_encoder_inputs(inputs, allowed_keys=INPUT_KEYS):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class EncoderBackbone(keras.Model):
+class EncoderBackbone(QuantizationMixin, keras.Model):
     """A bidirectional Transformer encoder with BERT's architecture.
 
         h = Norm_emb(TokenEmb(ids) + PosEmb(positions) + SegmentEmb(segments))
@@ -339,4 +340,4 @@ class EncoderBackbone(keras.Model):
                 "padding_id": self.padding_id,
             }
         )
-        return config
+        return self._add_quantization_config(config)

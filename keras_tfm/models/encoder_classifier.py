@@ -3,12 +3,13 @@ from keras import ops
 
 from keras_tfm.layers.validation import check_choice, check_positive_int, check_rate
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
+from keras_tfm.models.quantization import QuantizationMixin
 
 POOLINGS = ("cls", "mean")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class EncoderClassifier(keras.Model):
+class EncoderClassifier(QuantizationMixin, keras.Model):
     """Sequence classification on top of an `EncoderBackbone`.
 
         cls:   pooled = tanh(h[:, 0] W_p + b_p)     (BERT's pooler)
@@ -125,7 +126,7 @@ class EncoderClassifier(keras.Model):
                 else keras.saving.serialize_keras_object(self.tokenizer),
             }
         )
-        return config
+        return self._add_quantization_config(config)
 
     @classmethod
     def from_config(cls, config):
@@ -135,4 +136,4 @@ class EncoderClassifier(keras.Model):
             config["tokenizer"] = keras.saving.deserialize_keras_object(
                 config["tokenizer"]
             )
-        return cls(**config)
+        return cls._from_quantized_config(config)

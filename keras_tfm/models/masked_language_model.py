@@ -6,12 +6,13 @@ from keras_tfm.models.encoder_backbone import (
     EncoderBackbone,
     unpack_encoder_inputs,
 )
+from keras_tfm.models.quantization import QuantizationMixin
 
 INPUT_KEYS = ("token_ids", "mask_positions", "segment_ids", "padding_mask")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class MaskedLanguageModel(keras.Model):
+class MaskedLanguageModel(QuantizationMixin, keras.Model):
     """BERT's masked-language-model head on an `EncoderBackbone`.
 
     For the hidden states h at the masked positions only:
@@ -100,10 +101,10 @@ class MaskedLanguageModel(keras.Model):
     def get_config(self):
         config = super().get_config()
         config["backbone"] = keras.saving.serialize_keras_object(self.backbone)
-        return config
+        return self._add_quantization_config(config)
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+        return cls._from_quantized_config(config)

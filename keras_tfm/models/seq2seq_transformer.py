@@ -15,10 +15,11 @@ from keras_tfm.layers.validation import (
     check_rate,
 )
 from keras_tfm.models.causal_lm import POSITION_ENCODINGS, check_token_ids
+from keras_tfm.models.quantization import QuantizationMixin
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class Seq2SeqTransformer(keras.Model):
+class Seq2SeqTransformer(QuantizationMixin, keras.Model):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
         memory = Encoder(E[source] * sqrt(d) + PE)
@@ -460,7 +461,7 @@ class Seq2SeqTransformer(keras.Model):
                 else keras.saving.serialize_keras_object(self.tokenizer),
             }
         )
-        return config
+        return self._add_quantization_config(config)
 
     @classmethod
     def from_config(cls, config):
@@ -469,4 +470,4 @@ class Seq2SeqTransformer(keras.Model):
             config["tokenizer"] = keras.saving.deserialize_keras_object(
                 config["tokenizer"]
             )
-        return cls(**config)
+        return cls._from_quantized_config(config)

@@ -1,0 +1,143 @@
+"""Post-training weight quantization that survives `.keras` save and load.
+
+Keras's `Model.quantize("int8")` swaps each Dense/Embedding layer's float
+kernel for int8 values and a per-channel scale. Our models build their
+sublayers in `__init__` from constructor arguments, so a reloaded model would
+get float layers while the file holds int8 variables. `QuantizationMixin`
+records the mode in `get_config` (`"quantization_mode"`) and `from_config`
+quantizes the freshly built float model before the weights are loaded, so the
+variable structure matches.
+"""
+
+import warnings
+
+import keras
+from keras.src.quantizers.utils import should_quantize_layer
+
+from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
+
+QUANTIZATION_MODES = ("int8", "int4")
+
+# Keras's own quantizable layers refuse subclasses (their `type_check`), so
+# these are matched by exact type; a layer defining its own `quantize`
+# (e.g. `TokenEmbedding`) counts as supporting it.
+_KERAS_QUANTIZABLE = (
+    keras.layers.Dense,
+    keras.layers.EinsumDense,
+    keras.layers.Embedding,
+    keras.layers.ReversibleEmbedding,
+)
+# Tables that are added to the hidden states, not multiplied with them: they
+# hold no matmul kernel and stay float (they are small).
+_NOT_MATMUL = (LearnedPositionalEmbedding,)
+
+
+def _supports_quantize(layer):
+    if type(layer) in _KERAS_QUANTIZABLE:
+        return True
+    for klass in type(layer).__mro__:
+        if "quantize" in vars(klass):
+            return klass not in (keras.layers.Layer,) + _KERAS_QUANTIZABLE
+    return False
+
+
+def _leaf_layers(model):
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False)
+        if len(list(layer._flatten_layers())) == 1
+    ]
+
+
+def check_quantizable(model, mode):
+    """Raises a ValueError naming the first layer that cannot take `mode`.
+
+    A leaf layer holding a weight of rank >= 2 (a kernel or an embedding
+    table) must implement Keras's `quantize`; weightless and normalization
+    layers are skipped, as Keras skips them.
+    """
+    if mode not in QUANTIZATION_MODES:
+        raise ValueError(
+            f"`mode` must be one of {QUANTIZATION_MODES}. Received: mode={mode!r}"
+        )
+    for layer in _leaf_layers(model):
+        if isinstance(layer, _NOT_MATMUL) or layer.quantization_mode is not None:
+            continue
+        has_kernel = any(len(w.shape) >= 2 for w in layer.weights)
+        if has_kernel and not _supports_quantize(layer):
+            raise ValueError(
+                f"Cannot quantize {model.name} to {mode}: layer "
+                f"'{layer.path}' ({type(layer).__name__}) holds a weight matrix "
+                "but does not implement `quantize`. Received: "
+                f"mode={mode!r}"
+            )
+
+
+class QuantizationMixin:
+    """Makes a subclassed keras-tfm model's `quantize` survive saving.
+
+    Put it before `keras.Model` in the bases; `get_config` must end with
+    `return self._add_quantization_config(config)` and an overriding
+    `from_config` with `return cls._from_quantized_config(config)`.
+
+    Example:
+    >>> model = keras_tfm.models.CausalLM(
+    ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+    ...     intermediate_dim=32, max_sequence_length=16)
+    >>> model.quantize("int8")
+    >>> model.get_config()["quantization_mode"]
+    'int8'
+    """
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Quantizes every Dense/Embedding weight matrix (Keras's `quantize`).
+
+        Raises a ValueError naming the layer when one holding a weight matrix
+        cannot be quantized, before any layer is changed. Layers already
+        quantized are left as they are.
+        """
+        check_quantizable(self, mode)
+
+        def should_quantize(layer):
+            if layer.quantization_mode is not None:
+                return False
+            return should_quantize_layer(layer, filters)
+
+        with warnings.catch_warnings():
+            # Dropout, norms, position tables: nothing to quantize, expected.
+            warnings.filterwarnings(
+                "ignore", message=".*does not have a `quantize` method implemented"
+            )
+            # Keras's quantizer calls np.array on a TF variable (numpy 2 noise).
+            warnings.filterwarnings(
+                "ignore", message="__array__ implementation doesn't accept a copy"
+            )
+            super().quantize(mode, config=config, filters=should_quantize, **kwargs)
+        for layer in self._flatten_layers(include_self=True):
+            if isinstance(layer, QuantizationMixin):
+                layer._quantization_mode = mode
+
+    # Not `quantization_mode`: Keras reads that property of every layer to
+    # route `__call__` to `quantized_call`, which a model does not have.
+    @property
+    def quantized_to(self):
+        """The mode the model was quantized to ("int8", ...) or None."""
+        return getattr(self, "_quantization_mode", None)
+
+    def _add_quantization_config(self, config):
+        if self.quantized_to is not None:
+            config["quantization_mode"] = self.quantized_to
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls._from_quantized_config(config)
+
+    @classmethod
+    def _from_quantized_config(cls, config):
+        config = dict(config)
+        mode = config.pop("quantization_mode", None)
+        model = cls(**config)
+        if mode is not None:
+            model.quantize(mode)
+        return model
