@@ -16,6 +16,7 @@ Example:
 
 from keras_hub.metrics import Perplexity
 
+from keras_tfm.training.distiller import Distiller
 from keras_tfm.training.flops import measure_peak_flops, training_flops_per_token
 from keras_tfm.training.throughput_callback import ThroughputCallback
 from keras_tfm.training.token_accuracy import TokenAccuracy
@@ -24,6 +25,7 @@ from keras_tfm.training.token_cross_entropy import TokenCrossEntropy
 from keras_tfm.training.transformer_schedule import TransformerSchedule
 
 __all__ = [
+    "Distiller",
     "Perplexity",
     "ThroughputCallback",
     "TokenAccuracy",
