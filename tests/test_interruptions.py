@@ -100,3 +100,65 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(tmp_path):
     # The backup is removed after a finished run; the best model is kept.
     assert not list((interrupted / "model.keras.checkpoints").glob("backup-*"))
     assert (interrupted / "model.keras.checkpoints" / "best.keras").is_file()
+
+
+def tiny_lm():
+    from keras_tfm.models import CausalLM
+
+    model = CausalLM(
+        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=8,
+    )  # fmt: skip
+    model(np.ones((1, 4), "int32"))
+    return model
+
+
+@pytest.mark.parametrize("name", ["model.keras", "model.weights.h5"])
+def test_a_crash_while_saving_keeps_the_previous_file(tmp_path, name, monkeypatch):
+    from keras_tfm import saving
+
+    path = tmp_path / name
+    model = tiny_lm()
+    saving.atomic_save(model, path)
+    good = path.read_bytes()
+    method = "save" if name.endswith(".keras") else "save_weights"
+    real = getattr(type(model), method)
+
+    def crash_midway(self, filepath, **kwargs):
+        real(self, filepath, **kwargs)
+        with open(filepath, "r+b") as f:  # half written, then the crash
+            f.truncate(len(good) // 2)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(model), method, crash_midway)
+    with pytest.raises(OSError, match="disk full"):
+        saving.atomic_save(model, path)
+    assert path.read_bytes() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no leftovers
+    # Saving in place, as before, would have destroyed it.
+    with pytest.raises(OSError, match="disk full"):
+        getattr(model, method)(str(path), overwrite=True)
+    assert path.read_bytes() != good
+
+
+def test_resumable_backup_writes_the_global_step(tmp_path):
+    import json
+
+    import keras
+
+    from keras_tfm import saving
+
+    model = tiny_lm()
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    backup = saving.ResumableBackupAndRestore(str(tmp_path / "b"), save_freq=2)
+    ids = np.ones((8, 4), "int32")
+    model.fit(ids, ids, batch_size=2, epochs=1, callbacks=[backup], verbose=0)
+    metadata = json.loads((tmp_path / "b" / "training_metadata.json").read_text())
+    assert metadata["step"] == 4
+    fresh = tiny_lm()
+    fresh.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    assert saving.ResumableBackupAndRestore(str(tmp_path / "b")).restore(fresh) == 4
+    for a, b in zip(fresh.weights, model.weights, strict=True):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b)
+        )

@@ -1,0 +1,78 @@
+"""Every keras-tfm object loads with Keras' safe_mode=True; no pickle anywhere."""
+
+import re
+from pathlib import Path
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+import keras_tfm
+from keras_tfm import models, zoo
+
+PACKAGE = Path(keras_tfm.__file__).resolve().parent
+
+
+def ids(*shape):
+    return np.random.default_rng(0).integers(1, 60, size=shape).astype("int32")
+
+
+def causal_lm():
+    model = zoo.from_preset(
+        "gpt_nano", num_layers=1, hidden_dim=16, intermediate_dim=32, num_heads=2,
+        max_sequence_length=16, tokenizer=keras_hub.tokenizers.ByteTokenizer(),
+    )  # fmt: skip
+    return model, ids(2, 8)
+
+
+def seq2seq():
+    model = zoo.from_preset("transformer_tiny", max_sequence_length=16)
+    return model, {"source_ids": ids(2, 6), "target_ids": ids(2, 5)}
+
+
+def classifier():
+    backbone = zoo.from_preset("bert_tiny_test")
+    return models.EncoderClassifier(backbone=backbone, num_classes=3), ids(2, 8)
+
+
+def masked_lm():
+    backbone = zoo.from_preset("bert_tiny_test")
+    model = models.MaskedLanguageModel(backbone=backbone)
+    inputs = {"token_ids": ids(2, 8), "mask_positions": np.array([[1, 2]] * 2)}
+    return model, inputs
+
+
+@pytest.mark.parametrize("family", [causal_lm, seq2seq, classifier, masked_lm])
+def test_keras_round_trip_in_safe_mode(family, tmp_path):
+    model, inputs = family()
+    expected = keras.ops.convert_to_numpy(model(inputs))
+    path = tmp_path / "model.keras"
+    model.save(path)
+    # safe_mode=True (the default) refuses lambdas and arbitrary code.
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert type(loaded) is type(model)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(inputs)), expected, atol=1e-5
+    )
+
+
+def test_preset_names_cannot_leave_the_zoo_is_tested():
+    # The traversal tests live with the zoo; make sure they keep existing.
+    text = (Path(__file__).parent / "zoo" / "test_catalogue.py").read_text()
+    assert '"../' in text and '"/etc"' in text
+
+
+def test_no_pickle_or_marshal_in_the_package():
+    pattern = re.compile(
+        r"^\s*(import|from)\s+(pickle|cPickle|dill|marshal|cloudpickle|joblib)\b"
+        r"|\b(pickle|marshal|dill|cloudpickle)\.(loads?|dumps?)\b"
+        r"|allow_pickle\s*=\s*True|safe_mode\s*=\s*False",
+        re.MULTILINE,
+    )
+    offenders = [
+        f"{path.relative_to(PACKAGE)}: {match.group(0).strip()}"
+        for path in PACKAGE.rglob("*.py")
+        for match in pattern.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, offenders
