@@ -7,12 +7,14 @@ within 3% of the largest float logit (measured: about 1-1.5%), while a
 dropped scale or a lost embedding scaling changes them by 100% or more.
 """
 
+import doctest
 import warnings
 
 import keras
 import numpy as np
 import pytest
 
+import keras_tfm
 from keras_tfm import zoo
 from keras_tfm.layers import TokenEmbedding
 from keras_tfm.models import (
@@ -191,3 +193,12 @@ def test_unquantizable_layer_is_named_and_nothing_changes():
     assert model.dense.quantization_mode is None  # checked before any change
     with pytest.raises(ValueError, match="mode=int3"):
         CausalLM(vocabulary_size=50, num_layers=1, **SMALL).quantize("int3")
+
+
+def test_docstring_example():
+    from keras_tfm.models import quantization as module
+
+    result = doctest.testmod(
+        module, extraglobs={"np": np, "keras": keras, "keras_tfm": keras_tfm}
+    )
+    assert result.attempted > 0 and result.failed == 0

@@ -1,7 +1,10 @@
+import doctest
+
 import keras
 import numpy as np
 import pytest
 
+import keras_tfm
 from keras_tfm.models import CausalLM
 from keras_tfm.training import Distiller, TokenCrossEntropy
 
@@ -84,3 +87,12 @@ def test_config_round_trip():
     x = np.ones((2, 8), "float32")
     assert restored(x).shape == (2, 4)
     assert not restored.teacher.trainable
+
+
+def test_docstring_example():
+    from keras_tfm.training import distiller as module
+
+    result = doctest.testmod(
+        module, extraglobs={"np": np, "keras": keras, "keras_tfm": keras_tfm}
+    )
+    assert result.attempted > 0 and result.failed == 0
