@@ -1,0 +1,152 @@
+"""Where does a trained encoder look? Attention heatmaps and training curves.
+
+Loads a trained `EncoderClassifier` that holds its tokenizer (by default the
+zoo preset "fortunes_classifier", or a `.keras` file from
+classify_fortunes.py), runs a sentence through it with
+`return_attention_scores=True`, and saves with matplotlib:
+
+- attention.png: one heatmap per layer (rows) and head (columns), query
+  tokens down, key tokens across, with the WordPiece tokens as labels;
+- training_curves.png: loss and accuracy per epoch, training and validation,
+  from the history.json that classify_fortunes.py writes (the preset ships
+  one).
+
+    python examples/attention_maps.py
+    python examples/attention_maps.py --sentence "..." \
+        --model outputs/classify_fortunes/fortunes_classifier.keras
+"""
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")  # files only, no display
+
+import keras  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+import keras_tfm  # noqa: E402
+from keras_tfm.data.tokenizers import encode_for_classification  # noqa: E402
+
+# --- Configuration ---------------------------------------------------------
+PRESET = "fortunes_classifier"
+SENTENCE = "Real programmers don't comment their code; it was hard to write."
+MAX_TOKENS = 24  # longer sentences are cut, so the labels stay readable
+# ---------------------------------------------------------------------------
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="a .keras file (default: preset)")
+    parser.add_argument("--history", default=None, help="a history.json")
+    parser.add_argument("--sentence", default=SENTENCE)
+    parser.add_argument("--output", default="outputs/attention_maps")
+    parser.add_argument("--quick", action="store_true", help="same plots, low dpi")
+    return parser.parse_args(argv)
+
+
+def load(args):
+    if args.model:
+        model = keras.saving.load_model(args.model)
+        history = args.history or Path(args.model).with_name("history.json")
+        labels = None
+    else:
+        model = keras_tfm.zoo.from_preset(PRESET)
+        directory = keras_tfm.zoo.preset_dir(PRESET)
+        history = args.history or directory / "history.json"
+        labels = json.loads((directory / "labels.json").read_text())
+    if getattr(model, "tokenizer", None) is None:
+        raise ValueError(
+            "The model must hold its tokenizer (EncoderClassifier(..., tokenizer=)). "
+            f"Received: a {type(model).__name__} without one, from {args.model}"
+        )
+    return model, Path(history), labels
+
+
+def attention(model, sentence):
+    """Token strings and a (layers, heads, seq, seq) array of attention weights."""
+    ids = encode_for_classification(model.tokenizer, [sentence], MAX_TOKENS)
+    ids = ids[:, : int((ids != 0).sum())]  # no padding columns
+    _, scores = model.backbone(ids, return_attention_scores=True)
+    scores = np.stack([np.asarray(s, dtype="float32")[0] for s in scores])
+    tokens = [model.tokenizer.id_to_token(int(i)) for i in ids[0]]
+    logits = np.asarray(model(ids))[0]
+    return tokens, scores, logits
+
+
+def plot_attention(tokens, scores, title, path, dpi):
+    num_layers, num_heads = scores.shape[:2]
+    size = 0.28 * len(tokens) + 1.2
+    figure, axes = plt.subplots(
+        num_layers,
+        num_heads,
+        figsize=(size * num_heads, size * num_layers + 0.6),
+        squeeze=False,
+    )
+    for layer in range(num_layers):
+        for h in range(num_heads):
+            ax = axes[layer, h]
+            ax.imshow(scores[layer, h], cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=8)
+            ax.set_yticks(range(len(tokens)), tokens, fontsize=8)
+            ax.set_title(f"layer {layer + 1}, head {h + 1}", fontsize=10)
+            if layer == num_layers - 1:
+                ax.set_xlabel("key (attended to)", fontsize=8)
+            if h == 0:
+                ax.set_ylabel("query", fontsize=8)
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title
+    figure.savefig(path, dpi=dpi)
+    plt.close(figure)
+
+
+def plot_history(history, path, dpi):
+    figure, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    epochs = np.arange(1, len(history["loss"]) + 1)
+    for key, ax in (("loss", loss_ax), ("accuracy", accuracy_ax)):
+        ax.plot(epochs, history[key], "o-", label="training")
+        if f"val_{key}" in history:
+            ax.plot(epochs, history[f"val_{key}"], "s-", label="validation")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(key)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    loss_ax.set_title("cross-entropy")
+    accuracy_ax.set_title("accuracy")
+    figure.suptitle("EncoderClassifier on fortune categories")
+    figure.tight_layout()
+    figure.savefig(path, dpi=dpi)
+    plt.close(figure)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    dpi = 60 if args.quick else 110
+    model, history_path, labels = load(args)
+
+    tokens, scores, logits = attention(model, args.sentence)
+    guess = int(np.argmax(logits))
+    guess = labels[guess] if labels else f"class {guess}"
+    title = f'"{args.sentence}"  predicted: {guess}'
+    plot_attention(tokens, scores, title, output / "attention.png", dpi)
+    written = [output / "attention.png"]
+    if history_path.is_file():
+        history = json.loads(history_path.read_text())
+        plot_history(history, output / "training_curves.png", dpi)
+        written.append(output / "training_curves.png")
+    else:
+        print(f"No training history at {history_path}: curves skipped.")
+    print("wrote", ", ".join(str(p) for p in written))
+    return written
+
+
+if __name__ == "__main__":
+    main()

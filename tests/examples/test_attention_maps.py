@@ -1,0 +1,31 @@
+import importlib.util
+from pathlib import Path
+
+import matplotlib.image
+
+import keras_tfm
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "attention_maps.py"
+
+
+def test_quick_run_draws_attention_and_curves_from_the_preset(tmp_path):
+    spec = importlib.util.spec_from_file_location("attention_maps", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    written = example.main(["--quick", "--output", str(tmp_path)])
+    assert [p.name for p in written] == ["attention.png", "training_curves.png"]
+    image = matplotlib.image.imread(tmp_path / "attention.png")
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+    model = keras_tfm.zoo.from_preset("fortunes_classifier")
+    tokens, scores, _ = example.attention(model, "Real programmers use vi.")
+    backbone = model.backbone
+    assert scores.shape == (
+        backbone.num_layers,
+        backbone.num_heads,
+        len(tokens),
+        len(tokens),
+    )
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
+    # Each query's weights are a distribution over the keys.
+    assert abs(scores.sum(axis=-1) - 1.0).max() < 1e-4
