@@ -7,6 +7,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_tfm.saving import atomic_save
 from keras_tfm.zoo.catalogue import (
     ASSETS_DIR,
     CARD_FILE,
@@ -131,7 +132,7 @@ def save_preset(
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILE).write_text(config_text + "\n", encoding="utf-8")
     if save_weights:
-        model.save_weights(directory / WEIGHTS_FILE)
+        atomic_save(model, directory / WEIGHTS_FILE)
     for layer in _layers_with(model, "save_assets"):
         assets = directory / ASSETS_DIR / layer.name
         assets.mkdir(parents=True, exist_ok=True)
