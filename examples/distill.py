@@ -1,0 +1,180 @@
+"""Distil the zoo's fortune classifier into a smaller student.
+
+The teacher is `zoo/fortunes_classifier` (2 layers, width 128); without it
+(or with --quick) a teacher is trained here first. The same student (1 layer,
+width 64, the teacher's tokenizer) is trained twice from the same
+initialization: on the hard labels only, and with `keras_tfm.training.Distiller`
+(teacher logits softened by T, weighted against the hard-label loss by
+alpha). Prints test accuracy and macro-F1 of all three; writes results.json
+and the distilled student (student_distilled.keras) to --output.
+
+    python examples/distill.py                  # minutes
+    python examples/distill.py --quick          # seconds: a slice, 1 epoch
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+
+import keras_tfm  # noqa: E402
+from keras_tfm.data.fortunes import (  # noqa: E402
+    classification_dataset,
+    fortune_splits,
+    fortunes_classifier_labels,
+    predict_with_labels,
+)
+from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
+from keras_tfm.training import Distiller  # noqa: E402
+
+# --- Configuration ---------------------------------------------------------
+CONFIG = dict(
+    teacher_preset="fortunes_classifier",
+    student=dict(num_layers=1, num_heads=2, hidden_dim=64, intermediate_dim=128),
+    alpha=0.3,  # weight of the hard-label loss; 1 - alpha on the teacher's
+    temperature=2.0,  # softening of both distributions
+    epochs=4,
+    batch_size=32,
+    max_sequence_length=128,
+    learning_rate=1e-3,
+    dropout=0.1,
+    seed=0,
+)
+# --quick: a slice, a teacher trained here, a tiny student, one epoch.
+QUICK = dict(
+    teacher_preset=None,
+    student=dict(num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32),
+    teacher=dict(num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64),
+    vocabulary_size=300,
+    max_sequence_length=48,
+    epochs=1,
+    train_examples=400,
+    evaluation_examples=150,
+    bucket_lengths=[48],  # one padded shape: fewer traces for 3 short fits
+)
+# ---------------------------------------------------------------------------
+
+_CLASSIFY = Path(__file__).with_name("classify_fortunes.py")
+
+
+def _classify_fortunes():
+    """The helpers of examples/classify_fortunes.py (slicing, scores)."""
+    spec = importlib.util.spec_from_file_location("classify_fortunes", _CLASSIFY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_student(shape, tokenizer, num_classes, config):
+    backbone = keras_tfm.models.EncoderBackbone(
+        vocabulary_size=tokenizer.vocabulary_size(),
+        max_sequence_length=config["max_sequence_length"],
+        num_segments=0,
+        dropout=config["dropout"],
+        padding_id=tokenizer.token_to_id("[PAD]"),
+        **shape,
+    )
+    return keras_tfm.models.EncoderClassifier(
+        backbone, num_classes, pooling="mean", tokenizer=tokenizer
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--output", default="outputs/distill")
+    parser.add_argument("--root", default=None, help="folder of fortune files")
+    args = parser.parse_args(argv)
+    config = dict(CONFIG, **(QUICK if args.quick else {}))
+    helpers = _classify_fortunes()
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    keras.utils.set_random_seed(config["seed"])
+    start = time.time()
+
+    splits = fortune_splits(args.root, seed=config["seed"])
+    class_names = splits["class_names"]
+    train = helpers.slice_split(*splits["train"], config.get("train_examples"), 1)
+    test = helpers.slice_split(*splits["test"], config.get("evaluation_examples"), 3)
+    sparse_ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    preset = config["teacher_preset"]
+    if preset and preset in keras_tfm.zoo.list_presets():
+        if fortunes_classifier_labels(preset) != class_names:
+            raise ValueError(
+                f"Preset {preset!r} was trained on other categories than "
+                f"{args.root or 'the installed fortunes'}. Received: "
+                f"{fortunes_classifier_labels(preset)}"
+            )
+        teacher = keras_tfm.zoo.from_preset(preset)
+        tokenizer = teacher.tokenizer
+        print(f"teacher: preset {preset}")
+    else:
+        tokenizer = train_word_piece_tokenizer(train[0], config["vocabulary_size"])
+        teacher = build_student(config["teacher"], tokenizer, len(class_names), config)
+        teacher.compile(keras.optimizers.Adam(config["learning_rate"]), sparse_ce)
+        print("teacher: trained here")
+
+    def dataset(split, shuffle):
+        return classification_dataset(
+            *split,
+            tokenizer,
+            config["batch_size"],
+            config["max_sequence_length"],
+            bucket_lengths=config.get("bucket_lengths"),
+            shuffle=shuffle,
+            seed=config["seed"],
+        )
+
+    train_ds, test_ds = dataset(train, True), dataset(test, False)
+    if not (preset and preset in keras_tfm.zoo.list_presets()):
+        teacher.fit(train_ds, epochs=config["epochs"], shuffle=False, verbose=2)
+
+    def evaluate(model):
+        logits, labels = predict_with_labels(model, test_ds)
+        return helpers.scores(labels, logits.argmax(-1))
+
+    results = {"teacher": evaluate(teacher)}
+    students = {}
+    for name in ("student (hard labels)", "student (distilled)"):
+        keras.utils.set_random_seed(config["seed"] + 1)  # same initialization
+        student = build_student(config["student"], tokenizer, len(class_names), config)
+        optimizer = keras.optimizers.Adam(config["learning_rate"])
+        if name == "student (distilled)":
+            trainer = Distiller(teacher, student)
+            trainer.compile(
+                optimizer,
+                student_loss_fn=sparse_ce,
+                alpha=config["alpha"],
+                temperature=config["temperature"],
+            )
+        else:
+            trainer = student
+            trainer.compile(optimizer, sparse_ce)
+        fit_start = time.time()
+        trainer.fit(train_ds, epochs=config["epochs"], shuffle=False, verbose=2)
+        results[name] = dict(evaluate(student), fit_seconds=time.time() - fit_start)
+        results[name]["parameters"] = student.count_params()
+        students[name] = student
+    results["teacher"]["parameters"] = teacher.count_params()
+
+    print(helpers.table(results))
+    students["student (distilled)"].save(output / "student_distilled.keras")
+    summary = {
+        "config": config,
+        "results": results,
+        "seconds": time.time() - start,
+    }
+    (output / "results.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(f"total {summary['seconds']:.1f} s")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
