@@ -42,6 +42,14 @@ def language_model_datasets(
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("`text` must be a non-empty string. Received an empty corpus.")
+    for name, value in (
+        ("sequence_length", sequence_length),
+        ("batch_size", batch_size),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"`{name}` must be a positive integer. Received: {name}={value!r}"
+            )
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(
             "`validation_fraction` must be in [0, 1). "
