@@ -99,7 +99,9 @@ class QuantizationMixin:
         check_quantizable(self, mode)
 
         def should_quantize(layer):
-            if layer.quantization_mode is not None:
+            # Only layers that quantize: Keras would also try weightless ones
+            # (Dropout, norms, an attached tokenizer, which is not built).
+            if layer.quantization_mode is not None or not _supports_quantize(layer):
                 return False
             return should_quantize_layer(layer, filters)
 

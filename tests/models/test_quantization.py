@@ -11,6 +11,7 @@ import doctest
 import warnings
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 
@@ -147,7 +148,8 @@ def test_quantized_backbone_inside_a_classifier_round_trips(tmp_path):
 
 
 def test_preset_of_int8_weights_round_trips(tmp_path):
-    model = CausalLM(vocabulary_size=50, num_layers=1, **SMALL)
+    tokenizer = keras_hub.tokenizers.ByteTokenizer()  # a layer, never quantized
+    model = CausalLM(vocabulary_size=256, num_layers=1, tokenizer=tokenizer, **SMALL)
     model.quantize("int8")
     zoo.save_preset(
         model,
@@ -161,6 +163,7 @@ def test_preset_of_int8_weights_round_trips(tmp_path):
     x = np.array([[5, 6, 7]])
     np.testing.assert_array_equal(restored(x), model(x))
     assert weight_dtypes(restored) == weight_dtypes(model)
+    assert isinstance(restored.generate("ab", max_new_tokens=3), str)
 
 
 class Bilinear(keras.layers.Layer):
