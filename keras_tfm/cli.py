@@ -159,7 +159,8 @@ def train(args):
             vocabulary_size=256,
             max_sequence_length=args.sequence_length,
             dropout=args.dropout,
-            tokenizer=keras_hub.tokenizers.ByteTokenizer(),
+            # Keep case: keras-hub lowercases by default, and KJV is not lowercase.
+            tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
         )
     train_data, validation_data = _datasets(model, text, args)
     # The windows, in a fixed order; each epoch permutes them with (seed, epoch).
