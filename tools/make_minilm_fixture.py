@@ -135,7 +135,9 @@ def tiny_reference():
         ).last_hidden_state.numpy()
     ours = np.asarray(backbone({"token_ids": ids, "segment_ids": segments}))
     gap = np.abs(ours - hidden)[mask.astype(bool)].max()
-    print(f"tiny backbone: keras-tfm vs transformers on save_hf_bert's files: {gap:.2e}")
+    print(
+        f"tiny backbone: keras-tfm vs transformers on save_hf_bert's files: {gap:.2e}"
+    )
     np.savez_compressed(
         FIXTURES / "tiny_bert_reference.npz",
         token_ids=ids,
