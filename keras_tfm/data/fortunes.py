@@ -84,7 +84,7 @@ def load_fortunes(root=None, min_entries=150, max_chars=800, categories=None):
 
     Example:
     >>> texts, labels, names = load_fortunes()
-    >>> len(texts) == len(labels) and len(names) == labels.max() + 1
+    >>> bool(len(texts) == len(labels) and len(names) == labels.max() + 1)
     True
     """
     root = Path(DEFAULT_ROOT if root is None else root)
