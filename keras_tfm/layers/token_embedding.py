@@ -1,6 +1,7 @@
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_tfm.layers.validation import check_positive_int
@@ -85,6 +86,30 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         # scaling and mask as `call`, so the parent's int8/int4 path is valid.
         super().quantize(mode, type_check=False, config=config)
 
+    def _check_id_range(self, ids):
+        """Refuses ids outside [0, vocabulary_size) where their values are known.
+
+        A lookup past the table is an error on CPU but silently gives zeros on
+        GPU, and a negative id is never meaningful. Eager calls are checked
+        here; inside a traced function (fit, XLA) the values are not known.
+        """
+        if not callable(getattr(ids, "numpy", None)):
+            return
+        try:
+            values = np.asarray(ids.numpy())
+        except (AttributeError, NotImplementedError, TypeError):
+            return  # a traced tensor
+        if values.size == 0:
+            return
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= self.vocabulary_size:
+            bad = low if low < 0 else high
+            raise ValueError(
+                "Every token id must be in [0, vocabulary_size="
+                f"{self.vocabulary_size}). Received: token id {bad} (ids range "
+                f"from {low} to {high})"
+            )
+
     def _embed_or_project(self, base_call, inputs, reverse):
         if reverse:
             if inputs.shape[-1] is not None and inputs.shape[-1] != self.hidden_dim:
@@ -98,6 +123,7 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
                 "TokenEmbedding expects integer token ids. Received: "
                 f"inputs.dtype={keras.backend.standardize_dtype(inputs.dtype)}"
             )
+        self._check_id_range(inputs)
         outputs = base_call(inputs)
         mask = getattr(outputs, "_keras_mask", None)
         if mask is None and self.mask_zero:

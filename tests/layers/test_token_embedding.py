@@ -52,3 +52,10 @@ def test_bad_input():
         layer(np.zeros((1, 3), "float32"))
     with pytest.raises(ValueError, match=r"inputs.shape=\(1, 3, 5\)"):
         layer(np.zeros((1, 3, 5), "float32"), reverse=True)
+
+
+@pytest.mark.parametrize("bad_id", [-1, 10, 99])
+def test_ids_outside_the_vocabulary_are_refused(bad_id):
+    layer = TokenEmbedding(10, 4)
+    with pytest.raises(ValueError, match=f"Received: token id {bad_id} "):
+        layer(np.array([[1, bad_id, 2]]))
