@@ -4,6 +4,7 @@ from keras import ops
 from keras_tfm.layers.validation import check_choice, check_positive_int, check_rate
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
 from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
 
 POOLINGS = ("cls", "mean")
 
@@ -68,9 +69,7 @@ class EncoderClassifier(QuantizationMixin, keras.Model):
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.pooling = check_choice("pooling", pooling, POOLINGS)
         self.dropout = check_rate("dropout", dropout)
-        if isinstance(tokenizer, dict):
-            tokenizer = keras.saving.deserialize_keras_object(tokenizer)
-        self.tokenizer = tokenizer
+        self.tokenizer = restore_tokenizer(tokenizer)
 
         hidden_dim = backbone.hidden_dim
         policy = self.dtype_policy
@@ -121,9 +120,7 @@ class EncoderClassifier(QuantizationMixin, keras.Model):
                 "num_classes": self.num_classes,
                 "pooling": self.pooling,
                 "dropout": self.dropout,
-                "tokenizer": None
-                if self.tokenizer is None
-                else keras.saving.serialize_keras_object(self.tokenizer),
+                "tokenizer": serialize_tokenizer(self.tokenizer),
             }
         )
         return self._add_quantization_config(config)
@@ -132,8 +129,4 @@ class EncoderClassifier(QuantizationMixin, keras.Model):
     def from_config(cls, config):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        if isinstance(config.get("tokenizer"), dict):
-            config["tokenizer"] = keras.saving.deserialize_keras_object(
-                config["tokenizer"]
-            )
         return cls._from_quantized_config(config)

@@ -16,6 +16,7 @@ from keras_tfm.layers.validation import (
 )
 from keras_tfm.models.causal_lm import POSITION_ENCODINGS, check_token_ids
 from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -119,9 +120,7 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
                 f"Received: padding_id={padding_id!r}"
             )
         self.padding_id = padding_id
-        if isinstance(tokenizer, dict):
-            tokenizer = keras.saving.deserialize_keras_object(tokenizer)
-        self.tokenizer = tokenizer
+        self.tokenizer = restore_tokenizer(tokenizer)
 
         dtype = self.dtype_policy
         self.token_embedding = TokenEmbedding(
@@ -456,18 +455,7 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "position_encoding": self.position_encoding,
                 "padding_id": self.padding_id,
-                "tokenizer": None
-                if self.tokenizer is None
-                else keras.saving.serialize_keras_object(self.tokenizer),
+                "tokenizer": serialize_tokenizer(self.tokenizer),
             }
         )
         return self._add_quantization_config(config)
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("tokenizer"), dict):
-            config["tokenizer"] = keras.saving.deserialize_keras_object(
-                config["tokenizer"]
-            )
-        return cls._from_quantized_config(config)
