@@ -67,13 +67,16 @@ def atomic_path(path, suffix=""):
     _fsync_directory(path.parent)
 
 
-def atomic_save(model, path):
+def atomic_save(model, path, include_optimizer=True):
     """Saves `model` to `path` (`.keras` or `.weights.h5`) atomically.
 
     Args:
         model: a Keras model (or layer, for `.weights.h5`).
         path: ends in ".keras" (`model.save`) or ".weights.h5"
-            (`model.save_weights`, which includes the optimizer's state).
+            (`model.save_weights`, which includes a built optimizer's state).
+        include_optimizer: for ".weights.h5": False leaves the optimizer's
+            state out (what a preset or an inference copy wants; the file is
+            then about a third of a trained model's with Adam).
 
     Returns:
         `path`, a `pathlib.Path`.
@@ -84,6 +87,17 @@ def atomic_save(model, path):
     path = Path(path)
     if path.name.endswith(WEIGHTS_SUFFIX):
         suffix, write = WEIGHTS_SUFFIX, model.save_weights
+        optimizer = getattr(model, "optimizer", None)
+        if not include_optimizer and optimizer is not None:
+            # Keras' save_weights has no switch for this; its saving library
+            # skips the objects it is given.
+            from keras.src.saving import saving_lib
+
+            def write(filepath, overwrite):
+                saving_lib.save_weights_only(
+                    model, filepath, objects_to_skip=[optimizer]
+                )
+
     elif path.name.endswith(MODEL_SUFFIX):
         suffix, write = MODEL_SUFFIX, model.save
     else:

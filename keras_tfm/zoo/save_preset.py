@@ -62,7 +62,8 @@ def save_preset(
 
     The folder's name is the preset name. `config.json` holds
     `{"class_name", "config": model.get_config(), "build_config"}`; the
-    weights go to `model.weights.h5`; every sub-layer with `save_assets`
+    weights (never the optimizer's
+    state) go to `model.weights.h5`; every sub-layer with `save_assets`
     (e.g. a keras-hub tokenizer) writes to `assets/<layer name>/`; the card
     README.md states the parameter count and the given texts. With
     `verify=True` the folder is then loaded back and its weights compared.
@@ -132,7 +133,7 @@ def save_preset(
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILE).write_text(config_text + "\n", encoding="utf-8")
     if save_weights:
-        atomic_save(model, directory / WEIGHTS_FILE)
+        atomic_save(model, directory / WEIGHTS_FILE, include_optimizer=False)
     for layer in _layers_with(model, "save_assets"):
         assets = directory / ASSETS_DIR / layer.name
         assets.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@ import json
 import os
 import warnings
 
+import h5py
 import keras
 import keras_hub
 import numpy as np
@@ -133,6 +134,22 @@ def test_from_preset_restores_the_saved_model(tmp_path):
     )
     fresh = zoo.from_preset("wrapped", root=tmp_path, load_weights=False)
     assert not np.allclose(fresh.predict(X, verbose=0), original.predict(X, verbose=0))
+
+
+def test_a_trained_model_is_saved_without_its_optimizer_state(tmp_path):
+    model = ZooTestFunctional(hidden_dim=6)
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(X, np.zeros((3, 6)), epochs=1, verbose=0)
+    save(model, tmp_path / "trained")
+    with h5py.File(tmp_path / "trained" / catalogue.WEIGHTS_FILE) as weights:
+        assert "optimizer" not in weights
+        saved = []
+        weights.visit(saved.append)
+    assert any(path.endswith("vars/0") for path in saved)
+    restored = zoo.from_preset("trained", root=tmp_path)
+    np.testing.assert_array_equal(
+        restored.predict(X, verbose=0), model.predict(X, verbose=0)
+    )
 
 
 def test_overrides(root):
