@@ -141,7 +141,9 @@ def pretrain(config, tokenizer, texts):
         seed=config["seed"],
     )
     batches = int(unlabelled.cardinality())
-    unlabelled = unlabelled.map(lambda ids, _: masker(ids))
+    # Repeated, so that fit iterates it once and every epoch gets new masks
+    # (a re-iterated finite dataset replays them under a fixed seed).
+    unlabelled = unlabelled.repeat().map(lambda ids, _: masker(ids))
     mlm = keras_tfm.models.MaskedLanguageModel(make_backbone(config, tokenizer))
     mlm.compile(
         optimizer=optimizer(
@@ -154,7 +156,11 @@ def pretrain(config, tokenizer, texts):
         jit_compile=config["jit_compile"],
     )
     history = mlm.fit(
-        unlabelled, epochs=config["pretrain_epochs"], shuffle=False, verbose=2
+        unlabelled,
+        epochs=config["pretrain_epochs"],
+        steps_per_epoch=batches,
+        shuffle=False,
+        verbose=2,
     )
     return mlm.backbone, float(history.history["accuracy"][-1])
 

@@ -39,6 +39,13 @@ class MaskedLMMasker:
     ops, eagerly or inside `tf.data.Dataset.map`, and draws a new mask at
     every call (dynamic masking, as RoBERTa).
 
+    In `model.fit`, map it over a repeated dataset and pass
+    `steps_per_epoch` (see the example): Keras re-iterates a finite dataset
+    at every epoch, and under a fixed global seed
+    (`keras.utils.set_random_seed`) each new iteration replays the same
+    random draws, so every epoch would see the same masks. One endless
+    iteration draws new masks at every pass over the data.
+
     The padding mask is computed from the ids *before* masking, so a random
     replacement that happens to equal `padding_id` is still attended to.
 
@@ -71,6 +78,11 @@ class MaskedLMMasker:
     >>> x, y, w = masker(np.array([[1, 8, 9, 10, 2, 0]]))
     >>> x["mask_positions"].shape, y.shape, w.shape
     (TensorShape([1, 2]), TensorShape([1, 2]), TensorShape([1, 2]))
+
+    Pretraining with new masks at every epoch:
+    >>> batches = tf.data.Dataset.from_tensor_slices(ids).shuffle(1000).batch(32)
+    >>> steps = int(batches.cardinality())
+    >>> mlm.fit(batches.repeat().map(masker), epochs=4, steps_per_epoch=steps)
     """
 
     def __init__(

@@ -95,12 +95,31 @@ def test_works_in_a_dataset_map_with_segment_ids():
     assert set(x) == {"token_ids", "padding_mask", "mask_positions", "segment_ids"}
     np.testing.assert_array_equal(x["segment_ids"], segments[:8])
     assert tuple(x["mask_positions"].shape) == (8, 3)
-    # A new mask is drawn at each call. (Re-iterating a dataset under a fixed
-    # global TensorFlow seed replays the same draws: seed per epoch to vary.)
+    # A new mask is drawn at each call.
     masker = make_masker(mask_selection_length=3)
     batch = {"token_ids": ids[:8], "segment_ids": segments[:8]}
     draws = [masker(batch)[0]["mask_positions"].numpy() for _ in range(3)]
     assert any(not np.array_equal(draws[0], draw) for draw in draws[1:])
+
+
+def test_a_repeated_dataset_draws_new_masks_at_every_pass():
+    """The documented way to fit: one endless iteration, fresh masks per pass.
+
+    Under a fixed global seed a re-iterated finite dataset would replay the
+    same masks (that is why the docstring asks for `.repeat()`).
+    """
+    keras.utils.set_random_seed(3)
+    ids = padded_batch(8, 12)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(ids)
+        .batch(4)
+        .repeat()
+        .map(make_masker(mask_selection_length=3))
+    )
+    batches = iter(dataset)
+    first_pass = [next(batches)[0]["mask_positions"].numpy() for _ in range(2)]
+    second_pass = [next(batches)[0]["mask_positions"].numpy() for _ in range(2)]
+    assert not all(map(np.array_equal, first_pass, second_pass))
 
 
 def test_unbatched_input_gives_unbatched_output():
