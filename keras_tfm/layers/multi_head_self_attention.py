@@ -246,10 +246,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 inputs if context is None else context, start_index
             )
             if cache is not None:
-                start = [0, cache_update_index, 0, 0]
-                key = ops.slice_update(cache[:, 0], start, key)
-                value = ops.slice_update(cache[:, 1], start, value)
-                cache = ops.stack([key, value], axis=1)
+                # One in-place update of the cache, rather than two updates
+                # and a stack, which copied the whole cache at every step.
+                cache = ops.slice_update(
+                    cache,
+                    [0, 0, cache_update_index, 0, 0],
+                    ops.stack([key, value], axis=1),
+                )
+                key, value = cache[:, 0], cache[:, 1]
 
         key_mask, attention_mask, causal = self._attention_mask(
             inputs,

@@ -219,34 +219,50 @@ class CausalLM(QuantizationMixin, keras.Model):
             `(logits, cache)`: float32 (batch, seq, vocabulary_size) and the
             updated cache.
         """
-        check_token_ids("token_ids", token_ids, self.max_sequence_length)
         check_rank("cache", cache, 6, "(batch, num_layers, 2, max_length, heads, dim)")
+        layer_caches = [cache[:, i] for i in range(len(self.decoder_blocks))]
+        logits, layer_caches = self._call_with_layer_caches(
+            token_ids, layer_caches, cache_update_index, padding_mask
+        )
+        return logits, ops.stack(layer_caches, axis=1)
+
+    def _call_with_layer_caches(
+        self, token_ids, layer_caches, cache_update_index, padding_mask
+    ):
+        """`call_with_cache` on one cache tensor per block.
+
+        The generation loop carries these separately: stacking them into one
+        tensor at every step would copy every layer's cache once per token.
+        """
+        check_token_ids("token_ids", token_ids, self.max_sequence_length)
         x = self._embed(token_ids, start_index=cache_update_index)
-        caches = []
-        for i, block in enumerate(self.decoder_blocks):
+        updated = []
+        for block, layer_cache in zip(self.decoder_blocks, layer_caches, strict=True):
             x, layer_cache = block(
                 x,
                 padding_mask=padding_mask,
-                cache=cache[:, i],
+                cache=layer_cache,
                 cache_update_index=cache_update_index,
             )
-            caches.append(layer_cache)
-        return self._logits(x), ops.stack(caches, axis=1)
+            updated.append(layer_cache)
+        return self._logits(x), tuple(updated)
 
     def _generate_step(self, sampler, stop_token_ids):
         """The compiled loop: prefill the cache, then sample token by token."""
 
         def step(prompt, mask, start_index):
             batch_size, length = ops.shape(prompt)[0], ops.shape(prompt)[1]
-            cache = self.empty_cache(batch_size, length)
+            cache = tuple(
+                block.empty_cache(batch_size, length) for block in self.decoder_blocks
+            )
             padding_mask = ops.not_equal(prompt, self.padding_id)
-            _, cache = self.call_with_cache(prompt, cache, 0, padding_mask)
+            _, cache = self._call_with_layer_caches(prompt, cache, 0, padding_mask)
 
             def next(prompt, cache, index):
                 token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
                 padding_mask = ops.not_equal(prompt, self.padding_id)
-                logits, cache = self.call_with_cache(
-                    token, cache, index - 1, padding_mask=padding_mask
+                logits, cache = self._call_with_layer_caches(
+                    token, cache, index - 1, padding_mask
                 )
                 return logits[:, 0, :], None, cache
 

@@ -301,20 +301,41 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         Returns:
             `(logits, cache)`.
         """
-        check_token_ids("target_ids", target_ids, self.max_sequence_length)
         check_rank("cache", cache, 6, "(batch, layers, 2, max_length, heads, dim)")
+        layers = range(len(self.decoder_blocks))
+        logits, caches = self._call_with_layer_caches(
+            target_ids,
+            [cache[:, i] for i in layers],
+            cache_update_index,
+            [cross_attention_cache[:, i] for i in layers],
+            source_padding_mask,
+        )
+        return logits, ops.stack(caches, axis=1)
+
+    def _call_with_layer_caches(
+        self,
+        target_ids,
+        caches,
+        cache_update_index,
+        cross_attention_caches,
+        source_padding_mask,
+    ):
+        """`call_with_cache` on one cache tensor per block (see CausalLM's)."""
+        check_token_ids("target_ids", target_ids, self.max_sequence_length)
         x = self._embed_target(target_ids, start_index=cache_update_index)
-        caches = []
-        for i, block in enumerate(self.decoder_blocks):
-            x, layer_cache = block(
+        updated = []
+        for block, cache, cross_cache in zip(
+            self.decoder_blocks, caches, cross_attention_caches, strict=True
+        ):
+            x, cache = block(
                 x,
                 encoder_padding_mask=source_padding_mask,
-                cache=cache[:, i],
+                cache=cache,
                 cache_update_index=cache_update_index,
-                cross_attention_cache=cross_attention_cache[:, i],
+                cross_attention_cache=cross_cache,
             )
-            caches.append(layer_cache)
-        return self._logits(x), ops.stack(caches, axis=1)
+            updated.append(cache)
+        return self._logits(x), tuple(updated)
 
     def _generate_step(self, sampler, stop_token_ids):
         """The compiled loop: encode once, cross keys/values once, then decode."""
@@ -322,16 +343,23 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
 
         def step(source_ids, prompt, mask):
             source_mask = ops.not_equal(source_ids, self.padding_id)
-            cross_cache = self.compute_cross_attention_cache(self.encode(source_ids))
+            encoded = self.encode(source_ids)
+            cross_caches = [
+                block.compute_cross_attention_cache(encoded)
+                for block in self.decoder_blocks
+            ]
             if beams > 1:  # The sampler repeats its own state, not closures.
-                cross_cache = ops.repeat(cross_cache, beams, axis=0)
+                cross_caches = [ops.repeat(c, beams, axis=0) for c in cross_caches]
                 source_mask = ops.repeat(source_mask, beams, axis=0)
-            cache = self.empty_cache(ops.shape(prompt)[0], ops.shape(prompt)[1])
+            batch_size, length = ops.shape(prompt)[0], ops.shape(prompt)[1]
+            cache = tuple(
+                block.empty_cache(batch_size, length) for block in self.decoder_blocks
+            )
 
             def next(prompt, cache, index):
                 token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
-                logits, cache = self.call_with_cache(
-                    token, cache, index - 1, cross_cache, source_mask
+                logits, cache = self._call_with_layer_caches(
+                    token, cache, index - 1, cross_caches, source_mask
                 )
                 return logits[:, 0, :], None, cache
 

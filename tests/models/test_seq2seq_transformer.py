@@ -50,7 +50,7 @@ def trained():
     history = model.fit(
         {"source_ids": source, "target_ids": decoder_inputs},
         labels,
-        epochs=8,
+        epochs=16,
         batch_size=64,
         verbose=0,
     )
