@@ -54,19 +54,23 @@ def batch_by_length(
 ):
     """Batches a dataset of 1-D token sequences with others of similar length.
 
-    Wraps `tf.data.Dataset.bucket_by_sequence_length`. Each example goes to
-    the first bucket whose length is at least its own, and is padded with
-    `padding_id` to exactly that length (`pad_to_bucket_boundary`), so a
-    model sees only `len(bucket_lengths)` shapes: one compiled graph each,
-    and no retracing. With `tokens_per_batch`, shorter buckets take bigger
-    batches (`tokens_per_batch // length` rows, at most 8x `batch_size`), so
-    every step costs about the same; otherwise every bucket uses
-    `batch_size`. Sequences longer than the last bucket raise an error:
-    truncate them first.
+    Wraps `tf.data.Dataset.bucket_by_sequence_length`. Every rank-1
+    component of an element is a sequence: a plain vector, or each vector of
+    a tuple such as `(token_ids, label)` or `(source_ids, target_ids,
+    labels)`. An example's length is that of its longest sequence; it goes
+    to the first bucket whose length is at least that, and all its sequences
+    are padded with `padding_id` to exactly the bucket's length, so a model
+    sees only `len(bucket_lengths)` shapes: one compiled graph each, and no
+    retracing. Scalar components (class labels) pass through untouched.
+    With `tokens_per_batch`, shorter buckets take bigger batches
+    (`tokens_per_batch // length` rows, at most 8x `batch_size`), so every
+    step costs about the same; otherwise every bucket uses `batch_size`.
+    Sequences longer than the last bucket raise an error: truncate them
+    first.
 
     Args:
-        dataset: a `tf.data.Dataset` of int token-id vectors, or of
-            `(token_ids, label...)` tuples whose first element is the vector.
+        dataset: a `tf.data.Dataset` of int token-id vectors, or of tuples
+            holding one or more such vectors and any scalars.
         batch_size: rows per batch (the largest bucket's with `tokens_per_batch`).
         bucket_lengths: increasing padded lengths, e.g. `length_buckets(128)`.
         padding_id: the id that pads.
@@ -106,11 +110,31 @@ def batch_by_length(
 
     structure = dataset.element_spec
     is_tuple = isinstance(structure, tuple)
+    specs = structure if is_tuple else (structure,)
+    # The rank-1 components are the sequences; the others pass through.
+    is_sequence = [
+        isinstance(spec, tf.TensorSpec) and spec.shape.rank == 1 for spec in specs
+    ]
+    if not any(is_sequence):
+        raise ValueError(
+            "`dataset` must hold 1-D token-id vectors, alone or in a tuple. "
+            f"Received: element_spec={structure!r}"
+        )
     last = lengths[-1]
 
+    def longest(element, axis):
+        return tf.reduce_max(
+            tf.stack(
+                [
+                    tf.shape(component)[axis]
+                    for component, sequence in zip(element, is_sequence, strict=True)
+                    if sequence
+                ]
+            )
+        )
+
     def length_of(*element):
-        ids = element[0]
-        length = tf.shape(ids)[0]
+        length = longest(element, axis=0)
         # Fail loudly rather than let tf.data drop or mis-bucket the example.
         tf.debugging.assert_less_equal(
             length,
@@ -123,34 +147,40 @@ def batch_by_length(
     # bucket_by_sequence_length puts length L in the bucket b with
     # boundaries[b-1] <= L < boundaries[b] and pads to boundaries[b] - 1.
     boundaries = [n + 1 for n in lengths[:-1]]
-    padding_values = None
-    if is_tuple:
-        padding_values = tuple(
-            tf.constant(padding_id, spec.dtype) if i == 0 else None
-            for i, spec in enumerate(structure)
-        )
-    else:
-        padding_values = tf.constant(padding_id, structure.dtype)
+    padding_values = tuple(
+        tf.constant(padding_id, spec.dtype) if sequence else None
+        for spec, sequence in zip(specs, is_sequence, strict=True)
+    )
     batched = dataset.bucket_by_sequence_length(
         element_length_func=length_of,
         bucket_boundaries=boundaries,
         bucket_batch_sizes=batch_sizes,
         padded_shapes=None,
-        padding_values=padding_values,
+        padding_values=padding_values if is_tuple else padding_values[0],
         pad_to_bucket_boundary=False,
         drop_remainder=drop_remainder,
     )
     # pad_to_bucket_boundary=True pads to boundary - 1 and refuses the last
-    # (open) bucket, so pad to each bucket's length here instead.
+    # (open) bucket, so pad to each bucket's length here instead. The
+    # batch's longest sequence lies in its bucket's range, so it names the
+    # bucket; each sequence is padded to that bucket's length.
     bucket_lengths_tensor = tf.constant(lengths, tf.int32)
 
     def pad_to_bucket(*batch):
-        ids = batch[0]
-        length = tf.shape(ids)[1]
+        length = longest(batch, axis=1)
         index = tf.searchsorted(bucket_lengths_tensor, [length], side="left")[0]
         target = bucket_lengths_tensor[index]
-        ids = tf.pad(ids, [[0, 0], [0, target - length]], constant_values=padding_id)
-        return (ids, *batch[1:]) if is_tuple else ids
+        padded = tuple(
+            tf.pad(
+                component,
+                [[0, 0], [0, target - tf.shape(component)[1]]],
+                constant_values=tf.cast(padding_id, component.dtype),
+            )
+            if sequence
+            else component
+            for component, sequence in zip(batch, is_sequence, strict=True)
+        )
+        return padded if is_tuple else padded[0]
 
     return batched.map(pad_to_bucket, num_parallel_calls=tf.data.AUTOTUNE)
 

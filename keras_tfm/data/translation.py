@@ -22,9 +22,11 @@ hundred thousand pairs, e.g. `Das ist doch nicht möglich.` ->
 import re
 from pathlib import Path
 
-import keras_hub
 import numpy as np
 import tensorflow as tf
+
+from keras_tfm.data.bucketing import batch_by_length
+from keras_tfm.data.tokenizers import train_word_piece_tokenizer
 
 TRANS_DE_EN_PATH = "/usr/share/trans/de-en"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")  # ids 0, 1, 2, 3
@@ -196,37 +198,24 @@ def split_translation_pairs(
 def train_translation_tokenizer(texts, vocabulary_size, lowercase=False):
     """A keras-hub `WordPieceTokenizer` with a vocabulary learned from `texts`.
 
-    The vocabulary starts with `[PAD]`=0, `[UNK]`=1, `[START]`=2, `[END]`=3;
-    train it on both languages' training sentences for a shared vocabulary.
+    `train_word_piece_tokenizer` with the translation special tokens: the
+    vocabulary starts with `[PAD]`=0, `[UNK]`=1, `[START]`=2, `[END]`=3, and
+    accents are kept (German umlauts); train it on both languages' training
+    sentences for a shared vocabulary.
 
     Example:
     >>> tokenizer = train_translation_tokenizer(["Guten Tag.", "Good day."], 40)
     >>> tokenizer.token_to_id("[END]")
     3
     """
-    texts = list(texts)
-    if not texts:
-        raise ValueError("`texts` is empty. Received: texts=[]")
-    if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int):
-        raise ValueError(
-            "`vocabulary_size` must be an integer. Received: "
-            f"vocabulary_size={vocabulary_size!r}"
-        )
-    if vocabulary_size <= len(SPECIAL_TOKENS):
-        raise ValueError(
-            f"`vocabulary_size` must exceed the {len(SPECIAL_TOKENS)} special "
-            f"tokens. Received: vocabulary_size={vocabulary_size}"
-        )
-    vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
-        tf.data.Dataset.from_tensor_slices(texts).batch(1000),
+    if not isinstance(texts, str | tf.data.Dataset):
+        texts = list(texts)  # any iterable of strings, as before
+    return train_word_piece_tokenizer(
+        texts,
         vocabulary_size,
         lowercase=lowercase,
-        reserved_tokens=list(SPECIAL_TOKENS),
-    )
-    return keras_hub.tokenizers.WordPieceTokenizer(
-        vocabulary=vocabulary,
-        lowercase=lowercase,
-        special_tokens=list(SPECIAL_TOKENS),
+        strip_accents=False,
+        reserved_tokens=SPECIAL_TOKENS,
         name="tokenizer",
     )
 
@@ -272,8 +261,8 @@ def translation_dataset(
     `target_ids` = [START] + tokens(English) and labels = tokens(English) +
     [END]; pairs longer than `max_length - 1` tokens on either side are
     dropped. Pairs of similar lengths are batched together
-    (`bucket_by_sequence_length`), each batch padded with 0 to its bucket's
-    boundary (or `max_length`), so a compiled `fit` sees few shapes.
+    (`batch_by_length`), each batch padded with 0 to its bucket's boundary
+    (or `max_length`), so a compiled `fit` sees few shapes.
 
     Args:
         pairs: `(german, english)` string tuples.
@@ -323,37 +312,12 @@ def translation_dataset(
         dataset = dataset.shuffle(
             len(examples), seed=seed, reshuffle_each_iteration=True
         )
+    boundaries = [b for b in bucket_boundaries if b < max_length] + [max_length]
+    dataset = batch_by_length(dataset, batch_size, boundaries, padding_id=0)
     dataset = dataset.map(
         lambda s, t, y: ({"source_ids": s, "target_ids": t}, y),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    boundaries = [b for b in bucket_boundaries if b < max_length] + [max_length]
-    dataset = dataset.bucket_by_sequence_length(
-        lambda x, y: tf.maximum(tf.shape(x["source_ids"])[0], tf.shape(y)[0]),
-        bucket_boundaries=[b + 1 for b in boundaries[:-1]],
-        bucket_batch_sizes=[batch_size] * len(boundaries),
-        padded_shapes=(
-            {"source_ids": [None], "target_ids": [None]},
-            [None],
-        ),
-        pad_to_bucket_boundary=False,
-    )
-    # Pad every batch up to its bucket boundary: few distinct shapes.
-    bounds = tf.constant(boundaries, tf.int32)
-
-    def pad(x, y):
-        length = tf.maximum(tf.shape(x["source_ids"])[1], tf.shape(y)[1])
-        target = bounds[tf.argmax(tf.cast(bounds >= length, tf.int32))]
-
-        def to(t):
-            return tf.pad(t, [[0, 0], [0, target - tf.shape(t)[1]]])
-
-        return (
-            {"source_ids": to(x["source_ids"]), "target_ids": to(x["target_ids"])},
-            to(y),
-        )
-
-    dataset = dataset.map(pad, num_parallel_calls=tf.data.AUTOTUNE)
     # The number of batches is fixed by the lengths alone (each bucket ends
     # with one partial batch): stating it lets Keras show progress and stops
     # it from warning that the input "ran out of data".

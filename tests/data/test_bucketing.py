@@ -67,6 +67,40 @@ def test_plain_tensors_and_padding_id():
     ]
 
 
+def test_tuples_of_sequences_pad_together_and_scalars_pass_through():
+    rows = [
+        (np.arange(1, 4, dtype="int32"), np.arange(1, 7, dtype="int32"), 7),
+        (np.arange(1, 3, dtype="int32"), np.arange(1, 2, dtype="int32"), 8),
+        (np.arange(1, 11, dtype="int32"), np.arange(1, 3, dtype="int32"), 9),
+    ]
+    spec = tf.TensorSpec([None], tf.int32)
+    dataset = tf.data.Dataset.from_generator(
+        lambda: iter(rows),
+        output_signature=(spec, spec, tf.TensorSpec([], tf.int32)),
+    )
+    batches = list(batch_by_length(dataset, 2, [4, 8, 16], padding_id=-1))
+    by_label = {}
+    for source, target, label in batches:
+        assert label.shape.rank == 1  # one scalar per row, not padded
+        # Both sequences are padded to the bucket of the longer one.
+        assert source.shape[1] == target.shape[1]
+        columns = (source.numpy(), target.numpy(), label.numpy())
+        for s, t, y in zip(*columns, strict=True):
+            by_label[int(y)] = (s.tolist(), t.tolist())
+    assert by_label == {
+        7: ([1, 2, 3, -1, -1, -1, -1, -1], [1, 2, 3, 4, 5, 6, -1, -1]),
+        8: ([1, 2, -1, -1], [1, -1, -1, -1]),
+        9: ([*range(1, 11), *[-1] * 6], [1, 2, *[-1] * 14]),
+    }
+    assert sorted(b[0].shape[1] for b in batches) == [4, 8, 16]
+
+
+def test_datasets_without_sequences_are_refused():
+    dataset = tf.data.Dataset.from_tensor_slices(np.arange(3))
+    with pytest.raises(ValueError, match="1-D token-id vectors"):
+        batch_by_length(dataset, 2, [4])
+
+
 def test_too_long_sequences_fail_loudly():
     dataset = batch_by_length(ragged_dataset([3, 12]), 2, [4, 8])
     with pytest.raises(tf.errors.InvalidArgumentError, match="longer than the last"):
