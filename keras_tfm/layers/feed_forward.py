@@ -1,6 +1,10 @@
 import keras
 from keras import ops
 
+from keras_tfm.layers.chunked_feed_forward import (
+    CHUNKED_FEED_FORWARD_MIN_LENGTH,
+    chunked_feed_forward,
+)
 from keras_tfm.layers.validation import ACTIVATIONS, check_choice, check_positive_int
 
 
@@ -13,6 +17,10 @@ class FeedForward(keras.layers.Layer):
         swiglu: FFN(x) = (SiLU(x W_gate) * (x W1)) W2       (PaLM, LLaMA)
 
     GELU is the exact (erf) form. The output has the input's last dimension.
+    Sequences of `CHUNKED_FEED_FORWARD_MIN_LENGTH` (1024) tokens or more run
+    through `chunked_feed_forward` (same numbers; the backward pass
+    recomputes the hidden activations a chunk at a time instead of keeping
+    them), unless the layer is quantized.
 
     Args:
         intermediate_dim: the inner width (2048 in the paper's base model).
@@ -72,6 +80,15 @@ class FeedForward(keras.layers.Layer):
         self.output_dense.build(inner_shape)
 
     def call(self, inputs):
+        if self._use_chunked_path(inputs):
+            return chunked_feed_forward(
+                inputs,
+                self.intermediate_dense.kernel,
+                self._bias(self.intermediate_dense),
+                self.output_dense.kernel,
+                self._bias(self.output_dense),
+                activation=self.activation,
+            )
         hidden = self.intermediate_dense(inputs)
         if self.activation == "relu":
             hidden = ops.relu(hidden)
@@ -81,6 +98,20 @@ class FeedForward(keras.layers.Layer):
             gate, up = ops.split(hidden, 2, axis=-1)
             hidden = ops.silu(gate) * up
         return self.output_dense(hidden)
+
+    def _use_chunked_path(self, inputs):
+        length = inputs.shape[-2] if len(inputs.shape) >= 3 else None
+        return (
+            length is not None
+            and length >= CHUNKED_FEED_FORWARD_MIN_LENGTH
+            and self.intermediate_dense.quantization_mode is None
+            and self.output_dense.quantization_mode is None
+        )
+
+    def _bias(self, dense):
+        if dense.use_bias:
+            return dense.bias
+        return ops.zeros((dense.units,), self.compute_dtype)
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape

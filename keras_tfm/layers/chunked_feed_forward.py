@@ -1,0 +1,151 @@
+"""The feed-forward network in memory that does not grow with its inner width.
+
+For long sequences the (tokens, intermediate_dim) hidden activations are the
+largest tensors of a Transformer block's backward pass: autodiff keeps them
+from the forward pass and forms as many again for their gradients. Here the
+tokens are processed `chunk_size` at a time and the backward pass recomputes
+each chunk's hidden activations, so only one chunk's exist at once.
+"""
+
+import math
+
+from keras import ops
+
+# Sequences at least this long run the chunked path in `FeedForward`.
+CHUNKED_FEED_FORWARD_MIN_LENGTH = 1024
+DEFAULT_FEED_FORWARD_CHUNK = 512
+
+
+def _activate(hidden, activation):
+    """`(activated, derivative)` where derivative(d_activated) -> d_hidden."""
+    if activation == "relu":
+        positive = hidden > 0
+
+        def derivative(d_out):
+            return ops.where(positive, d_out, 0.0)
+
+        return ops.relu(hidden), derivative
+    if activation == "gelu":
+        h = ops.cast(hidden, "float32")
+        cdf = 0.5 * (1.0 + ops.erf(h / math.sqrt(2.0)))
+        pdf = ops.exp(-0.5 * h * h) / math.sqrt(2.0 * math.pi)
+
+        def derivative(d_out):
+            slope = cdf + h * pdf  # d/dh of h * cdf(h)
+            return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
+
+        return ops.cast(h * cdf, hidden.dtype), derivative
+    # swiglu: silu(gate) * up.
+    gate, up = ops.split(hidden, 2, axis=-1)
+    g = ops.cast(gate, "float32")
+    sigmoid = ops.sigmoid(g)
+    silu = g * sigmoid
+
+    def derivative(d_out):
+        d_out = ops.cast(d_out, "float32")
+        d_gate = d_out * ops.cast(up, "float32") * sigmoid * (1.0 + g * (1.0 - sigmoid))
+        d_up = d_out * silu
+        return ops.cast(ops.concatenate([d_gate, d_up], axis=-1), hidden.dtype)
+
+    return ops.cast(silu, hidden.dtype) * up, derivative
+
+
+def chunked_feed_forward(
+    inputs,
+    intermediate_kernel,
+    intermediate_bias,
+    output_kernel,
+    output_bias,
+    activation="relu",
+    chunk_size=DEFAULT_FEED_FORWARD_CHUNK,
+):
+    """`act(x W1 + b1) W2 + b2` over chunks of tokens, recomputed in backward.
+
+    Equal to the plain computation to float rounding, gradients included
+    (weights' gradients are summed over chunks in float32).
+
+    Args:
+        inputs: (..., hidden_dim).
+        intermediate_kernel: (hidden_dim, width), width = intermediate_dim or
+            2 * intermediate_dim for "swiglu" (gate first, then up).
+        intermediate_bias: (width,).
+        output_kernel: (intermediate_dim, hidden_dim).
+        output_bias: (hidden_dim,).
+        activation: "relu", "gelu" (exact) or "swiglu".
+        chunk_size: tokens per chunk; any number of tokens works.
+
+    Returns:
+        A tensor of the inputs' shape and dtype.
+
+    Example:
+    >>> x = np.random.rand(2, 10, 4).astype("float32")
+    >>> w1, b1 = np.random.rand(4, 8), np.zeros(8)
+    >>> w2, b2 = np.random.rand(8, 4), np.zeros(4)
+    >>> out = chunked_feed_forward(x, w1, b1, w2, b2, chunk_size=3)
+    >>> bool(np.allclose(out, np.maximum(x @ w1, 0) @ w2, atol=1e-5))
+    True
+    """
+    if (
+        not isinstance(chunk_size, int)
+        or isinstance(chunk_size, bool)
+        or chunk_size < 1
+    ):
+        raise ValueError(
+            "`chunk_size` must be a positive integer. Received: "
+            f"chunk_size={chunk_size!r}"
+        )
+    inputs = ops.convert_to_tensor(inputs)
+    dtype = inputs.dtype
+    # As tensors: the gradient reaches variables (and LoRA factors) through
+    # the reads, outside the custom gradient.
+    weights = [
+        ops.cast(ops.convert_to_tensor(w), dtype)
+        for w in (intermediate_kernel, intermediate_bias, output_kernel, output_bias)
+    ]
+    shape = ops.shape(inputs)
+    hidden_dim = inputs.shape[-1]
+    rows = ops.reshape(inputs, (-1, hidden_dim))
+    num_rows = ops.shape(rows)[0]
+    num_chunks = (num_rows + chunk_size - 1) // chunk_size
+    rows = ops.pad(rows, [[0, num_chunks * chunk_size - num_rows], [0, 0]])
+    chunks = ops.reshape(rows, (num_chunks, chunk_size, hidden_dim))
+
+    @ops.custom_gradient
+    def feed_forward(chunks, w1, b1, w2, b2):
+        def forward_step(j, outputs):
+            activated, _ = _activate(ops.matmul(chunks[j], w1) + b1, activation)
+            out = ops.matmul(activated, w2) + b2
+            return ops.slice_update(outputs, [j, 0, 0], out[None])
+
+        outputs = ops.fori_loop(0, num_chunks, forward_step, ops.zeros_like(chunks))
+
+        def grad(upstream):
+            upstream = ops.cast(upstream, dtype)
+
+            def backward_step(j, state):
+                d_chunks, d_w1, d_b1, d_w2, d_b2 = state
+                x, d_out = chunks[j], upstream[j]
+                activated, derivative = _activate(ops.matmul(x, w1) + b1, activation)
+                d_hidden = derivative(ops.matmul(d_out, ops.transpose(w2)))
+                d_x = ops.matmul(d_hidden, ops.transpose(w1))
+                d_chunks = ops.slice_update(d_chunks, [j, 0, 0], d_x[None])
+                f32 = "float32"
+                return (
+                    d_chunks,
+                    d_w1 + ops.cast(ops.matmul(ops.transpose(x), d_hidden), f32),
+                    d_b1 + ops.cast(ops.sum(d_hidden, axis=0), f32),
+                    d_w2 + ops.cast(ops.matmul(ops.transpose(activated), d_out), f32),
+                    d_b2 + ops.cast(ops.sum(d_out, axis=0), f32),
+                )
+
+            init = (ops.zeros_like(chunks),) + tuple(
+                ops.zeros(ops.shape(w), "float32") for w in (w1, b1, w2, b2)
+            )
+            d_chunks, *d_weights = ops.fori_loop(0, num_chunks, backward_step, init)
+            return (d_chunks, *(ops.cast(d, dtype) for d in d_weights))
+
+        return outputs, grad
+
+    outputs = feed_forward(chunks, *weights)
+    outputs = ops.reshape(outputs, (-1, hidden_dim))[:num_rows]
+    return ops.reshape(outputs, shape)
