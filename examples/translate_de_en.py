@@ -295,9 +295,9 @@ def save(model, config, args, pairs, train, validation, test, results, history):
             "default 13a tokenization, one reference). Validation after "
             f"training: loss {val_loss:.3f} (label-smoothed 0.1), token accuracy "
             f"{val_accuracy:.3f}.\n\n"
-            "```python\nmodel = keras_tfm.zoo.from_preset('translator_de_en')\n"
-            "import examples.translate_de_en as ex\n"
-            "ex.translate(model, ['Wie spät ist es?'], num_beams=4)\n```"
+            '```python\nmodel = keras_tfm.zoo.from_preset("translator_de_en")\n'
+            "import examples.translate_de_en as ex\n\n"
+            'ex.translate(model, ["Wie spät ist es?"], num_beams=4)\n```'
         ),
         intended_use=(
             "Demonstrations and tests of keras-tfm's encoder-decoder model, "

@@ -142,7 +142,9 @@ def save_preset(
         name=name,
         class_name=spec["class_name"],
         parameters=model.count_params() if model.built else 0,
-        weights=WEIGHTS_FILE if save_weights else "none (config only)",
+        weights=f"{WEIGHTS_FILE} (model weights only, no optimizer state)"
+        if save_weights
+        else "none (config only)",
         **{key: text.strip() for key, text in texts.items()},
     )
     (directory / CARD_FILE).write_text(card, encoding="utf-8")
