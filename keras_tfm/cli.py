@@ -150,8 +150,14 @@ def train(args):
     from keras_tfm.saving import ResumableBackupAndRestore, atomic_save
 
     keras.utils.set_random_seed(args.seed)
-    if args.dtype_policy:
-        keras.config.set_dtype_policy(args.dtype_policy)
+    defaults = training.device_defaults()
+    if args.dtype_policy == "auto":
+        args.dtype_policy = defaults.dtype_policy
+    if args.jit_compile is None:
+        args.jit_compile = defaults.jit_compile
+    keras.config.set_dtype_policy(args.dtype_policy)
+    xla = "on" if args.jit_compile else "off"
+    print(f"{args.dtype_policy}, XLA {xla} (device defaults: {defaults.reason})")
     text, source = _read_corpus(args.data)
     with strategy.scope():
         model = zoo.from_preset(
@@ -319,8 +325,19 @@ def build_parser():
     p.add_argument("--sequence-length", type=_positive_int, default=128)
     p.add_argument("--learning-rate", type=_positive_float, default=3e-3)
     p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--dtype-policy", help="e.g. mixed_bfloat16 or mixed_float16")
-    p.add_argument("--no-jit", dest="jit_compile", action="store_false")
+    p.add_argument(
+        "--dtype-policy",
+        default="auto",
+        help="float32, mixed_bfloat16 or mixed_float16; auto (default): the "
+        "fastest measured for this device (keras_tfm.training.device_defaults)",
+    )
+    p.add_argument(
+        "--jit",
+        dest="jit_compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compile with XLA (default: as device_defaults says)",
+    )
     p.add_argument("--output", default=DEFAULT_OUTPUT)
     p.add_argument("--prompt", action="append", help="prompts for the samples")
     p.add_argument("--max-new-tokens", type=_positive_int, default=120)

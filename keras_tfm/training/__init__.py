@@ -16,6 +16,7 @@ Example:
 
 from keras_hub.metrics import Perplexity
 
+from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.distiller import Distiller
 from keras_tfm.training.flops import measure_peak_flops, training_flops_per_token
 from keras_tfm.training.throughput_callback import ThroughputCallback
@@ -25,6 +26,7 @@ from keras_tfm.training.token_cross_entropy import TokenCrossEntropy
 from keras_tfm.training.transformer_schedule import TransformerSchedule
 
 __all__ = [
+    "DeviceDefaults",
     "Distiller",
     "Perplexity",
     "ThroughputCallback",
@@ -32,6 +34,7 @@ __all__ = [
     "TokenCount",
     "TokenCrossEntropy",
     "TransformerSchedule",
+    "device_defaults",
     "measure_peak_flops",
     "training_flops_per_token",
 ]

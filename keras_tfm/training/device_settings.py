@@ -1,0 +1,90 @@
+"""The fastest measured dtype policy and XLA setting for the device at hand."""
+
+import collections
+
+DeviceDefaults = collections.namedtuple(
+    "DeviceDefaults", ["dtype_policy", "jit_compile", "reason"]
+)
+
+# CPU flags of a native bfloat16 dot product (AVX-512 BF16: Zen 4, Cooper
+# Lake and later Xeons; AMX: Sapphire Rapids and later).
+BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+    """The CPU's feature flags (Linux), or an empty set where unknown."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def device_defaults(gpus=None, flags=None):
+    """The dtype policy and `jit_compile` that train fastest here.
+
+    - A GPU: XLA with `mixed_bfloat16` on compute capability 8.0 and newer
+      (A100, H100, RTX 30xx/40xx), `mixed_float16` before (Keras adds loss
+      scaling for it).
+    - A CPU with native bfloat16 dot products (`avx512_bf16` or `amx_bf16`):
+      `mixed_bfloat16` *without* XLA. TensorFlow's oneDNN kernels run bfloat16
+      matmuls at about twice the float32 rate there, but XLA's CPU backend
+      does not use them (measured in docs/benchmarks.md: 405 against 182
+      GFLOP/s for oneDNN bfloat16 against float32, 198 for XLA bfloat16; and
+      1.3-1.5x the float32+XLA training tokens/s of the benchmark encoders).
+    - Any other CPU: float32 with XLA.
+
+    The softmax of keras-tfm's attention and the logits stay float32 under
+    every policy. Set the policy before building the model and pass
+    `jit_compile` to `compile`.
+
+    Args:
+        gpus: the GPUs to consider (by default TensorFlow's visible GPUs).
+        flags: the CPU flags to consider (by default read from /proc/cpuinfo).
+
+    Returns:
+        `DeviceDefaults(dtype_policy, jit_compile, reason)`.
+
+    Example:
+    >>> defaults = device_defaults(gpus=[], flags={"avx2", "fma"})
+    >>> defaults.dtype_policy, defaults.jit_compile
+    ('float32', True)
+    >>> device_defaults(gpus=[], flags={"avx512f", "avx512_bf16"})[:2]
+    ('mixed_bfloat16', False)
+    """
+    if gpus is None:
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        capability = _compute_capability(gpus[0])
+        if capability is not None and capability >= (8, 0):
+            return DeviceDefaults(
+                "mixed_bfloat16", True, f"GPU of compute capability {capability}"
+            )
+        return DeviceDefaults(
+            "mixed_float16", True, f"GPU of compute capability {capability}"
+        )
+    flags = cpu_flags() if flags is None else set(flags)
+    native = sorted(flags.intersection(BFLOAT16_CPU_FLAGS))
+    if native:
+        return DeviceDefaults(
+            "mixed_bfloat16",
+            False,
+            f"CPU with {', '.join(native)}: oneDNN bfloat16 matmuls, which XLA "
+            "does not use",
+        )
+    return DeviceDefaults("float32", True, "CPU without native bfloat16")
+
+
+def _compute_capability(gpu):
+    try:
+        import tensorflow as tf
+
+        details = tf.config.experimental.get_device_details(gpu)
+    except Exception:  # a device description that TensorFlow cannot read
+        return None
+    return details.get("compute_capability")

@@ -1,0 +1,53 @@
+import doctest
+
+from keras_tfm.training import device_settings as module
+from keras_tfm.training.device_settings import cpu_flags, device_defaults
+
+
+class FakeGPU:
+    pass
+
+
+def test_cpu_with_native_bfloat16_trains_in_mixed_bfloat16_without_xla():
+    for flag in ("avx512_bf16", "amx_bf16"):
+        defaults = device_defaults(gpus=[], flags={"avx512f", flag})
+        assert defaults.dtype_policy == "mixed_bfloat16"
+        assert defaults.jit_compile is False
+        assert flag in defaults.reason
+
+
+def test_cpu_without_native_bfloat16_trains_in_float32_with_xla():
+    defaults = device_defaults(gpus=[], flags={"avx2", "fma", "avx512f"})
+    assert (defaults.dtype_policy, defaults.jit_compile) == ("float32", True)
+
+
+def test_gpu_policy_follows_compute_capability(monkeypatch):
+    capabilities = {"a100": (8, 0), "v100": (7, 0), "unknown": None}
+    monkeypatch.setattr(
+        module, "_compute_capability", lambda gpu: capabilities[gpu.name]
+    )
+    gpu = FakeGPU()
+    expected = {"a100": "mixed_bfloat16", "v100": "mixed_float16",
+                "unknown": "mixed_float16"}  # fmt: skip
+    for name, policy in expected.items():
+        gpu.name = name
+        defaults = device_defaults(gpus=[gpu], flags={"avx512_bf16"})
+        assert (defaults.dtype_policy, defaults.jit_compile) == (policy, True)
+
+
+def test_cpu_flags_reads_the_flags_line(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512_bf16 sse\n")
+    assert cpu_flags(str(cpuinfo)) == {"fpu", "avx512_bf16", "sse"}
+    assert cpu_flags(str(tmp_path / "missing")) == set()
+
+
+def test_this_machine_gets_an_answer():
+    defaults = device_defaults()
+    assert defaults.dtype_policy in ("float32", "mixed_bfloat16", "mixed_float16")
+    assert isinstance(defaults.jit_compile, bool)
+
+
+def test_docstring_example():
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
