@@ -91,15 +91,25 @@ def test_tokens_per_step_counts_all_positions(monkeypatch):
     assert history.history["tokens_per_second"][0] == BATCH * SEQ
 
 
-def test_measures_peak_when_not_given(monkeypatch):
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_measures_peak_in_the_compute_dtype_when_not_given(monkeypatch, policy):
+    dtypes = []
+
+    def measure(dtype):
+        dtypes.append(dtype)
+        return 5e10
+
     monkeypatch.setattr(
-        "keras_tfm.training.throughput_callback.measure_peak_flops", lambda: 5e10
+        "keras_tfm.training.throughput_callback.measure_peak_flops", measure
     )
+    keras.config.set_dtype_policy(policy)
     m = model()
+    keras.config.set_dtype_policy("float32")
     x, y = data(num_batches=2)
     callback = ThroughputCallback(tokens_per_step=BATCH * SEQ, verbose=0)
     m.fit(x, y, batch_size=BATCH, epochs=1, callbacks=[callback], verbose=0)
     assert callback._peak == 5e10
+    assert dtypes == [keras.dtype_policies.get(policy).compute_dtype]
 
 
 def test_errors():
