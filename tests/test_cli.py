@@ -2,7 +2,7 @@
 
 import pytest
 
-from keras_tfm import cli
+from keras_tfm import cli, training
 from keras_tfm.data import load_default_corpus
 
 
@@ -25,6 +25,17 @@ def trained(tmp_path_factory):
 def test_train_writes_a_model_and_prints_samples(trained, capsys):
     model, _ = trained
     assert model.is_file() and model.stat().st_size > 0
+
+
+def test_train_uses_the_device_defaults(trained):
+    model, _ = trained
+    expected = training.device_defaults().dtype_policy
+    assert cli._load(str(model)).dtype_policy.name == expected
+
+
+def test_an_unknown_dtype_policy_is_refused():
+    with pytest.raises(SystemExit, match="float8"):
+        cli.main(["train", "--preset", "gpt_tiny", "--dtype-policy", "float8"])
 
 
 def test_generate_continues_the_prompt(trained, capsys):

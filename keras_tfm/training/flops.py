@@ -75,15 +75,16 @@ def measure_peak_flops(matrix_size=1024, num_iterations=10, dtype="float32"):
     n = check_positive_int("matrix_size", matrix_size)
     iterations = check_positive_int("num_iterations", num_iterations)
     rng = np.random.default_rng(0)
-    a = ops.convert_to_tensor(rng.standard_normal((n, n)), dtype)
-    b = ops.convert_to_tensor(rng.standard_normal((n, n)), dtype)
+    # Cast on the device: NumPy has no bfloat16 to convert from.
+    a = ops.cast(ops.convert_to_tensor(rng.standard_normal((n, n)), "float32"), dtype)
+    b = ops.cast(ops.convert_to_tensor(rng.standard_normal((n, n)), "float32"), dtype)
     for _ in range(2):
         out = ops.matmul(a, b)
-    keras.ops.convert_to_numpy(out[0, 0])
+    keras.ops.convert_to_numpy(ops.cast(out[0, 0], "float32"))
     start = time.perf_counter()
     for _ in range(iterations):
         out = ops.matmul(a, b)
     # Devices run in order, so the last result being ready means all are.
-    keras.ops.convert_to_numpy(out[0, 0])
+    keras.ops.convert_to_numpy(ops.cast(out[0, 0], "float32"))
     seconds = time.perf_counter() - start
     return 2.0 * n**3 * iterations / max(seconds, 1e-9)

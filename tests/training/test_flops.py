@@ -18,8 +18,9 @@ def test_rejects_bad_counts(name):
         training_flops_per_token(10, 1, 4, 2.5)
 
 
-def test_measures_a_plausible_cpu_rate():
-    flops = measure_peak_flops(matrix_size=128, num_iterations=3)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_measures_a_plausible_cpu_rate(dtype):
+    flops = measure_peak_flops(matrix_size=128, num_iterations=3, dtype=dtype)
     # Any machine running this manages more than 10 MFLOP/s and under 10 PFLOP/s.
     assert 1e7 < flops < 1e16
     with pytest.raises(ValueError, match="matrix_size"):
