@@ -6,22 +6,27 @@
 
 Sections (each prints a markdown table, the load average around it and,
 at the end, everything as JSON with --json):
-- ceiling: float32 matmul GFLOP/s (TF and PyTorch, 2048 x 2048), median.
-- train: model.fit tokens/s and MFU (model FLOPs / the ceiling) of an
-  encoder: Embedding -> num_layers post-LN blocks (ReLU FFN) -> Dense(vocab),
-  Adam, sparse cross-entropy, batch 32 x 128 tokens, every Keras model with
-  jit_compile=True; the same architecture in PyTorch (nn.TransformerEncoder).
-  Median of the per-step wall times after the warm-up steps.
+- ceiling: matmul GFLOP/s (TF without XLA and PyTorch, 2048 x 2048, float32
+  and bfloat16), median.
+- train: model.fit tokens/s and MFU (model FLOPs / the ceiling of the row's
+  matmul dtype) of an encoder: Embedding -> num_layers post-LN blocks (ReLU
+  FFN) -> Dense(vocab), Adam, sparse cross-entropy, batch 32 x 128 tokens:
+  keras-hub's TransformerEncoder in float32 with XLA (the baseline), keras-tfm
+  in float32 and mixed_bfloat16, with and without XLA, keras-hub in the
+  setting keras-tfm picks for this device, a keras.layers.MultiHeadAttention
+  stack, and the same architecture in PyTorch (nn.TransformerEncoder, float32
+  and bfloat16 autocast). Median of the per-step wall times after warm-up.
 - generate: greedy and top-k generation tokens/s of a GPT-style model
   (CausalLM against keras-hub's GPT2CausalLM.generate, both XLA-compiled) at
   batch 1 and 8, prompt 16, 112 new tokens; median of repeats after a warm-up
   call, and a check that keras-tfm's greedy tokens equal the argmax of an
   uncached forward pass.
 - memory: one encoder block's forward+backward (batch 1, XLA for Keras) at
-  1k..16k tokens, each in a fresh process: the peak resident memory above
-  the resident memory after a warm-up step (glibc told to return large
-  blocks to the system so that freed memory is not counted), and the median
-  time of the step.
+  1k..16k tokens, each in a fresh process: the peak of the framework's
+  allocator above its level before the step (TensorFlow's memory info;
+  PyTorch's profiler events, replayed), the peak resident memory above the
+  resident memory after a warm-up step (glibc told to return large blocks to
+  the system), and the median time of the step.
 """
 
 import argparse
@@ -67,39 +72,48 @@ def table(header, rows):
 
 
 def matmul_ceiling(size=2048, repeats=10):
+    """Median GFLOP/s of a (size x size) matmul: TF (oneDNN, no XLA) and PyTorch,
+    in float32 and bfloat16 (native on CPUs with AVX-512 BF16 or AMX)."""
     import tensorflow as tf
 
     results = {}
-    a = tf.random.normal((size, size))
-    b = tf.random.normal((size, size))
-    matmul = tf.function(lambda a, b: tf.matmul(a, b))
-    matmul(a, b).numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    for dtype in ("float32", "bfloat16"):
+        a = tf.cast(tf.random.normal((size, size)), dtype)
+        b = tf.cast(tf.random.normal((size, size)), dtype)
+        matmul = tf.function(lambda a, b: tf.matmul(a, b))
         matmul(a, b).numpy()
-        times.append(time.perf_counter() - start)
-    results["tensorflow"] = 2 * size**3 / statistics.median(times) / 1e9
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            matmul(a, b).numpy()
+            times.append(time.perf_counter() - start)
+        results[f"tensorflow {dtype}"] = 2 * size**3 / statistics.median(times) / 1e9
     try:
         import torch
     except ImportError:
         return results
     torch.set_num_threads(os.cpu_count())
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    torch.mm(a, b)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    for dtype in ("float32", "bfloat16"):
+        a = torch.randn(size, size, dtype=getattr(torch, dtype))
+        b = torch.randn(size, size, dtype=getattr(torch, dtype))
         torch.mm(a, b)
-        times.append(time.perf_counter() - start)
-    results["torch"] = 2 * size**3 / statistics.median(times) / 1e9
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - start)
+        results[f"torch {dtype}"] = 2 * size**3 / statistics.median(times) / 1e9
     return results
+
+
+def best_ceiling(ceilings, dtype):
+    return max(v for k, v in ceilings.items() if k.endswith(dtype))
 
 
 # Training.
 
 
-def keras_encoder(kind, config, dtype_policy="float32"):
+def keras_encoder(kind, config, dtype_policy="float32", jit_compile=True):
     import keras
     import keras_hub
 
@@ -129,7 +143,7 @@ def keras_encoder(kind, config, dtype_policy="float32"):
     model.compile(
         optimizer=keras.optimizers.Adam(1e-4),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=True,
+        jit_compile=jit_compile,
     )
     return model
 
@@ -169,7 +183,7 @@ def torch_encoder(config):
     )
 
 
-def time_torch_fit(model, steps, warmup):
+def time_torch_fit(model, steps, warmup, dtype="float32"):
     import numpy as np
     import torch
 
@@ -180,8 +194,11 @@ def time_torch_fit(model, steps, warmup):
         x = torch.randint(1, VOCAB, (BATCH, SEQ), generator=generator)
         y = torch.randint(0, VOCAB, (BATCH, SEQ), generator=generator)
         optimizer.zero_grad()
-        logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.ravel())
+        with torch.autocast("cpu", torch.bfloat16, enabled=dtype == "bfloat16"):
+            logits = model(x)
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, VOCAB), y.ravel()
+        )
         loss.backward()
         optimizer.step()
         times.append(time.perf_counter())
@@ -200,12 +217,15 @@ def train_flops_per_token(config):
 
 
 def bench_train(quick):
+    from keras_tfm.training import device_defaults
+
     try:
         import torch
 
         torch.set_num_threads(os.cpu_count())
     except ImportError:
         torch = None
+    defaults = device_defaults()
     rows, results, ceilings = [], [], {}
     for name, config in TRAIN_CONFIGS.items():
         if quick:
@@ -214,37 +234,55 @@ def bench_train(quick):
         warmup = 2 if quick else 3
         flops = train_flops_per_token(config)
         # Re-measured per config: the machine's load changes during the run.
-        ceiling = max(matmul_ceiling().values()) * 1e9
-        ceilings[name] = ceiling
+        ceilings[name] = matmul_ceiling()
+        # (label, library, dtype policy, jit_compile); the first row is the
+        # baseline of the issue: keras-hub in float32 with XLA.
         peers = [
-            ("keras-tfm", "keras-tfm", "float32"),
-            ("keras-tfm mixed_bfloat16", "keras-tfm", "mixed_bfloat16"),
-            ("keras-hub TransformerEncoder", "keras-hub", "float32"),
-            ("keras.layers.MultiHeadAttention", "mha", "float32"),
+            ("keras-hub TransformerEncoder", "keras-hub", "float32", True),
+            ("keras-tfm", "keras-tfm", "float32", True),
+            ("keras-tfm", "keras-tfm", "mixed_bfloat16", True),
+            ("keras-tfm", "keras-tfm", "mixed_bfloat16", False),
+            ("keras-hub TransformerEncoder", "keras-hub", "mixed_bfloat16", False),
+            ("keras.layers.MultiHeadAttention", "mha", "float32", True),
         ]
-        for peer, kind, policy in peers:
+        for label, kind, policy, jit in peers:
             before = load()
-            model = keras_encoder(kind, config, policy)
+            model = keras_encoder(kind, config, policy, jit)
             seconds = time_keras_fit(model, steps, warmup)
-            results.append((name, peer, seconds, before))
+            default = (policy, jit) == (defaults.dtype_policy, defaults.jit_compile)
+            if kind == "keras-tfm" and default:
+                label += " (device default)"
+            setting = f"{policy}, {'XLA' if jit else 'no XLA'}"
+            results.append((name, label, setting, seconds, before))
             _clear_keras()
         if torch is not None:
-            before = load()
-            seconds = time_torch_fit(torch_encoder(config), steps, warmup)
-            results.append((name, "PyTorch nn.TransformerEncoder", seconds, before))
-        base = {n: s for n, p, s, _ in results if p.startswith("keras-hub")}
-        for n, peer, seconds, before in results:
+            for dtype, setting in (("float32", "float32"),
+                                   ("bfloat16", "autocast bfloat16")):  # fmt: skip
+                before = load()
+                seconds = time_torch_fit(torch_encoder(config), steps, warmup, dtype)
+                results.append(
+                    (name, "PyTorch nn.TransformerEncoder", setting, seconds, before)
+                )
+        base = next(row[3] for row in results if row[0] == name)  # keras-hub's
+        for n, label, setting, seconds, before in results:
             if n != name:
                 continue
             tokens = BATCH * SEQ / seconds
+            dtype = "bfloat16" if "bfloat16" in setting else "float32"
+            mfu = tokens * flops / (best_ceiling(ceilings[name], dtype) * 1e9)
             rows.append([
-                name, peer, f"{tokens:,.0f}", f"{tokens * flops / ceilings[name]:.0%}",
-                f"{base[name] / seconds:.2f}x", f"{seconds * 1e3:.0f}", before,
+                name, label, setting, f"{tokens:,.0f}", f"{mfu:.0%}",
+                f"{base / seconds:.2f}x", f"{seconds * 1e3:.0f}", before,
             ])  # fmt: skip
-    header = ["config", "implementation", "tokens/s", "MFU", "vs keras-hub",
+    header = ["config", "implementation", "precision", "tokens/s",
+              "MFU (of its dtype's ceiling)", "vs keras-hub float32 XLA",
               "ms/step", "load before"]  # fmt: skip
-    note = "matmul ceiling used for MFU (GFLOP/s, measured before each config): "
-    note += ", ".join(f"{n} {c / 1e9:.0f}" for n, c in ceilings.items())
+    note = "matmul ceilings (GFLOP/s, measured before each config): " + "; ".join(
+        f"{n}: " + ", ".join(f"{k} {v:.0f}" for k, v in c.items())
+        for n, c in ceilings.items()
+    )
+    note += f"\n\nkeras-tfm device default here: {defaults.dtype_policy}, "
+    note += f"jit_compile={defaults.jit_compile} ({defaults.reason})"
     return table(header, rows) + "\n\n" + note, rows
 
 
@@ -383,9 +421,11 @@ def memory_worker(impl, length, hidden_dim=256, num_heads=4, ffn=1024):
         if impl == "keras-tfm":
             block = TransformerEncoderBlock(num_heads, ffn)
         elif impl == "keras-tfm plain":
+            import keras_tfm.layers.feed_forward as feed_forward
             import keras_tfm.layers.multi_head_self_attention as mhsa
 
             mhsa.CHUNKED_ATTENTION_MIN_LENGTH = 10**9
+            feed_forward.CHUNKED_FEED_FORWARD_MIN_LENGTH = 10**9
             block = TransformerEncoderBlock(num_heads, ffn)
         else:
             block = keras_hub.layers.TransformerEncoder(ffn, num_heads)
@@ -416,10 +456,11 @@ def memory_worker(impl, length, hidden_dim=256, num_heads=4, ffn=1024):
     step()
     first = time.perf_counter() - start
     peak = rss("VmHWM")
-    allocator_extra = None
     if impl != "torch":
         info = tf.config.experimental.get_memory_info("CPU:0")
         allocator_extra = (info["peak"] - allocator_base) / 2**20
+    else:
+        allocator_extra = torch_allocator_peak(step) / 2**20
     times = [first]
     for _ in range(1):
         start = time.perf_counter()
@@ -427,6 +468,30 @@ def memory_worker(impl, length, hidden_dim=256, num_heads=4, ffn=1024):
         times.append(time.perf_counter() - start)
     result = {"rss_extra_mb": peak - base, "allocator_extra_mb": allocator_extra}
     print(json.dumps(dict(result, ms=1e3 * float(np.median(times)))))
+
+
+def torch_allocator_peak(step):
+    """Peak bytes live in PyTorch's CPU allocator during `step()`, beyond before.
+
+    Replays the profiler's allocation and free events in time order: the same
+    quantity as TensorFlow's allocator peak, which RSS cannot show for TF
+    (its allocator keeps freed memory).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    changes = sorted(
+        (e.time_range.end if e.self_cpu_memory_usage < 0 else e.time_range.start,
+         e.self_cpu_memory_usage)
+        for e in prof.events()
+        if e.self_cpu_memory_usage
+    )  # fmt: skip
+    live = peak = 0
+    for _, change in changes:
+        live += change
+        peak = max(peak, live)
+    return peak
 
 
 def bench_memory(quick):
@@ -460,7 +525,7 @@ def bench_memory(quick):
                          "" if extra is None else f"{extra:.0f}",
                          f"{result['ms']:.0f}", before])  # fmt: skip
     header = ["tokens", "implementation", "extra peak RSS MB",
-              "extra peak TF allocator MB", "ms fwd+bwd", "load before"]  # fmt: skip
+              "extra peak allocator MB", "ms fwd+bwd", "load before"]  # fmt: skip
     return table(header, rows), rows
 
 
@@ -480,7 +545,7 @@ def main():
     everything = {}
     ceiling = matmul_ceiling()
     everything["ceiling_gflops"] = ceiling
-    print("\n## Matmul ceiling (float32, 2048x2048, GFLOP/s)\n", flush=True)
+    print("\n## Matmul ceiling (2048x2048, GFLOP/s)\n", flush=True)
     print(table(list(ceiling), [[f"{v:.0f}" for v in ceiling.values()]]), flush=True)
     for section, fn in (("train", lambda: bench_train(args.quick)),
                         ("generate", lambda: bench_generate(args.quick)),
