@@ -76,7 +76,11 @@ def test_learns_to_fill_in_counting_sequences():
     )
     model = make_mlm()
     compile_mlm(model)
-    model.fit(dataset, epochs=5, shuffle=False, verbose=0)
+    # The masks' random draws are not fixed by the test's seed (TensorFlow
+    # Text's unseeded shuffles depend on what ran before in the process), so
+    # train well past the bound: after 5 epochs one test order ended at 0.76
+    # (bound 0.64), after 10 the two orders tried ended at 0.16 and 0.27.
+    model.fit(dataset, epochs=10, shuffle=False, verbose=0)
     x, y, weights = masker(counting_sequences(512, seed=1))
     loss = masked_cross_entropy(model(x), y, weights)
     assert loss < 0.2 * math.log(VOCAB)
