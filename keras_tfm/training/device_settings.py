@@ -32,9 +32,10 @@ def device_defaults(gpus=None, flags=None):
     - A CPU with native bfloat16 dot products (`avx512_bf16` or `amx_bf16`):
       `mixed_bfloat16` *without* XLA. TensorFlow's oneDNN kernels run bfloat16
       matmuls at about twice the float32 rate there, but XLA's CPU backend
-      does not use them (measured in docs/benchmarks.md: 405 against 182
-      GFLOP/s for oneDNN bfloat16 against float32, 198 for XLA bfloat16; and
-      1.3-1.5x the float32+XLA training tokens/s of the benchmark encoders).
+      does not use them (docs/benchmarks.md: 410 against 209 GFLOP/s for
+      oneDNN bfloat16 against float32, about 198 for XLA bfloat16; 1.7-1.8x
+      the float32+XLA training tokens/s of the benchmark's encoders, d_model
+      256 and 512). Models as small as d_model 128 gain nothing.
     - Any other CPU: float32 with XLA.
 
     The softmax of keras-tfm's attention and the logits stay float32 under
