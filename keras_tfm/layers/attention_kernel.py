@@ -2,6 +2,8 @@
 
 from keras import ops
 
+from keras_tfm.layers.validation import check_positive_int
+
 # Finite, and far below any real logit: exp() of it underflows to 0 in float32.
 # The logits are float32 when it is applied, so it never overflows float16.
 MASKED_LOGIT = -1e9
@@ -111,15 +113,7 @@ def chunked_dot_product_attention(
     >>> bool(np.allclose(out, plain, atol=1e-6))
     True
     """
-    if (
-        isinstance(chunk_size, bool)
-        or not isinstance(chunk_size, int)
-        or chunk_size < 1
-    ):
-        raise ValueError(
-            "`chunk_size` must be a positive integer. Received: "
-            f"chunk_size={chunk_size!r}"
-        )
+    check_positive_int("chunk_size", chunk_size)
     batch, q_len = ops.shape(query)[0], ops.shape(query)[1]
     k_len = ops.shape(key)[1]
     num_heads, head_dim = query.shape[2], query.shape[3]

@@ -11,6 +11,8 @@ import math
 
 from keras import ops
 
+from keras_tfm.layers.validation import check_positive_int
+
 # Sequences at least this long run the chunked path in `FeedForward`.
 CHUNKED_FEED_FORWARD_MIN_LENGTH = 1024
 DEFAULT_FEED_FORWARD_CHUNK = 512
@@ -85,15 +87,7 @@ def chunked_feed_forward(
     >>> bool(np.allclose(out, np.maximum(x @ w1, 0) @ w2, atol=1e-5))
     True
     """
-    if (
-        not isinstance(chunk_size, int)
-        or isinstance(chunk_size, bool)
-        or chunk_size < 1
-    ):
-        raise ValueError(
-            "`chunk_size` must be a positive integer. Received: "
-            f"chunk_size={chunk_size!r}"
-        )
+    check_positive_int("chunk_size", chunk_size)
     inputs = ops.convert_to_tensor(inputs)
     dtype = inputs.dtype
     # As tensors: the gradient reaches variables (and LoRA factors) through
