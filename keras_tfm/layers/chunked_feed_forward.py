@@ -19,20 +19,23 @@ DEFAULT_FEED_FORWARD_CHUNK = 512
 
 
 def _activate(hidden, activation):
-    """`(activated, derivative)` where derivative(d_activated) -> d_hidden."""
+    """`(activated, derivative)` where derivative(d_activated) -> d_hidden.
+
+    What only the derivative needs is computed when it is called, so the
+    forward pass (which never calls it) does not pay for it without XLA.
+    """
     if activation == "relu":
-        positive = hidden > 0
 
         def derivative(d_out):
-            return ops.where(positive, d_out, 0.0)
+            return ops.where(hidden > 0, d_out, 0.0)
 
         return ops.relu(hidden), derivative
     if activation == "gelu":
         h = ops.cast(hidden, "float32")
         cdf = 0.5 * (1.0 + ops.erf(h / math.sqrt(2.0)))
-        pdf = ops.exp(-0.5 * h * h) / math.sqrt(2.0 * math.pi)
 
         def derivative(d_out):
+            pdf = ops.exp(-0.5 * h * h) / math.sqrt(2.0 * math.pi)
             slope = cdf + h * pdf  # d/dh of h * cdf(h)
             return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
 
