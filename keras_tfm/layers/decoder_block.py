@@ -2,7 +2,7 @@ import keras
 
 from keras_tfm.layers.masks import implicit_mask
 from keras_tfm.layers.transformer_block import TransformerBlock
-from keras_tfm.layers.validation import check_rank
+from keras_tfm.validation import check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")

@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_tfm.layers.validation import check_positive_int, check_rank
+from keras_tfm.validation import check_positive_int, check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")

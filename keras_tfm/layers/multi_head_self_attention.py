@@ -10,7 +10,7 @@ from keras_tfm.layers.attention_kernel import (
     dot_product_attention,
 )
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
-from keras_tfm.layers.validation import (
+from keras_tfm.validation import (
     check_heads,
     check_last_dim,
     check_mask_shape,

@@ -4,7 +4,7 @@ import keras
 
 from keras_tfm.layers.feed_forward import FeedForward
 from keras_tfm.layers.multi_head_self_attention import MultiHeadSelfAttention
-from keras_tfm.layers.validation import (
+from keras_tfm.validation import (
     ACTIVATIONS,
     NORMALIZATIONS,
     check_choice,

@@ -6,7 +6,7 @@ from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.token_embedding import TokenEmbedding
-from keras_tfm.layers.validation import (
+from keras_tfm.validation import (
     check_choice,
     check_positive_int,
     check_rank,

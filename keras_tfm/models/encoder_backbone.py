@@ -5,7 +5,7 @@ from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbed
 from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_tfm.layers.validation import (
+from keras_tfm.validation import (
     ACTIVATIONS,
     NORMALIZATIONS,
     check_choice,

@@ -1,7 +1,7 @@
 import keras
 import keras_hub
 
-from keras_tfm.layers.validation import check_rank
+from keras_tfm.validation import check_rank
 from keras_tfm.models.encoder_backbone import (
     EncoderBackbone,
     unpack_encoder_inputs,

@@ -158,9 +158,7 @@ def _accepted_arguments(cls, config):
 
 
 def _layers_with(model, method):
-    layers = [model]
-    if hasattr(model, "_flatten_layers"):
-        layers = list(model._flatten_layers(include_self=True, recursive=True))
+    layers = flatten_layers(model) if isinstance(model, keras.layers.Layer) else [model]
     return [layer for layer in layers if callable(getattr(layer, method, None))]
 
 
