@@ -6,14 +6,14 @@ from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.token_embedding import TokenEmbedding
+from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
 from keras_tfm.validation import (
     check_choice,
     check_positive_int,
     check_rank,
     check_rate,
 )
-from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
 
 POSITION_ENCODINGS = ("learned", "sinusoidal", "rotary")
 

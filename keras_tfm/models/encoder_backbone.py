@@ -5,6 +5,7 @@ from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbed
 from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.validation import (
     ACTIVATIONS,
     NORMALIZATIONS,
@@ -15,7 +16,6 @@ from keras_tfm.validation import (
     check_rank,
     check_rate,
 )
-from keras_tfm.models.quantization import QuantizationMixin
 
 POSITION_ENCODINGS = ("learned", "sinusoidal")
 INPUT_KEYS = ("token_ids", "segment_ids", "padding_mask")

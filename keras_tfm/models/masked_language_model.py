@@ -1,12 +1,12 @@
 import keras
 import keras_hub
 
-from keras_tfm.validation import check_rank
 from keras_tfm.models.encoder_backbone import (
     EncoderBackbone,
     unpack_encoder_inputs,
 )
 from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.validation import check_rank
 
 INPUT_KEYS = ("token_ids", "mask_positions", "segment_ids", "padding_mask")
 

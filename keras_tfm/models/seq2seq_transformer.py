@@ -8,15 +8,15 @@ from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbed
 from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_tfm.models.causal_lm import POSITION_ENCODINGS, check_token_ids
+from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
 from keras_tfm.validation import (
     check_choice,
     check_positive_int,
     check_rank,
     check_rate,
 )
-from keras_tfm.models.causal_lm import POSITION_ENCODINGS, check_token_ids
-from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")

@@ -2,8 +2,8 @@ import keras
 from keras import ops
 
 from keras_tfm._keras_compat import set_keras_mask
-from keras_tfm.validation import check_rate
 from keras_tfm.training._checks import check_ignore_class
+from keras_tfm.validation import check_rate
 
 
 def _token_cross_entropy(y_true, y_pred, ignore_class, label_smoothing, from_logits):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import keras
 
-import keras_tfm
+from keras_tfm._keras_compat import flatten_layers
 
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
@@ -40,7 +40,7 @@ def default_root():
         return Path(str(importlib.resources.files("keras_tfm._catalogue")))
     except ModuleNotFoundError:
         # A checkout whose editable install predates the package mapping.
-        return Path(keras_tfm.__file__).resolve().parent.parent / "zoo"
+        return Path(__file__).resolve().parents[2] / "zoo"
 
 
 def _root(root):
