@@ -15,7 +15,7 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         forward:  E[ids] (* sqrt(hidden_dim) when `scale_embeddings`)
         reverse:  logits = h E^T    (weights tied, the default)
 
-    The paper multiplies the embeddings by sqrt(d_model) and shares E with the
+    The paper multiplies the embeddings by sqrt(hidden_dim) and shares E with the
     pre-softmax projection (section 3.4); GPT-2 shares without scaling. It is
     Keras's `ReversibleEmbedding`, so it quantizes to int8 with the model.
     Reverse logits are float32 by default, as a mixed-precision softmax wants.
