@@ -5,6 +5,7 @@ A catalogue is a folder with one sub-folder per preset:
     <root>/<name>/config.json        {"class_name": "CausalLM", "config": {...}}
     <root>/<name>/README.md          the model card
     <root>/<name>/model.weights.h5   optional, loaded after building
+    <root>/<name>/labels.json        optional, a classifier's class names
     <root>/<name>/assets/<layer>/    optional, e.g. a tokenizer's vocabulary
 
 `class_name` is a class registered under the "keras_tfm" package, bare
@@ -28,6 +29,7 @@ from keras_tfm._keras_compat import flatten_layers
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
 WEIGHTS_FILE = "model.weights.h5"
+LABELS_FILE = "labels.json"
 ASSETS_DIR = "assets"
 PACKAGE = "keras_tfm"
 
@@ -106,6 +108,19 @@ def preset_card(name, root=None):
     if not card.is_file():
         raise ValueError(f"Preset {name!r} has no model card: {card} is missing.")
     return card.read_text(encoding="utf-8")
+
+
+def preset_labels(name, root=None):
+    """The class names of a classifier preset (its labels.json), by class index.
+
+    Example:
+    >>> keras_tfm.zoo.preset_labels("fortunes_classifier")[:2]
+    ['art', 'computers']
+    """
+    path = preset_dir(name, root) / LABELS_FILE
+    if not path.is_file():
+        raise ValueError(f"Preset {name!r} has no class names: {path} is missing.")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def registered_classes():
