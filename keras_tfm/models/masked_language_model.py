@@ -77,7 +77,9 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
             dtype=policy,
             name="mlm_head",
         )
-        self.mlm_head.build((None, None, backbone.hidden_dim))
+        # Built with both shapes: `summary()` passes the recorded build shapes
+        # to its compute_output_shape, which needs `mask_positions_shape`.
+        self.mlm_head.build((None, None, backbone.hidden_dim), (None, None))
         self.built = True
 
     def call(self, inputs, training=None):
