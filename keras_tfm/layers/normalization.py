@@ -20,8 +20,9 @@ def make_normalization(normalization, epsilon, dtype=None, name=None, hidden_dim
         hidden_dim: when given, the layer is built for (..., hidden_dim).
 
     Example:
-    >>> make_normalization("rms_norm", 1e-6, hidden_dim=8).weights[0].shape
-    (8,)
+    >>> norm = make_normalization("rms_norm", 1e-6, hidden_dim=8)
+    >>> type(norm).__name__, tuple(norm.weights[0].shape)
+    ('RMSNormalization', (8,))
     """
     check_choice("normalization", normalization, NORMALIZATIONS)
     cls = (
