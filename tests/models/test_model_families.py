@@ -230,21 +230,39 @@ def test_seq2seq_cache_equals_the_full_pass_untied_gqa_no_bias():
     np.testing.assert_allclose(np.stack(steps, axis=1), full, atol=1e-5)
 
 
-def test_causal_lm_generates_without_a_padding_id_as_if_each_prompt_were_alone():
+def greedy_reference(step, start, count):
+    """Greedy decoding by full uncached passes on the unpadded sequence."""
+    tokens = list(start)
+    for _ in range(count):
+        tokens.append(int(np.argmax(step(np.array([tokens]))[0, -1])))
+    return tokens
+
+
+def test_causal_lm_generates_without_a_padding_id_as_full_passes_do():
     model = llama_like(CausalLM, padding_id=None, max_sequence_length=16)
     prompts = [[0, 4, 5], [7, 0, 3, 3, 9, 1]]
     together = model.generate(prompts, max_new_tokens=5)
-    alone = [model.generate(p, max_new_tokens=5) for p in prompts]
-    assert together == alone
-    assert [row[: len(p)] for row, p in zip(together, prompts, strict=True)] == prompts
+    expected = [
+        greedy_reference(lambda ids: np.asarray(model(ids)), p, 5) for p in prompts
+    ]
+    assert together == expected
 
 
-def test_seq2seq_generates_without_a_padding_id_as_if_each_source_were_alone():
+def test_seq2seq_generates_without_a_padding_id_as_full_passes_do():
+    # The sources are padded to a common length inside `generate`; with no
+    # padding id, only their lengths say what to mask.
     model = llama_like(Seq2SeqTransformer, padding_id=None, max_sequence_length=16)
     sources = [[0, 4, 5], [7, 0, 3, 3, 9, 1, 2, 2, 6, 5]]
     together = model.generate(sources, max_new_tokens=5, start_token_id=1)
-    alone = [model.generate(s, max_new_tokens=5, start_token_id=1) for s in sources]
-    assert together == alone
+
+    def reference(source):
+        def step(target):
+            inputs = {"source_ids": np.array([source]), "target_ids": target}
+            return np.asarray(model(inputs))
+
+        return greedy_reference(step, [1], 5)[1:]
+
+    assert together == [reference(source) for source in sources]
     beams = model.generate(sources, max_new_tokens=4, start_token_id=1, num_beams=2)
     assert [len(row) for row in beams] == [4, 4]
 
