@@ -243,7 +243,9 @@ class Seq2SeqTransformer(TransformerModel):
         source_ids, target_ids = inputs["source_ids"], inputs["target_ids"]
         check_token_ids("target_ids", target_ids, self.max_sequence_length)
         encoder_padding_mask = self.padding_mask_of(source_ids)
-        encoder_outputs = self.encode(source_ids, encoder_padding_mask, training)
+        encoder_outputs = self.encode(
+            source_ids, encoder_padding_mask, training=training
+        )
         x = self._embed_target(target_ids, training=training)
         for block in self.decoder_transformer_layers:
             x = block(

@@ -1,4 +1,4 @@
-"""The runnable example in each model module's docstring runs and prints what it says."""
+"""Each model module's docstring example runs and prints what it says."""
 
 import doctest
 
