@@ -2,8 +2,9 @@
 
 Keras stores each weight under the path of attributes that leads to it, so
 renaming `CausalLM.decoder_blocks` to `transformer_layers` (issue 14) moves
-every block weight. This copies the stored arrays to their new paths, loads
-them into the preset's model and saves its weights again; run it once per
+every block weight. This moves the stored arrays to their new paths inside
+the file (their dtypes, e.g. float16 storage, unchanged), checks that the
+preset's model loads the result, and replaces the file; run it once per
 renamed preset and check that the outputs are unchanged.
 
 Usage: python tools/remap_preset_weights.py PRESET OLD_PREFIX=NEW_PREFIX ...
@@ -35,7 +36,7 @@ def remap(name, renames):
                 del f[old]
         model = keras_tfm.zoo.from_preset(name, load_weights=False)
         model.load_weights(copy)  # fails if any path is still unmatched
-    model.save_weights(weights)
+        shutil.copy(copy, weights)
 
 
 if __name__ == "__main__":
