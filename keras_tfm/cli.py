@@ -24,7 +24,7 @@ def _positive_int(text):
 
 
 def _read_corpus(path):
-    from keras_tfm.data import load_default_corpus
+    from keras_tfm.datasets import load_default_corpus
 
     if path is None:
         return load_default_corpus(), "the shipped KJV Genesis and Exodus"

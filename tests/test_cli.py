@@ -3,7 +3,7 @@
 import pytest
 
 from keras_tfm import cli, training
-from keras_tfm.data import load_default_corpus
+from keras_tfm.datasets import load_default_corpus
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
-from keras_tfm.layers.validation import (
+from keras_tfm.validation import (
     check_choice,
     check_positive_float,
     check_positive_int,

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.layers.validation import check_positive_int
+from keras_tfm.validation import check_positive_int
 
 
 def _check_count(name, value):

@@ -2,8 +2,8 @@ import time
 
 import keras
 
-from keras_tfm.layers.validation import check_positive_float, check_positive_int
 from keras_tfm.training.flops import measure_peak_flops
+from keras_tfm.validation import check_positive_float, check_positive_int
 
 _clock = time.perf_counter  # a seam for tests
 

@@ -1,9 +1,7 @@
 import keras
 from keras import ops
 
-# Keras has no public API for a tensor's mask; keras-hub imports it too.
-from keras.src.backend import get_keras_mask
-
+from keras_tfm._keras_compat import get_keras_mask
 from keras_tfm.training._checks import check_ignore_class, real_token_weights
 
 

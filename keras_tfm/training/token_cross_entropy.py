@@ -1,11 +1,9 @@
 import keras
 from keras import ops
 
-# Keras has no public API for a tensor's mask; keras-hub imports these too.
-from keras.src.backend import set_keras_mask
-
-from keras_tfm.layers.validation import check_rate
+from keras_tfm._keras_compat import set_keras_mask
 from keras_tfm.training._checks import check_ignore_class
+from keras_tfm.validation import check_rate
 
 
 def _token_cross_entropy(y_true, y_pred, ignore_class, label_smoothing, from_logits):
