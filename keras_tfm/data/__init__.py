@@ -3,6 +3,7 @@
 from keras_tfm.data.bible import load_bible
 from keras_tfm.data.bucketing import batch_by_length, length_buckets
 from keras_tfm.data.default_corpus import default_corpus_path, load_default_corpus
+from keras_tfm.data.detokenization import detokenize, join_word_pieces
 from keras_tfm.data.fortunes import (
     classification_dataset,
     classify_texts,
@@ -26,8 +27,10 @@ __all__ = [
     "classification_dataset",
     "classify_texts",
     "default_corpus_path",
+    "detokenize",
     "encode_for_classification",
     "fortune_splits",
+    "join_word_pieces",
     "language_model_datasets",
     "length_buckets",
     "load_bible",
