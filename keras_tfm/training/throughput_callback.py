@@ -21,7 +21,8 @@ class ThroughputCallback(keras.callbacks.Callback):
 
     At each epoch end it adds `tokens_per_second` and `mfu` to the logs (so
     `History`, Keras' progress bar and later callbacks see them) and prints
-    one line. An MFU above 100% is impossible: it means the peak was
+    one line; from an epoch's second step on, each step's logs hold the
+    running `tokens_per_second`, which Keras' progress bar shows live. An MFU above 100% is impossible: it means the peak was
     underestimated, so `mfu` is then NaN and the line says so instead. Tokens are
     counted in one of two ways, chosen by the arguments:
 
@@ -123,6 +124,10 @@ class ThroughputCallback(keras.callbacks.Callback):
         if self._first is None:
             self._first = mark
         self._last = mark
+        if logs is not None and batch > self._first[2]:
+            # The running rate, for Keras' progress bar during the epoch.
+            seconds = max(mark[0] - self._first[0], 1e-9)
+            logs["tokens_per_second"] = (mark[1] - self._first[1]) / seconds
 
     def on_epoch_end(self, epoch, logs=None):
         if self._last is None:

@@ -76,3 +76,24 @@ def test_callback_with_a_deliberately_low_peak(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and all("underestimated" in line for line in lines)
     assert not re.search(r"MFU [\d.]+%", "\n".join(lines))
+
+
+def test_step_logs_carry_the_running_rate_for_the_progress_bar(monkeypatch):
+    clock = iter(range(100))  # one fake second per clock read
+    monkeypatch.setattr(
+        "keras_tfm.training.throughput_callback._clock", lambda: next(clock)
+    )
+    seen = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append((logs or {}).get("tokens_per_second"))
+
+    x = np.zeros((12, 8), "int32")
+    callback = ThroughputCallback(tokens_per_step=32, peak_flops=1e12, verbose=0)
+    tiny_model().fit(
+        x, x, batch_size=4, epochs=1, callbacks=[callback, Record()], verbose=0
+    )
+    # Clock: epoch begin 0, steps end at 1, 2, 3: 32 tokens per second after
+    # the first step; the first step has no rate yet.
+    assert seen == [None, 32.0, 32.0]
