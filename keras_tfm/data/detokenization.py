@@ -24,6 +24,8 @@ _APOSTROPHES = set("'’")
 _CONTRACTIONS = {"s", "t", "ve", "re", "ll", "d", "m"}
 # A straight quote closes the same mark; curly ones close their partner
 # (English “…”, German „…“, French «…», German »…«).
+# German words after a suspended hyphen: "Speise- und Weinkarte".
+_AFTER_SUSPENDED_HYPHEN = {"und", "oder", "bzw", "sowie", "bis"}
 _CLOSES = {'"': '"', "“": "”", "„": "“", "«": "»", "»": "«", "‘": "’", "‚": "‘"}
 
 
@@ -54,17 +56,20 @@ def join_word_pieces(tokens, suffix_indicator="##"):
     - no space before `. , ! ? ; : % ) ] } …`, none after `( [ { $ ¿ ¡`;
     - an apostrophe between a word and `s t ve re ll d m` is a contraction
       (`I've`, `isn't`, `geht's`), as after a one-letter elision (`o'clock`,
-      `l'eau`); any other apostrophe is a single quote;
+      `l'eau`); any other straight `'` is a single quote, any other `’`
+      closes a `‘` or ends a word (`six months’ pay`);
     - quotes (`"…"`, `“…”`, `„…“`, `«…»`, `'…'`) open and close in turn:
       an opening quote attaches to the next token, a closing one to the
       previous;
-    - `-` and `/` between two words join them (`well-known`, `and/or`);
-      the dash `–` keeps its spaces;
+    - `-` and `/` between two words join them (`well-known`, `and/or`),
+      except a German suspended hyphen (`Speise- und Weinkarte`); the dash
+      `–` keeps its spaces;
     - `.`, `,` and `:` between digits are part of the number (`3.5`,
       `3,5`, `1,000`, `1.000`, `10:30`).
 
     Spacing that the tokens do not determine is guessed: a plural possessive
-    (`the dogs' bones`) reads as an opening quote, a spaced ASCII hyphen
+    with a straight apostrophe (`the dogs' bones`) reads as an opening quote,
+    a spaced slash (`a / b`) as `a/b`, a spaced ASCII hyphen
     (`a - b`) as a hyphen, a list of numbers as one number (`1,2`), and
     abbreviations come out with a space after each period (`e. g.`).
 
@@ -116,13 +121,17 @@ def join_word_pieces(tokens, suffix_indicator="##"):
             elif token in _CLOSES:
                 open_quotes.append(_CLOSES[token])
                 glue_left, glue_right = False, True
-            elif token in _APOSTROPHES:
+            elif token == "'":  # a straight quote opens as well as closes
                 open_quotes.append(token)
                 glue_left, glue_right = False, True
-            else:  # a closing mark that nothing opened
-                glue_left = True
+            else:  # ’ ” closing what nothing opened: "months’ pay"
+                glue_left, glue_right = True, False
+        elif token == "-" and between_words and after in _AFTER_SUSPENDED_HYPHEN:
+            glue_left = True
         elif token in ("-", "/") and between_words:
             glue_left = glue_right = True
+        elif token == "/" and before is not None and before[-1:] == ".":
+            glue_left = glue_right = _is_word(after)  # "sb./sth."
         elif (
             token in (".", ":", ",")
             and before is not None
