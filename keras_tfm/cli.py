@@ -292,9 +292,10 @@ def _peak_flops(args, strategy):
 
     # Measured here, before any input pipeline runs, in the compute dtype.
     dtype = keras.config.dtype_policy().compute_dtype
-    peak = training.measure_peak_flops(dtype=dtype)
+    size, repeats = 2048, 3
+    peak = training.measure_peak_flops(size, dtype=dtype, num_repeats=repeats)
     replicas = strategy.num_replicas_in_sync
-    source = f"measured: best of 3 runs of {dtype} 2048x2048 matmuls"
+    source = f"measured: best of {repeats} runs of {dtype} {size}x{size} matmuls"
     if replicas > 1:
         source += f", times {replicas} replicas"
     return peak * replicas, source + "; set it with --peak-flops"
