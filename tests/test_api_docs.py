@@ -22,6 +22,7 @@ SUBPACKAGES = [
     "convert",
     "zoo",
     "distribute",
+    "saving",
 ]
 pytestmark = [
     pytest.mark.skipif(
