@@ -131,6 +131,7 @@ def test_train_prints_no_tensorflow_logs(tmp_path):
         "--prompt", "And",
     )  # fmt: skip
     assert not TF_LOG_LINES.search(out), out
+    assert "Peak for MFU: 1e+03 FLOP/s (--peak-flops)." in out
     # One Keras line per epoch, with tokens/s, then the summary and a sample.
     epochs = re.findall(r"^\d+/\d+ - .*tokens_per_second: [\d.]+", out, re.M)
     assert len(epochs) == 2, out
