@@ -22,9 +22,10 @@ class ThroughputCallback(keras.callbacks.Callback):
     At each epoch end it adds `tokens_per_second` and `mfu` to the logs (so
     `History`, Keras' progress bar and later callbacks see them) and prints
     one line; from an epoch's second step on, each step's logs hold the
-    running `tokens_per_second`, which Keras' progress bar shows live. An MFU above 100% is impossible: it means the peak was
-    underestimated, so `mfu` is then NaN and the line says so instead. Tokens are
-    counted in one of two ways, chosen by the arguments:
+    running `tokens_per_second`, which Keras' progress bar shows live. An
+    MFU above 100% is impossible: it means the peak was underestimated, so
+    `mfu` is then NaN and the line says so instead. Tokens are counted in
+    one of two ways, chosen by the arguments:
 
     - `token_count_metric="num_tokens"`: the *real* (non-padding) label
       tokens, read from a `TokenCount` metric passed to `compile(metrics=...)`
