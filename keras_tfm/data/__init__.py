@@ -5,6 +5,7 @@ The corpora themselves are loaded by `keras_tfm.datasets`.
 
 from keras_tfm.data.bucketing import batch_by_length, length_buckets
 from keras_tfm.data.classification import classification_dataset
+from keras_tfm.data.detokenization import detokenize, join_word_pieces
 from keras_tfm.data.language_modeling import language_model_datasets
 from keras_tfm.data.tokenizers import (
     encode_for_classification,
@@ -18,7 +19,9 @@ from keras_tfm.data.translation import (
 __all__ = [
     "batch_by_length",
     "classification_dataset",
+    "detokenize",
     "encode_for_classification",
+    "join_word_pieces",
     "language_model_datasets",
     "length_buckets",
     "train_translation_tokenizer",

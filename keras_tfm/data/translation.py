@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tfm.data.bucketing import batch_by_length
+from keras_tfm.data.detokenization import join_word_pieces
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")  # ids 0, 1, 2, 3
@@ -45,7 +46,7 @@ def detokenize_text(text):
 
     `WordPieceTokenizer.detokenize` puts a space between every word piece
     that is not a `##` suffix, so punctuation ends up spaced out; this
-    removes the spaces before `.,!?;:)` and `’'` and after `(`.
+    respaces its tokens with `keras_tfm.data.detokenization.join_word_pieces`.
 
     Example:
     >>> detokenize_text("That really isn ' t possible .")
@@ -53,11 +54,7 @@ def detokenize_text(text):
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    text = re.sub(r"\s+([.,!?;:)%])", r"\1", text)
-    text = re.sub(r"([(„])\s+", r"\1", text)
-    text = re.sub(r"\s*([’'])\s*", r"\1", text)
-    text = re.sub(r"\s*-\s*", "-", text)
-    return text.strip()
+    return join_word_pieces(text.split())
 
 
 def _token_lists(ids):

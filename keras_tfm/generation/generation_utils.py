@@ -17,6 +17,7 @@ from keras_tfm.validation import (
 )
 
 SAMPLERS = ("greedy", "random", "top_k", "top_p", "beam")
+"""The names `generate(sampler=...)` and `make_sampler` accept."""
 
 
 def make_sampler(

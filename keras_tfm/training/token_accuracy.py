@@ -17,7 +17,8 @@ class TokenAccuracy(keras.metrics.Metric):
 
     Args:
         ignore_class: the label to ignore (the padding id), or None.
-        name, dtype: as for `keras.metrics.Metric`.
+        name: as for `keras.metrics.Metric`.
+        dtype: as for `keras.metrics.Metric`.
 
     Call arguments:
         y_true: integer labels, (batch, seq).

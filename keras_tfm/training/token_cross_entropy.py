@@ -66,7 +66,8 @@ class TokenCrossEntropy(keras.losses.Loss):
         ignore_class: the label to ignore (the padding id), or None.
         label_smoothing: eps in [0, 1).
         from_logits: whether `y_pred` are logits (default) or probabilities.
-        reduction, name: as for `keras.losses.Loss`.
+        reduction: as for `keras.losses.Loss`.
+        name: as for `keras.losses.Loss`.
 
     Call arguments:
         y_true: integer labels, (batch, seq).
