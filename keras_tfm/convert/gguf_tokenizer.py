@@ -39,8 +39,8 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
         bos_token, eos_token, pad_token: the tokens of those roles
             (`start_token_id`, `end_token_id`, `pad_token_id` then hold
             their ids); None for none.
-        chat_template: the checkpoint's chat template (a ChatML Jinja2
-            template), used by `apply_chat_template`.
+        chat_template: the checkpoint's chat template (Jinja2 source), used
+            by `apply_chat_template`, which handles ChatML templates.
         **kwargs: other `keras_hub.tokenizers.BytePairTokenizer` arguments.
 
     Example:
@@ -71,8 +71,11 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
                 f"`pre_tokenizer` must be one of {list(PRE_TOKENIZERS)}. "
                 f"Received: pre_tokenizer={pre_tokenizer!r}"
             )
-        if chat_template is not None:
-            parse_chatml_template(chat_template)
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise ValueError(
+                "`chat_template` must be a string or None. Received: "
+                f"chat_template={chat_template!r}"
+            )
         self.pre_tokenizer = pre_tokenizer
         self.chat_template = chat_template
         self.bos_token, self.eos_token, self.pad_token = bos_token, eos_token, pad_token

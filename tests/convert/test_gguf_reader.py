@@ -1,5 +1,6 @@
 import importlib.util
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,17 +18,19 @@ def tiny_path(tmp_path_factory):
 
 
 def test_dequantized_values_are_the_quantised_ones_within_the_block_error():
-    # Q8_0 keeps 8 bits per value and one scale per 32: error <= scale / 2.
+    # One scale (and for Q4_1 a minimum) per block of 32 values: the error is
+    # at most one quantisation step, (max - min) / (2^bits - 1), per block.
     rng = np.random.default_rng(0)
     values = rng.standard_normal((4, 64)).astype("float32")
     for kind, bits in ((Q.Q8_0, 8), (Q.Q4_1, 4)):
-        data = quantize(values, kind)
-
-        class Tensor:  # the ReaderTensor fields dequantize reads
-            name, tensor_type, shape = "w", kind, np.array([64, 4])
-
-        Tensor.data = data
-        out = gguf_reader.dequantize(Tensor, (4, 64))
+        # The fields of a gguf.ReaderTensor that dequantize reads.
+        tensor = SimpleNamespace(
+            name="w",
+            tensor_type=kind,
+            shape=np.array([64, 4]),
+            data=quantize(values, kind),
+        )
+        out = gguf_reader.dequantize(tensor, (4, 64))
         assert out.dtype == np.float32 and out.shape == (4, 64)
         blocks = values.reshape(4, 2, 32)
         step = (blocks.max(-1) - blocks.min(-1)) / (2**bits - 1)

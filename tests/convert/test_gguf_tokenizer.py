@@ -20,6 +20,7 @@ from keras_tfm.models import CausalLM
 from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+AB = {"a": 0, "b": 1, "ab": 2}
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +89,13 @@ def test_tf_data_path_gives_the_eager_ids(tiny):
 
 def test_bad_pre_tokenizer_and_template_are_refused():
     with pytest.raises(ValueError, match="pre_tokenizer='llama3'"):
-        GGUFBytePairTokenizer({"a": 0}, [], pre_tokenizer="llama3")
+        GGUFBytePairTokenizer(AB, ["a b"], pre_tokenizer="llama3")
+    # Another template loads (the tokenizer works) but cannot format chats.
+    other = GGUFBytePairTokenizer(AB, ["a b"], chat_template="[INST] {{ x }}")
     with pytest.raises(ValueError, match="Only ChatML chat templates"):
-        GGUFBytePairTokenizer({"a": 0}, [], chat_template="[INST] {{ x }} [/INST]")
+        other.apply_chat_template("hi")
+    with pytest.raises(ValueError, match="has no chat template"):
+        GGUFBytePairTokenizer(AB, ["a b"]).apply_chat_template("hi")
 
 
 def test_chatml_format_by_hand():
