@@ -73,6 +73,14 @@ def test_unsupported_quantisation_type_is_named(tmp_path):
         gguf_reader.dequantize(tensor, (1, 256))
 
 
+def test_unsupported_quantisation_in_a_model_file_names_the_tensor(tmp_path):
+    path = tmp_path / "mxfp4.gguf"
+    write_tiny_llama(path, linear_type=Q.MXFP4)
+    reader = gguf_reader.open_gguf(path)
+    with pytest.raises(ValueError, match="'blk.0.attn_q.weight' is quantised as MXFP4"):
+        gguf_llama.llama_weights(reader, gguf_llama.llama_config(reader))
+
+
 def test_unsupported_architecture(tmp_path):
     path = tmp_path / "gpt2.gguf"
     write_tiny_llama(path, architecture="gpt2")
