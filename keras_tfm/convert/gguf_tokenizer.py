@@ -24,12 +24,11 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
     keras-hub's byte-pair tokenizer splits text before merging with Llama 3's
     regex (digits in runs of up to three, a letter run may take one leading
     symbol). GPT-2-style checkpoints split with GPT-2's regex instead, and
-    SmolLM2 ("smollm") also isolates every digit, so the split is replaced
-    by the checkpoint's, in the `tokenizers` library as keras-hub's eager
-    calls (also in `tf.data` and `tf.function`, see `_tokenize_tf`).
-    Merging, special tokens
-    (`unsplittable_tokens`: never split, one id each) and the byte-level
-    decoding are keras-hub's.
+    SmolLM2 ("smollm") also cuts out every numeral, so the split is replaced
+    by the checkpoint's, in the `tokenizers` library that keras-hub's eager
+    calls use (in `tf.data` and `tf.function` too, see `_tokenize_tf`).
+    Merging, special tokens (`unsplittable_tokens`: never split, one id
+    each) and the byte-level decoding are keras-hub's.
 
     Args:
         vocabulary: dict token -> id, or the path of a vocabulary.json.
@@ -135,7 +134,12 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
             values = tf.cast(values, self.compute_dtype)
         tokens = tf.RaggedTensor.from_row_lengths(values, lengths)
         if self.sequence_length:
-            tokens = tokens.to_tensor(shape=(None, self.sequence_length))
+            # Padded with pad_token_id, as keras-hub's eager path pads.
+            pad = getattr(self, "pad_token_id", None) or 0
+            tokens = tokens.to_tensor(
+                default_value=pad if as_ids else "",
+                shape=(None, self.sequence_length),
+            )
         if unbatched:
             tokens = tokens[0]
         return tokens

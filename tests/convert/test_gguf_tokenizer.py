@@ -80,11 +80,12 @@ def test_tf_data_path_gives_the_eager_ids(tiny):
         assert ids.numpy().tolist() == [int(i) for i in tiny(text)]
     assert names(tiny, tiny("a   "))[-1] == "ĠĠĠ"
     padded = GGUFBytePairTokenizer.from_config(
-        {**tiny.get_config(), "sequence_length": 4}
+        {**tiny.get_config(), "sequence_length": 4, "pad_token": "<|im_end|>"}
     )
     padded.set_vocabulary_and_merges(tiny.vocabulary, tiny.merges)
     batch = tf.function(padded)(tf.constant(["hello", "hello world 1"]))
-    assert batch.numpy().tolist() == [[261, 81, 0, 0], [261, 81, 264, 78]]
+    assert batch.numpy().tolist() == [[261, 81, 2, 2], [261, 81, 264, 78]]
+    assert np.array_equal(padded(["hello", "hello world 1"]), batch)
 
 
 def test_bad_pre_tokenizer_and_template_are_refused():
