@@ -73,11 +73,9 @@ def variants(name, extra=None):
 
 
 def fortunes_rows(args):
-    from keras_tfm.data.fortunes import (
-        classification_dataset,
-        fortune_splits,
-        predict_with_labels,
-    )
+    from keras_tfm.data.classification import classification_dataset
+    from keras_tfm.datasets.fortunes import fortune_splits
+    from keras_tfm.models.text_classification import predict_with_labels
 
     student = ROOT / "outputs" / "distill" / "student_distilled.keras"
     models = variants("fortunes_classifier", args.student or student)
@@ -109,8 +107,8 @@ def fortunes_rows(args):
 def kjv_rows(args):
     import keras_hub
 
-    from keras_tfm.data.bible import load_bible
     from keras_tfm.data.language_modeling import language_model_datasets
+    from keras_tfm.datasets.bible import load_bible
 
     models = variants("kjv_gpt")
     tokenizer = keras_hub.tokenizers.ByteTokenizer(lowercase=False)
@@ -156,7 +154,7 @@ def kjv_rows(args):
 
 
 def translator_rows(args):
-    from keras_tfm.data import translation
+    from keras_tfm.datasets import trans_de_en as translation
 
     spec = importlib.util.spec_from_file_location(
         "translate_de_en", ROOT / "examples" / "translate_de_en.py"

@@ -29,12 +29,10 @@ from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
 
 import keras_tfm  # noqa: E402
-from keras_tfm.data.fortunes import (  # noqa: E402
-    classification_dataset,
-    fortune_splits,
-    predict_with_labels,
-)
+from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
+from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
+from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(
@@ -253,8 +251,8 @@ def save_preset(model, directory, summary, splits, argv):
             f"{ours['accuracy']:.3f}, macro-F1 {ours['macro_f1']:.3f}; the TF-IDF "
             f"+ logistic-regression baseline: {base['accuracy']:.3f} / "
             f"{base['macro_f1']:.3f}. The tokenizer travels with the model "
-            "(assets/); classify strings with "
-            "`keras_tfm.data.fortunes.classify_texts(model, texts, labels)`."
+            "(assets/); classify strings with `keras_tfm.models."
+            "text_classification.classify_texts(model, texts, labels)`."
         ),
         intended_use=(
             "A demonstration of the library on real text, offline. Topic labels "
@@ -263,7 +261,7 @@ def save_preset(model, directory, summary, splits, argv):
         ),
         training_data=(
             "Debian's `fortunes` package (fortune-mod, BSD licence), read by "
-            "`keras_tfm.data.fortune_splits(seed=0)`: "
+            "`keras_tfm.datasets.fortune_splits(seed=0)`: "
             f"{summary['sizes']['train']} training entries, ASCII art, entries over "
             "800 characters, texts shared between categories and categories "
             "under 150 entries dropped; stratified 80/10/10 split. "

@@ -24,13 +24,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 
 import keras_tfm  # noqa: E402
-from keras_tfm.data.fortunes import (  # noqa: E402
-    classification_dataset,
-    fortune_splits,
-    fortunes_classifier_labels,
-    predict_with_labels,
-)
+from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
+from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
+from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 from keras_tfm.training import Distiller  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
@@ -106,11 +103,11 @@ def main(argv=None):
 
     preset = config["teacher_preset"]
     if preset and preset in keras_tfm.zoo.list_presets():
-        if fortunes_classifier_labels(preset) != class_names:
+        if keras_tfm.zoo.preset_labels(preset) != class_names:
             raise ValueError(
                 f"Preset {preset!r} was trained on other categories than "
                 f"{args.root or 'the installed fortunes'}. Received: "
-                f"{fortunes_classifier_labels(preset)}"
+                f"{keras_tfm.zoo.preset_labels(preset)}"
             )
         teacher = keras_tfm.zoo.from_preset(preset)
         tokenizer = teacher.tokenizer

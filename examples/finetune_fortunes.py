@@ -30,12 +30,10 @@ import numpy as np  # noqa: E402
 from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
 
 import keras_tfm  # noqa: E402
-from keras_tfm.data.fortunes import (  # noqa: E402
-    classification_dataset,
-    fortune_splits,
-    predict_with_labels,
-)
+from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
+from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
+from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(

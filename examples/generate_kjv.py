@@ -25,7 +25,7 @@ import keras_hub  # noqa: E402
 
 from keras_tfm import training  # noqa: E402
 from keras_tfm.data import language_model_datasets  # noqa: E402
-from keras_tfm.data.bible import load_bible  # noqa: E402
+from keras_tfm.datasets.bible import load_bible  # noqa: E402
 from keras_tfm.models import CausalLM  # noqa: E402
 
 # --- Configuration ------------------------------------------------------------

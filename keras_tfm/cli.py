@@ -4,11 +4,14 @@ keras-tfm train                      # a byte-level GPT on the shipped KJV text
 keras-tfm generate kjv_gpt.keras --prompt "And God said"
 keras-tfm evaluate kjv_gpt.keras
 keras-tfm presets
+
+The `keras-tfm` console script starts in `keras_tfm_launcher`, which silences
+TensorFlow's start-up logs before TensorFlow is imported; `--verbose` keeps
+them.
 """
 
 import argparse
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +27,7 @@ def _positive_int(text):
 
 
 def _read_corpus(path):
-    from keras_tfm.data import load_default_corpus
+    from keras_tfm.datasets import load_default_corpus
 
     if path is None:
         return load_default_corpus(), "the shipped KJV Genesis and Exodus"
@@ -158,6 +161,8 @@ def train(args):
     keras.config.set_dtype_policy(args.dtype_policy)
     xla = "on" if args.jit_compile else "off"
     print(f"{args.dtype_policy}, XLA {xla} (device defaults: {defaults.reason})")
+    peak_flops, peak_source = _peak_flops(args, strategy)
+    print(f"Peak for MFU: {peak_flops:.3g} FLOP/s ({peak_source}).")
     text, source = _read_corpus(args.data)
     with strategy.scope():
         model = zoo.from_preset(
@@ -209,15 +214,16 @@ def train(args):
     )
     if done:
         print(f"Resuming from {backup.backup_dir} at step {done} (epoch {epoch + 1}).")
+    flops_per_token = training.training_flops_per_token(
+        model.count_params(), model.num_layers, model.hidden_dim, args.sequence_length
+    )
     callbacks = [
+        # Silent: Keras' progress line of each epoch shows tokens_per_second.
         training.ThroughputCallback(
             tokens_per_step=args.batch_size * args.sequence_length,
-            flops_per_token=training.training_flops_per_token(
-                model.count_params(),
-                model.num_layers,
-                model.hidden_dim,
-                args.sequence_length,
-            ),
+            flops_per_token=flops_per_token,
+            peak_flops=peak_flops,
+            verbose=0,
         ),
         backup,
         _best_model_callback(checkpoints, enabled=chief),
@@ -249,6 +255,9 @@ def train(args):
         )
     minutes = (time.perf_counter() - started) / 60
     if history is not None:
+        tokens_per_second = history.history["tokens_per_second"][-1]
+        mfu = training.format_mfu(tokens_per_second * flops_per_token, peak_flops)
+        print(f"Last epoch: {tokens_per_second:,.0f} tokens/s, {mfu}.")
         validation_loss = history.history["val_loss"][-1]
     else:
         validation_loss = model.evaluate(validation_data, verbose=0, return_dict=True)
@@ -271,6 +280,25 @@ def train(args):
             seed=args.seed,
         )
         print(f"\n>>> {sample}")
+
+
+def _peak_flops(args, strategy):
+    """The peak FLOP/s of all replicas together, and where it comes from."""
+    if args.peak_flops is not None:
+        return args.peak_flops, "--peak-flops"
+    import keras
+
+    from keras_tfm import training
+
+    # Measured here, before any input pipeline runs, in the compute dtype.
+    dtype = keras.config.dtype_policy().compute_dtype
+    size, repeats = 2048, 3
+    peak = training.measure_peak_flops(size, dtype=dtype, num_repeats=repeats)
+    replicas = strategy.num_replicas_in_sync
+    source = f"measured: best of {repeats} runs of {dtype} {size}x{size} matmuls"
+    if replicas > 1:
+        source += f", times {replicas} replicas"
+    return peak * replicas, source + "; set it with --peak-flops"
 
 
 def generate(args):
@@ -316,8 +344,18 @@ def build_parser():
         prog="keras-tfm", description=__doc__.split("\n")[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    # Read by keras_tfm_launcher before TensorFlow is imported; listed here
+    # so that every command accepts it and --help shows it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's start-up and C++ logs and dependencies' warnings",
+    )
 
-    p = commands.add_parser("train", help="train a decoder-only preset on a text file")
+    p = commands.add_parser(
+        "train", parents=[common], help="train a decoder-only preset on a text file"
+    )
     p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
     p.add_argument("--preset", default="gpt_micro")
     p.add_argument("--epochs", type=_positive_int, default=8)
@@ -339,6 +377,12 @@ def build_parser():
         help="compile with XLA (default: as device_defaults says)",
     )
     p.add_argument("--output", default=DEFAULT_OUTPUT)
+    p.add_argument(
+        "--peak-flops",
+        type=_positive_float,
+        help="the peak FLOP/s (all devices together) that MFU is relative to, "
+        "e.g. 312e12 for an A100 in bfloat16; default: measured before training",
+    )
     p.add_argument("--prompt", action="append", help="prompts for the samples")
     p.add_argument("--max-new-tokens", type=_positive_int, default=120)
     p.add_argument("--seed", type=int, default=0)
@@ -363,7 +407,9 @@ def build_parser():
     )
     p.set_defaults(run=train)
 
-    p = commands.add_parser("generate", help="continue prompts with a saved model")
+    p = commands.add_parser(
+        "generate", parents=[common], help="continue prompts with a saved model"
+    )
     p.add_argument("model", help="a .keras file written by `keras-tfm train`")
     p.add_argument("--prompt", action="append", required=True)
     p.add_argument("--max-new-tokens", type=_positive_int, default=200)
@@ -379,7 +425,9 @@ def build_parser():
     p.add_argument("--seed", type=int)
     p.set_defaults(run=generate)
 
-    p = commands.add_parser("evaluate", help="validation loss and perplexity")
+    p = commands.add_parser(
+        "evaluate", parents=[common], help="validation loss and perplexity"
+    )
     p.add_argument("model")
     p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
     p.add_argument("--sequence-length", type=_positive_int)
@@ -387,13 +435,14 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=evaluate)
 
-    p = commands.add_parser("presets", help="list the zoo's presets")
+    p = commands.add_parser("presets", parents=[common], help="list the zoo's presets")
     p.set_defaults(run=presets)
     return parser
 
 
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # `--verbose` (and quiet by default) is handled by keras_tfm_launcher:
+    # here TensorFlow is already imported, too late to configure its logs.
     args = build_parser().parse_args(argv)
     try:
         args.run(args)

@@ -26,6 +26,8 @@ import os
 
 import tensorflow as tf
 
+from keras_tfm._keras_compat import symbolic_build
+
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 
 
@@ -188,8 +190,7 @@ def build_for_fit(model, batch):
         batch: `(x, y)` or `(x, y, sample_weight)`, e.g. `next(iter(dataset))`.
     """
     with model.distribute_strategy.scope():
-        model._symbolic_build(data_batch=batch)
-    model._maybe_symbolic_build = lambda *args, **kwargs: None
+        symbolic_build(model, batch)
     if isinstance(model.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
         for name in ("train_step", "test_step"):
             setattr(model, name, _logs_as_vectors(getattr(model, name)))

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import keras
 
+from keras_tfm._keras_compat import save_weights_only
+
 MODEL_SUFFIX = ".keras"
 WEIGHTS_SUFFIX = ".weights.h5"
 
@@ -89,14 +91,9 @@ def atomic_save(model, path, include_optimizer=True):
         suffix, write = WEIGHTS_SUFFIX, model.save_weights
         optimizer = getattr(model, "optimizer", None)
         if not include_optimizer and optimizer is not None:
-            # Keras' save_weights has no switch for this; its saving library
-            # skips the objects it is given.
-            from keras.src.saving import saving_lib
-
+            # Keras' save_weights has no switch for this (see _keras_compat).
             def write(filepath, overwrite):
-                saving_lib.save_weights_only(
-                    model, filepath, objects_to_skip=[optimizer]
-                )
+                save_weights_only(model, filepath, objects_to_skip=[optimizer])
 
     elif path.name.endswith(MODEL_SUFFIX):
         suffix, write = MODEL_SUFFIX, model.save

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfm.data import load_default_corpus
+from keras_tfm.datasets import load_default_corpus
 
 TIMEOUT = 600  # the machine may be shared; a hang still ends
 KILL_AT, BACKUP_STEP = 7, 6

@@ -13,7 +13,9 @@ import re
 import subprocess
 from pathlib import Path
 
-OUTPUT = Path(__file__).parents[1] / "keras_tfm/data/corpora/kjv_genesis_exodus.txt.gz"
+OUTPUT = (
+    Path(__file__).parents[1] / "keras_tfm/datasets/corpora/kjv_genesis_exodus.txt.gz"
+)
 VERSE_START = re.compile(r"^\s+\d+ ")
 
 

@@ -8,3 +8,12 @@ from keras_tfm.convert.hf_bert import load_hf_bert as load_hf_bert
 from keras_tfm.convert.hf_bert import save_hf_bert as save_hf_bert
 from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer as HFBertTokenizer
 from keras_tfm.convert.smollm2 import smollm2_gguf_path as smollm2_gguf_path
+
+__all__ = [
+    "GGUFBytePairTokenizer",
+    "HFBertTokenizer",
+    "load_gguf_llama",
+    "load_hf_bert",
+    "save_hf_bert",
+    "smollm2_gguf_path",
+]

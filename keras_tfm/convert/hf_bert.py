@@ -274,16 +274,27 @@ def _check_saveable(backbone, tokenizer):
             "`tokenizer` must be an HFBertTokenizer (e.g. from load_hf_bert). "
             f"Received: tokenizer={type(tokenizer).__name__}"
         )
-    wanted = {
-        "normalize_first": False,
-        "normalization": "layer_norm",
-        "position_encoding": "learned",
+    attention = backbone.transformer_layers[0].self_attention
+    # name: (what BERT needs, what the backbone has; for the heads, the
+    # values in use, whether passed or derived).
+    checks = {
+        "normalize_first": (False, backbone.normalize_first),
+        "normalization": ("layer_norm", backbone.normalization),
+        "position_encoding": ("learned", backbone.position_encoding),
+        "use_bias": (True, backbone.use_bias),
+        "head_dim": (
+            backbone.hidden_dim // backbone.num_heads,
+            attention.effective_head_dim,
+        ),
+        "num_key_value_heads": (
+            backbone.num_heads,
+            attention.effective_num_key_value_heads,
+        ),
     }
-    for name, value in wanted.items():
-        if getattr(backbone, name) != value:
+    for name, (wanted, got) in checks.items():
+        if got != wanted:
             raise ValueError(
-                f"A BERT checkpoint needs {name}={value!r}. Received: "
-                f"{name}={getattr(backbone, name)!r}"
+                f"A BERT checkpoint needs {name}={wanted!r}. Received: {name}={got!r}"
             )
     if backbone.activation not in ACTIVATIONS.values():
         raise ValueError(

@@ -1,198 +1,19 @@
-"""German -> English sentence pairs from Debian's `trans-de-en` dictionary.
+"""Tokenizer training and `tf.data` pipelines for translation pairs.
 
-The dictionary (Frank Richter's TU Chemnitz dictionary, GPL-2.0-or-later) is
-read where the Debian package installs it, `/usr/share/trans/de-en`; it is
-never copied into this repository. Each line is `German :: English`:
-
-    Aalsuppe {f} [cook.] | Aalsuppen {pl} :: eel soup | eel soups
-    Auf Ihre Gesundheit!; Auf Ihr Wohl! :: Here's to you!
-
-` | ` separates sub-entries that align one to one across the sides, `; `
-separates synonyms, and `{...}`, `[...]`, `(...)`, `<...>` are grammar,
-domain and spelling labels, which are removed. Lines starting with `#` are
-the header; lines whose sides have different numbers of sub-entries are
-skipped.
-
-A pair is *sentence-like* when both sides end in `.`, `!` or `?` and have at
-least `min_words` (default 3) words: about 20,000 of the dictionary's few
-hundred thousand pairs, e.g. `Das ist doch nicht möglich.` ->
-`That really isn't possible.`
+The pairs themselves come from a corpus loader, e.g.
+`keras_tfm.datasets.trans_de_en.load_translation_pairs`.
 """
 
 import re
-from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from keras_tfm.data.bucketing import batch_by_length
+from keras_tfm.data.detokenization import join_word_pieces
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer
 
-TRANS_DE_EN_PATH = "/usr/share/trans/de-en"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")  # ids 0, 1, 2, 3
-
-_LABEL = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|\([^()]*\)|<[^<>]*>")
-_SPACE = re.compile(r"\s+")
-_SPACE_BEFORE_PUNCT = re.compile(r"\s+([.,!?;:%)\]}»“”])")
-
-
-def strip_annotations(text):
-    """`text` without `{...}`, `[...]`, `(...)`, `<...>` labels, spaces collapsed.
-
-    Example:
-    >>> strip_annotations("Aal {m} (auf der Speisekarte) [cook.]")
-    'Aal'
-    """
-    previous = None
-    while previous != text:  # nested labels, e.g. "(a (b) c)"
-        previous, text = text, _LABEL.sub(" ", text)
-    text = _SPACE.sub(" ", text).strip()
-    return _SPACE_BEFORE_PUNCT.sub(r"\1", text)
-
-
-def parse_dictionary_line(line):
-    """The aligned sub-entries of one dictionary line.
-
-    Returns:
-        A list of `(german_synonyms, english_synonyms)` tuples of strings,
-        one per sub-entry, labels removed; empty for header, blank or
-        malformed lines (no ` :: `, or different sub-entry counts).
-
-    Example:
-    >>> parse_dictionary_line("Aalsuppe {f} | Aalsuppen {pl} :: eel soup | eel soups")
-    [(('Aalsuppe',), ('eel soup',)), (('Aalsuppen',), ('eel soups',))]
-    """
-    line = line.strip()
-    if not line or line.startswith("#") or " :: " not in line:
-        return []
-    german, english = line.split(" :: ", 1)
-    german, english = german.split(" | "), english.split(" | ")
-    if len(german) != len(english):
-        return []
-    entries = []
-    for de, en in zip(german, english, strict=True):
-        de_synonyms = tuple(s for s in map(strip_annotations, de.split("; ")) if s)
-        en_synonyms = tuple(s for s in map(strip_annotations, en.split("; ")) if s)
-        if de_synonyms and en_synonyms:
-            entries.append((de_synonyms, en_synonyms))
-    return entries
-
-
-def is_sentence_like(text, min_words=3):
-    """Whether `text` ends in `.`, `!` or `?` and has at least `min_words` words."""
-    return text[-1:] in (".", "!", "?") and len(text.split()) >= min_words
-
-
-def load_translation_pairs(path=None, sentence_like=True, min_words=3):
-    """The (German, English) pairs of the `trans-de-en` dictionary.
-
-    Every German synonym of a sub-entry is paired with every English synonym
-    of the same sub-entry. Duplicate pairs are dropped; the order is the
-    file's.
-
-    Args:
-        path: the dictionary file; default `/usr/share/trans/de-en`.
-        sentence_like: keep only pairs whose sides are both sentence-like.
-        min_words: the fewest words of a sentence-like side.
-
-    Returns:
-        A list of `(german, english)` string tuples.
-
-    Raises:
-        ValueError: if the file is missing (install the `trans-de-en` Debian
-            package) or holds no pair.
-
-    Example:
-    >>> pairs = load_translation_pairs()
-    >>> ("Das ist doch nicht möglich.", "That really isn't possible.") in pairs
-    True
-    """
-    if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 1:
-        raise ValueError(
-            f"`min_words` must be a positive integer. Received: min_words={min_words!r}"
-        )
-    path = Path(TRANS_DE_EN_PATH if path is None else path)
-    if not path.is_file():
-        raise ValueError(
-            f"The German-English dictionary is missing: {path} does not exist. "
-            "Install the Debian package `trans-de-en` (apt-get install -y "
-            f"trans-de-en) or pass its location. Received: path={str(path)!r}"
-        )
-    pairs, seen = [], set()
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            for de_synonyms, en_synonyms in parse_dictionary_line(line):
-                for de in de_synonyms:
-                    for en in en_synonyms:
-                        if (de, en) in seen:
-                            continue
-                        if sentence_like and not (
-                            is_sentence_like(de, min_words)
-                            and is_sentence_like(en, min_words)
-                        ):
-                            continue
-                        seen.add((de, en))
-                        pairs.append((de, en))
-    if not pairs:
-        raise ValueError(
-            f"{path} holds no {'sentence-like ' if sentence_like else ''}"
-            "`German :: English` pairs."
-        )
-    return pairs
-
-
-def split_translation_pairs(
-    pairs, validation_fraction=0.05, test_fraction=0.05, seed=0
-):
-    """A deterministic (train, validation, test) split that never leaks.
-
-    Pairs sharing a German or an English sentence (synonyms, repeated
-    entries) form one group, and a group goes to one split only, so no
-    sentence of the validation or test split is seen in training. Groups are
-    shuffled with `seed`; the splits keep the input order within them.
-
-    Example:
-    >>> train, val, test = split_translation_pairs(pairs, 0.1, 0.1, seed=0)
-    """
-    for name, value in (
-        ("validation_fraction", validation_fraction),
-        ("test_fraction", test_fraction),
-    ):
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value}")
-    if validation_fraction + test_fraction >= 1.0:
-        raise ValueError(
-            "`validation_fraction + test_fraction` must be below 1. Received: "
-            f"validation_fraction={validation_fraction}, test_fraction={test_fraction}"
-        )
-    pairs = list(pairs)
-    if not pairs:
-        raise ValueError("`pairs` is empty. Received: pairs=[]")
-    # Union-find over sentences: a pair links its German and English sides.
-    parent = {}
-
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for de, en in pairs:
-        parent[find(("de", de))] = find(("en", en))
-    roots = sorted({find(("de", de)) for de, _ in pairs})
-    order = np.random.default_rng(seed).permutation(len(roots))
-    num_test = int(round(len(roots) * test_fraction))
-    num_validation = int(round(len(roots) * validation_fraction))
-    split_of = {}
-    for rank, i in enumerate(order):
-        split_of[roots[i]] = (
-            2 if rank < num_test else 1 if rank < num_test + num_validation else 0
-        )
-    splits = ([], [], [])
-    for pair in pairs:
-        splits[split_of[find(("de", pair[0]))]].append(pair)
-    return splits
 
 
 def train_translation_tokenizer(texts, vocabulary_size, lowercase=False):
@@ -225,7 +46,7 @@ def detokenize_text(text):
 
     `WordPieceTokenizer.detokenize` puts a space between every word piece
     that is not a `##` suffix, so punctuation ends up spaced out; this
-    removes the spaces before `.,!?;:)` and `’'` and after `(`.
+    respaces its tokens with `keras_tfm.data.detokenization.join_word_pieces`.
 
     Example:
     >>> detokenize_text("That really isn ' t possible .")
@@ -233,11 +54,7 @@ def detokenize_text(text):
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    text = re.sub(r"\s+([.,!?;:)%])", r"\1", text)
-    text = re.sub(r"([(„])\s+", r"\1", text)
-    text = re.sub(r"\s*([’'])\s*", r"\1", text)
-    text = re.sub(r"\s*-\s*", "-", text)
-    return text.strip()
+    return join_word_pieces(text.split())
 
 
 def _token_lists(ids):

@@ -2,7 +2,7 @@ import keras
 import keras_hub
 from keras import ops, tree
 
-from keras_tfm.layers.validation import check_positive_float, check_positive_int
+from keras_tfm.validation import check_positive_float, check_positive_int
 
 # A log-probability that no real candidate reaches, finite so that sums and
 # divisions never produce NaN.

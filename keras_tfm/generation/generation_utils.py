@@ -10,13 +10,14 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
-from keras_tfm.layers.validation import (
+from keras_tfm.validation import (
     check_choice,
     check_positive_float,
     check_positive_int,
 )
 
 SAMPLERS = ("greedy", "random", "top_k", "top_p", "beam")
+"""The names `generate(sampler=...)` and `make_sampler` accept."""
 
 
 def make_sampler(

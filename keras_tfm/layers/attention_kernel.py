@@ -2,7 +2,7 @@
 
 from keras import ops
 
-from keras_tfm.layers.validation import check_positive_int
+from keras_tfm.validation import check_positive_int
 
 # Finite, and far below any real logit: exp() of it underflows to 0 in float32.
 # The logits are float32 when it is applied, so it never overflows float16.

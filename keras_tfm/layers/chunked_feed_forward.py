@@ -11,7 +11,7 @@ import math
 
 from keras import ops
 
-from keras_tfm.layers.validation import check_positive_int
+from keras_tfm.validation import check_positive_int
 
 # Sequences at least this long run the chunked path in `FeedForward`.
 CHUNKED_FEED_FORWARD_MIN_LENGTH = 1024

@@ -2,7 +2,7 @@ import keras
 
 from keras_tfm.layers.masks import implicit_mask
 from keras_tfm.layers.transformer_block import TransformerBlock
-from keras_tfm.layers.validation import check_rank
+from keras_tfm.validation import check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -43,7 +43,8 @@ class DecoderBlock(TransformerBlock):
         training: whether dropout is active.
 
     Returns:
-        (batch, seq, hidden_dim); `(outputs, cache)` when `cache` is passed.
+        `outputs` (batch, seq, hidden_dim); always `(outputs, cache)` when
+        `cache` is passed, the cache updated at `cache_update_index`.
 
     Example:
     >>> block = keras_tfm.layers.DecoderBlock(num_heads=2, intermediate_dim=32)
@@ -123,50 +124,50 @@ class DecoderBlock(TransformerBlock):
         x = inputs
 
         # Causal self-attention block.
-        def attend_to_self(h):
-            return self.self_attention(
-                h,
-                padding_mask=padding_mask,
-                use_causal_mask=use_causal_mask,
-                cache=cache,
-                cache_update_index=cache_update_index,
-                training=training,
-            )
-
-        x, *new_cache = self._residual(
+        residual = x
+        if self.normalize_first:
+            x = self.self_attention_norm(x)
+        x = self.self_attention(
             x,
-            attend_to_self,
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            training,
+            padding_mask=padding_mask,
+            use_causal_mask=use_causal_mask,
+            cache=cache,
+            cache_update_index=cache_update_index,
+            training=training,
         )
+        if cache is not None:
+            x, cache = x
+        x = self.self_attention_dropout(x, training=training)
+        x = x + residual
+        if not self.normalize_first:
+            x = self.self_attention_norm(x)
 
         # Cross-attention block.
         if attends_to_source:
-
-            def attend_to_source(h):
-                return self.cross_attention(
-                    h,
-                    context=encoder_outputs,
-                    context_padding_mask=encoder_padding_mask,
-                    cache=cross_attention_cache,
-                    training=training,
-                )
-
-            x, *_ = self._residual(
+            residual = x
+            if self.normalize_first:
+                x = self.cross_attention_norm(x)
+            x = self.cross_attention(
                 x,
-                attend_to_source,
-                self.cross_attention_norm,
-                self.cross_attention_dropout,
-                training,
+                context=encoder_outputs,
+                context_padding_mask=encoder_padding_mask,
+                cache=cross_attention_cache,
+                training=training,
             )
+            if cross_attention_cache is not None:
+                x, _ = x  # the read-only cache comes back unchanged
+            x = self.cross_attention_dropout(x, training=training)
+            x = x + residual
+            if not self.normalize_first:
+                x = self.cross_attention_norm(x)
 
         # Feed-forward block.
-        (x,) = self._residual(
-            x,
-            self.feed_forward,
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            training,
-        )
-        return (x, new_cache[0]) if cache is not None else x
+        residual = x
+        if self.normalize_first:
+            x = self.feed_forward_norm(x)
+        x = self.feed_forward(x)
+        x = self.feed_forward_dropout(x, training=training)
+        x = x + residual
+        if not self.normalize_first:
+            x = self.feed_forward_norm(x)
+        return (x, cache) if cache is not None else x

@@ -5,7 +5,7 @@ from keras_tfm.layers.chunked_feed_forward import (
     CHUNKED_FEED_FORWARD_MIN_LENGTH,
     chunked_feed_forward,
 )
-from keras_tfm.layers.validation import ACTIVATIONS, check_choice, check_positive_int
+from keras_tfm.validation import ACTIVATIONS, check_choice, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")

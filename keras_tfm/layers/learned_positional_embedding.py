@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_tfm.layers.validation import check_positive_int, check_rank
+from keras_tfm.validation import check_positive_int, check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -10,7 +10,7 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
 
         outputs[b, t] = inputs[b, t] + P[start_index + t]
 
-    with `P` a (max_sequence_length, d_model) weight. A sequence longer than
+    with `P` a (max_sequence_length, hidden_dim) weight. A sequence longer than
     `max_sequence_length` is refused with a `ValueError`. The Keras mask of
     the input passes through.
 
@@ -19,7 +19,7 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
         embeddings_initializer: initializer of `P`.
 
     Call arguments:
-        inputs: a float tensor of shape (batch, seq, d_model).
+        inputs: a float tensor of shape (batch, seq, hidden_dim).
         start_index: the position of the first token (cached decoding).
 
     Returns:
@@ -44,15 +44,17 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = True
 
-    def build(self, inputs_shape):
+    # `input_shape` in both `build` and `compute_output_shape`: Keras records
+    # the build argument by name and `summary()` passes it back by that name.
+    def build(self, input_shape):
         self.embeddings = self.add_weight(
             name="embeddings",
-            shape=(self.max_sequence_length, inputs_shape[-1]),
+            shape=(self.max_sequence_length, input_shape[-1]),
             initializer=self.embeddings_initializer,
         )
 
     def call(self, inputs, start_index=0):
-        check_rank("inputs", inputs, 3, "(batch, seq, d_model)")
+        check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
         seq_len = inputs.shape[1]
         if seq_len is not None and isinstance(start_index, int):
             if start_index + seq_len > self.max_sequence_length:
@@ -67,8 +69,8 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
         )
         return inputs + ops.cast(positions, inputs.dtype)
 
-    def compute_output_shape(self, inputs_shape):
-        return inputs_shape
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
     def get_config(self):
         config = super().get_config()

@@ -8,6 +8,8 @@ and 0 (False) means "do not attend". A padding mask has shape
 
 from keras import ops
 
+from keras_tfm._keras_compat import get_keras_mask
+
 
 def causal_mask(query_length, key_length, start_index=0):
     """A (1, query_len, key_len) mask letting query `i` see keys `<= start_index+i`.
@@ -44,4 +46,4 @@ def merge_masks(*masks):
 
 def implicit_mask(tensor):
     """The Keras mask attached to `tensor` (e.g. by `Embedding(mask_zero=True)`)."""
-    return getattr(tensor, "_keras_mask", None)
+    return get_keras_mask(tensor)

@@ -10,7 +10,7 @@ from keras_tfm.layers.attention_kernel import (
     dot_product_attention,
 )
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
-from keras_tfm.layers.validation import (
+from keras_tfm.validation import (
     check_heads,
     check_last_dim,
     check_mask_shape,
@@ -42,7 +42,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     Masks (1 means attend, 0 means do not): `padding_mask` (batch, seq) marks
     the real tokens of the keys (of `inputs` in self-attention, of `context`
-    in cross-attention, where `context_padding_mask` takes that role); the
+    in cross-attention, where `context_padding_mask` takes that role; the
+    blocks and models call the same mask `encoder_padding_mask`, after their
+    `encoder_outputs`, while this layer names it after its `context`); the
     implicit Keras mask of `inputs` / `context` (`Embedding(mask_zero=True)`)
     is used when no padding mask is passed; `use_causal_mask=True` lets query
     t see keys up to t only; `attention_mask` (batch, q, k) is general. All
@@ -62,7 +64,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         head_dim: size of each head; by default `hidden_dim // num_heads`,
             which must then divide evenly.
         num_key_value_heads: number of key/value heads for grouped-query
-            attention; must divide `num_heads`. Default: `num_heads`.
+            attention; must divide `num_heads`. Default (None): `num_heads`.
+            The values in use after `build` are `effective_head_dim` and
+            `effective_num_key_value_heads`; the arguments themselves (and
+            `get_config`) keep what was passed.
         dropout: dropout rate on the attention weights.
         use_bias: whether the projections have biases.
         use_rotary: apply rotary position embedding to queries and keys
@@ -80,13 +85,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         use_causal_mask: whether query t may only see keys <= t.
         cache: optional key/value cache, see above.
         cache_update_index: the position of `inputs`' first token in the cache.
-        return_attention_scores: whether to also return the weights.
+        return_attention_scores: return `(outputs, scores)`; not with a cache.
         training: whether dropout is active.
 
     Returns:
-        `outputs` of shape (batch, q_len, hidden_dim); `(outputs, cache)` when
-        a cache is passed; the attention weights (batch, num_heads, q_len,
-        k_len) are appended when `return_attention_scores=True`.
+        One of three, chosen by the arguments alone:
+        - `outputs` (batch, q_len, hidden_dim), by default;
+        - `(outputs, cache)` when a `cache` is passed, the cache updated when
+          `cache_update_index` is given;
+        - `(outputs, scores)` with `return_attention_scores=True`, the float32
+          attention weights of shape (batch, num_heads, q_len, k_len).
 
     Example:
     >>> attention = keras_tfm.layers.MultiHeadSelfAttention(num_heads=2)
@@ -112,11 +120,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
+        # The constructor's values, kept as given so that `get_config` is the
+        # same before and after `build`; the values in effect (which may
+        # depend on the input width) are `effective_head_dim` and
+        # `effective_num_key_value_heads`.
         self.head_dim, self.num_key_value_heads = check_heads(
             num_heads, head_dim, num_key_value_heads
         )
-        if self.num_key_value_heads is None:
-            self.num_key_value_heads = self.num_heads
+        self.effective_num_key_value_heads = self.num_key_value_heads or num_heads
+        self.effective_head_dim = head_dim
         self.dropout = check_rate("dropout", dropout)
         self.use_bias = bool(use_bias)
         self.use_rotary = bool(use_rotary)
@@ -146,19 +158,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                     "divisible by `num_heads`, or pass `head_dim`. Received: "
                     f"hidden_dim={hidden_dim}, num_heads={self.num_heads}"
                 )
-            self.head_dim = hidden_dim // self.num_heads
+            self.effective_head_dim = hidden_dim // self.num_heads
         self.hidden_dim = hidden_dim
         kv_source_shape = inputs_shape if context_shape is None else context_shape
         self.context_dim = kv_source_shape[-1]
         # Queries in one projection; keys and values fused into a second one.
-        self.query_dense = self._dense(self.num_heads * self.head_dim, "query")
+        self.query_dense = self._dense(
+            self.num_heads * self.effective_head_dim, "query"
+        )
         self.query_dense.build(inputs_shape)
         self.key_value_dense = self._dense(
-            2 * self.num_key_value_heads * self.head_dim, "key_value"
+            2 * self.effective_num_key_value_heads * self.effective_head_dim,
+            "key_value",
         )
         self.key_value_dense.build(kv_source_shape)
         self.output_dense = self._dense(hidden_dim, "attention_output")
-        self.output_dense.build((None, None, self.num_heads * self.head_dim))
+        self.output_dense.build((None, None, self.num_heads * self.effective_head_dim))
         self.dropout_layer = keras.layers.Dropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
@@ -170,7 +185,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def empty_cache(self, batch_size, max_length, dtype=None):
         """A zero cache of shape (batch, 2, max_length, kv_heads, head_dim)."""
-        shape = (batch_size, 2, max_length, self.num_key_value_heads, self.head_dim)
+        shape = (
+            batch_size,
+            2,
+            max_length,
+            self.effective_num_key_value_heads,
+            self.effective_head_dim,
+        )
         return ops.zeros(shape, dtype=dtype or self.compute_dtype)
 
     def compute_key_value_cache(self, context):
@@ -187,7 +208,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         batch, length = ops.shape(source)[0], ops.shape(source)[1]
         key_value = ops.reshape(
             self.key_value_dense(source),
-            (batch, length, 2, self.num_key_value_heads, self.head_dim),
+            (
+                batch,
+                length,
+                2,
+                self.effective_num_key_value_heads,
+                self.effective_head_dim,
+            ),
         )
         # Unstacked, not sliced: without XLA the gradient of two slices is two
         # full-size zero-padded tensors and a sum (attention was 2x slower).
@@ -211,6 +238,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     ):
         check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
         check_last_dim("inputs", inputs, self.hidden_dim)
+        if cache is not None and return_attention_scores:
+            raise ValueError(
+                "`return_attention_scores=True` is not supported with a `cache`: "
+                "a call returns `(outputs, cache)` or `(outputs, scores)`, never "
+                "both. Run the full (uncached) pass to inspect the weights."
+            )
         is_cross = context is not None or (
             cache is not None and cache_update_index is None
         )
@@ -228,7 +261,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             check_mask_shape(
                 "cache",
                 cache,
-                (None, 2, None, self.num_key_value_heads, self.head_dim),
+                (
+                    None,
+                    2,
+                    None,
+                    self.effective_num_key_value_heads,
+                    self.effective_head_dim,
+                ),
             )
 
         batch, query_length = ops.shape(inputs)[0], ops.shape(inputs)[1]
@@ -237,7 +276,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Projections.
         query = ops.reshape(
             self.query_dense(inputs),
-            (batch, query_length, self.num_heads, self.head_dim),
+            (batch, query_length, self.num_heads, self.effective_head_dim),
         )  # (B, T, N, H)
         if self.rotary_embedding is not None:
             query = self.rotary_embedding(query, start_index=start_index)
@@ -268,7 +307,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             cache_update_index,
             is_cross,
         )
-        scale = 1.0 / math.sqrt(self.head_dim)
+        scale = 1.0 / math.sqrt(self.effective_head_dim)
         dropout_active = self.dropout > 0 and bool(training)
         key_length = key.shape[1]
         if (
@@ -305,16 +344,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 training=training,
             )
         outputs = ops.reshape(
-            outputs, (batch, query_length, self.num_heads * self.head_dim)
+            outputs, (batch, query_length, self.num_heads * self.effective_head_dim)
         )
         outputs = self.output_dense(outputs)
 
-        results = (outputs,)
         if cache is not None:
-            results += (cache,)
+            return outputs, cache
         if return_attention_scores:
-            results += (scores,)
-        return results[0] if len(results) == 1 else results
+            return outputs, scores
+        return outputs
 
     def _attention_mask(
         self,
@@ -366,19 +404,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             causal = mask_utils.causal_mask(ops.shape(inputs)[1], ops.shape(key)[1])
         return key_mask, attention_mask, causal
 
+    def compute_output_shape(self, inputs_shape, context_shape=None):
+        return inputs_shape
+
     def compute_output_spec(self, inputs, context=None, **kwargs):
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
-        results = (output,)
         cache = kwargs.get("cache")
         if cache is not None:
-            results += (keras.KerasTensor(cache.shape, dtype=cache.dtype),)
+            return output, keras.KerasTensor(cache.shape, dtype=cache.dtype)
         if kwargs.get("return_attention_scores"):
             key_length = (context if context is not None else inputs).shape[1]
-            if cache is not None:
-                key_length = cache.shape[2]
             shape = (inputs.shape[0], self.num_heads, inputs.shape[1], key_length)
-            results += (keras.KerasTensor(shape, dtype="float32"),)
-        return results[0] if len(results) == 1 else results
+            return output, keras.KerasTensor(shape, dtype="float32")
+        return output
 
     def get_config(self):
         config = super().get_config()

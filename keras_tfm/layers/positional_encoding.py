@@ -2,7 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.layers.validation import check_positive_float, check_rank
+from keras_tfm.validation import check_positive_float, check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -11,8 +11,10 @@ class PositionalEncoding(keras.layers.Layer):
 
     Adds to each position `pos` and dimension `j` of the input
 
-        PE(pos, 2i)   = sin(pos / max_wavelength^(2i / d_model))
-        PE(pos, 2i+1) = cos(pos / max_wavelength^(2i / d_model))
+        PE(pos, 2i)   = sin(pos / max_wavelength^(2i / hidden_dim))
+        PE(pos, 2i+1) = cos(pos / max_wavelength^(2i / hidden_dim))
+
+    (`hidden_dim` is the paper's d_model, the last dimension of the input.)
 
     sine in the even dimensions and cosine in the odd ones, interleaved. It
     has no weights and works at any sequence length. The Keras mask of the
@@ -23,7 +25,7 @@ class PositionalEncoding(keras.layers.Layer):
             10000 in the paper.
 
     Call arguments:
-        inputs: a float tensor of shape (batch, seq, d_model).
+        inputs: a float tensor of shape (batch, seq, hidden_dim).
         start_index: the position of the first token, an int or a scalar
             tensor; during cached decoding, the index of the token fed in.
 
@@ -45,21 +47,21 @@ class PositionalEncoding(keras.layers.Layer):
         self.supports_masking = True
 
     def call(self, inputs, start_index=0):
-        check_rank("inputs", inputs, 3, "(batch, seq, d_model)")
+        check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
         return inputs + ops.cast(self.encoding(inputs, start_index), inputs.dtype)
 
     def encoding(self, inputs, start_index=0):
-        """The (seq, d_model) float32 encoding for the positions of `inputs`."""
-        d_model = inputs.shape[-1]
-        # Frequencies in float64 NumPy: exact to float32 rounding at any d_model.
-        pair = (np.arange(d_model) // 2) * 2
-        inverse_frequency = self.max_wavelength ** (-pair / d_model)
+        """The (seq, hidden_dim) float32 encoding for the positions of `inputs`."""
+        hidden_dim = inputs.shape[-1]
+        # Frequencies in float64 NumPy: exact to float32 rounding at any hidden_dim.
+        pair = (np.arange(hidden_dim) // 2) * 2
+        inverse_frequency = self.max_wavelength ** (-pair / hidden_dim)
         positions = ops.cast(ops.arange(ops.shape(inputs)[1]), "float32")
         positions = positions + ops.cast(start_index, "float32")
         angles = ops.expand_dims(positions, 1) * ops.convert_to_tensor(
             inverse_frequency.astype("float32")
         )
-        is_even = np.arange(d_model) % 2 == 0
+        is_even = np.arange(hidden_dim) % 2 == 0
         return ops.where(is_even, ops.sin(angles), ops.cos(angles))
 
     def compute_output_shape(self, input_shape):

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.layers.validation import check_positive_float, check_rank
+from keras_tfm.validation import check_positive_float, check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")

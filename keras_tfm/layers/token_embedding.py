@@ -4,7 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.layers.validation import check_positive_int
+from keras_tfm._keras_compat import get_keras_mask, set_keras_mask
+from keras_tfm.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -14,7 +15,7 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         forward:  E[ids] (* sqrt(hidden_dim) when `scale_embeddings`)
         reverse:  logits = h E^T    (weights tied, the default)
 
-    The paper multiplies the embeddings by sqrt(d_model) and shares E with the
+    The paper multiplies the embeddings by sqrt(hidden_dim) and shares E with the
     pre-softmax projection (section 3.4); GPT-2 shares without scaling. It is
     Keras's `ReversibleEmbedding`, so it quantizes to int8 with the model.
     Reverse logits are float32 by default, as a mixed-precision softmax wants.
@@ -125,13 +126,13 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
             )
         self._check_id_range(inputs)
         outputs = base_call(inputs)
-        mask = getattr(outputs, "_keras_mask", None)
+        mask = get_keras_mask(outputs)
         if mask is None and self.mask_zero:
             mask = ops.not_equal(inputs, 0)  # the quantized lookup sets none
         if self.scale_embeddings:
             outputs = outputs * ops.cast(math.sqrt(self.hidden_dim), outputs.dtype)
         if mask is not None:
-            outputs._keras_mask = mask
+            set_keras_mask(outputs, mask)
         return outputs
 
     def get_config(self):

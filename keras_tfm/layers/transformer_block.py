@@ -1,10 +1,11 @@
-"""The constructor arguments, sublayers and residual wiring shared by blocks."""
+"""The constructor arguments and sublayer factories shared by the blocks."""
 
 import keras
 
 from keras_tfm.layers.feed_forward import FeedForward
 from keras_tfm.layers.multi_head_self_attention import MultiHeadSelfAttention
-from keras_tfm.layers.validation import (
+from keras_tfm.layers.normalization import make_normalization
+from keras_tfm.validation import (
     ACTIVATIONS,
     NORMALIZATIONS,
     check_choice,
@@ -18,9 +19,15 @@ from keras_tfm.layers.validation import (
 class TransformerBlock(keras.layers.Layer):
     """Base class of `TransformerEncoderBlock` and `DecoderBlock`.
 
-    Holds the arguments both take and the residual recipe:
-        post-LN (the paper):  x = Norm(x + Dropout(Sublayer(x)))
-        pre-LN:               x = x + Dropout(Sublayer(Norm(x)))
+    Holds the arguments both take and makes their sublayers. Each block's
+    `call` writes out the residual recipe for every sublayer:
+
+        residual = x
+        x = norm(x)            # pre-LN (normalize_first=True) only
+        x = sublayer(x)
+        x = dropout(x)
+        x = x + residual
+        x = norm(x)            # post-LN (the paper) only
     """
 
     def __init__(
@@ -35,6 +42,7 @@ class TransformerBlock(keras.layers.Layer):
         normalization="layer_norm",
         layer_norm_epsilon=1e-5,
         use_rotary=False,
+        rotary_max_wavelength=10000,
         use_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
@@ -56,6 +64,9 @@ class TransformerBlock(keras.layers.Layer):
             "layer_norm_epsilon", layer_norm_epsilon
         )
         self.use_rotary = bool(use_rotary)
+        self.rotary_max_wavelength = check_positive_float(
+            "rotary_max_wavelength", rotary_max_wavelength
+        )
         self.use_bias = bool(use_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -69,6 +80,7 @@ class TransformerBlock(keras.layers.Layer):
             dropout=self.dropout,
             use_bias=self.use_bias,
             use_rotary=use_rotary,
+            rotary_max_wavelength=self.rotary_max_wavelength,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -76,12 +88,8 @@ class TransformerBlock(keras.layers.Layer):
         )
 
     def _make_norm(self, name):
-        if self.normalization == "rms_norm":
-            return keras.layers.RMSNormalization(
-                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-            )
-        return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        return make_normalization(
+            self.normalization, self.layer_norm_epsilon, self.dtype_policy, name
         )
 
     def _make_feed_forward(self):
@@ -97,21 +105,6 @@ class TransformerBlock(keras.layers.Layer):
 
     def _make_dropout(self, name):
         return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
-
-    def _residual(self, x, sublayer, norm, dropout, training):
-        """Applies `sublayer` with a residual connection, pre- or post-LN.
-
-        `sublayer` maps a tensor to a tensor or to a tuple whose first item is
-        the tensor; the rest of the tuple is returned beside the new `x`.
-        """
-        result = sublayer(norm(x) if self.normalize_first else x)
-        extras = ()
-        if isinstance(result, tuple):
-            result, extras = result[0], result[1:]
-        x = x + dropout(result, training=training)
-        if not self.normalize_first:
-            x = norm(x)
-        return (x, *extras)
 
     def compute_output_shape(self, inputs_shape, *args, **kwargs):
         return inputs_shape
@@ -130,6 +123,7 @@ class TransformerBlock(keras.layers.Layer):
                 "normalization": self.normalization,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "use_rotary": self.use_rotary,
+                "rotary_max_wavelength": self.rotary_max_wavelength,
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer

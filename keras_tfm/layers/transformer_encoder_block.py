@@ -2,7 +2,7 @@ import keras
 
 from keras_tfm.layers.masks import implicit_mask
 from keras_tfm.layers.transformer_block import TransformerBlock
-from keras_tfm.layers.validation import check_rank
+from keras_tfm.validation import check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -29,6 +29,8 @@ class TransformerEncoderBlock(TransformerBlock):
         normalization: "layer_norm" (default) or "rms_norm".
         layer_norm_epsilon: epsilon of the normalization layers.
         use_rotary: rotary position embedding on queries and keys.
+        rotary_max_wavelength: the base of the rotary wavelengths (10000;
+            100000 in SmolLM2, 500000 in Llama 3).
         use_bias: whether the dense projections have biases.
         kernel_initializer, bias_initializer: initializers of the projections.
 
@@ -41,8 +43,8 @@ class TransformerEncoderBlock(TransformerBlock):
         training: whether dropout is active.
 
     Returns:
-        (batch, seq, hidden_dim); with `return_attention_scores=True`,
-        `(outputs, weights)` with weights (batch, num_heads, seq, seq).
+        `outputs` (batch, seq, hidden_dim); always `(outputs, scores)` with
+        `return_attention_scores=True`, scores (batch, num_heads, seq, seq).
 
     Example:
     >>> block = keras_tfm.layers.TransformerEncoderBlock(
@@ -78,25 +80,30 @@ class TransformerEncoderBlock(TransformerBlock):
         x = inputs
 
         # Self-attention block.
-        def attend(h):
-            return self.self_attention(
-                h,
-                padding_mask=padding_mask,
-                attention_mask=attention_mask,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
-
-        x, *scores = self._residual(
-            x, attend, self.self_attention_norm, self.self_attention_dropout, training
+        residual = x
+        if self.normalize_first:
+            x = self.self_attention_norm(x)
+        x = self.self_attention(
+            x,
+            padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
         )
+        if return_attention_scores:
+            x, scores = x
+        x = self.self_attention_dropout(x, training=training)
+        x = x + residual
+        if not self.normalize_first:
+            x = self.self_attention_norm(x)
 
         # Feed-forward block.
-        (x,) = self._residual(
-            x,
-            self.feed_forward,
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            training,
-        )
-        return (x, scores[0]) if return_attention_scores else x
+        residual = x
+        if self.normalize_first:
+            x = self.feed_forward_norm(x)
+        x = self.feed_forward(x)
+        x = self.feed_forward_dropout(x, training=training)
+        x = x + residual
+        if not self.normalize_first:
+            x = self.feed_forward_norm(x)
+        return (x, scores) if return_attention_scores else x

@@ -3,47 +3,31 @@ from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.layers.decoder_block import DecoderBlock
-from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
-from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.token_embedding import TokenEmbedding
-from keras_tfm.layers.validation import (
-    check_choice,
-    check_positive_int,
-    check_rank,
-    check_rate,
-)
-from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.models._common import TransformerModel, check_token_ids
 from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
-
-POSITION_ENCODINGS = ("learned", "sinusoidal", "rotary")
-
-
-def check_token_ids(name, token_ids, max_sequence_length):
-    """Rank 2, integer dtype, at most `max_sequence_length` long."""
-    check_rank(name, token_ids, 2, "(batch, seq)")
-    dtype = keras.backend.standardize_dtype(token_ids.dtype)
-    if "int" not in dtype:
-        raise ValueError(
-            f"`{name}` must hold integer token ids. Received: {name}.dtype={dtype}"
-        )
-    length = token_ids.shape[1]
-    if length is not None and length > max_sequence_length:
-        raise ValueError(
-            f"`{name}` is longer than max_sequence_length={max_sequence_length}. "
-            f"Received: {name}.shape={tuple(token_ids.shape)}"
-        )
+from keras_tfm.validation import check_positive_int, check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class CausalLM(QuantizationMixin, keras.Model):
+class CausalLM(TransformerModel):
     """A GPT-style decoder-only language model, with cached generation.
 
         h_0 = E[x] + P            (P: learned, sinusoidal, or rotary in attention)
         h_l = DecoderBlock_l(h_{l-1})    causal self-attention, no cross-attention
         logits = Norm(h_L) E^T    (the final norm only when `normalize_first`)
 
-    The output projection is the token embedding, transposed (tied weights);
-    logits are float32. Tokens equal to `padding_id` are never attended to.
+    The output projection is the token embedding, transposed (tied weights),
+    or with `tie_word_embeddings=False` a separate bias-free Dense `lm_head`
+    (Llama's layout); logits are float32. Tokens equal to `padding_id` are
+    never attended to.
+
+    Sublayers, by attribute and layer name (a checkpoint converter maps
+    weights by them): `token_embedding`, `position_embedding` (absent with
+    rotary positions), `embeddings_dropout`, `transformer_layers[i]` named
+    `transformer_layer_{i}` (DecoderBlock without cross-attention),
+    `final_norm` (only when `normalize_first`) and `lm_head` (only when
+    untied).
 
     Args:
         vocabulary_size: number of token ids.
@@ -52,6 +36,7 @@ class CausalLM(QuantizationMixin, keras.Model):
         hidden_dim: width of the model.
         intermediate_dim: inner width of the feed-forward networks.
         max_sequence_length: the longest sequence (prompt plus new tokens).
+        head_dim: size of each head; by default `hidden_dim // num_heads`.
         num_key_value_heads: fewer key/value heads for grouped-query attention.
         activation: "gelu" (default), "relu" or "swiglu".
         dropout: dropout rate of the embeddings, attention and sublayers.
@@ -59,7 +44,13 @@ class CausalLM(QuantizationMixin, keras.Model):
         normalization: "layer_norm" or "rms_norm".
         layer_norm_epsilon: epsilon of the normalization layers.
         position_encoding: "learned" (default), "sinusoidal" or "rotary".
-        padding_id: the id of padding tokens.
+        rotary_max_wavelength: the RoPE base with rotary positions (10000;
+            100000 in SmolLM2).
+        use_bias: whether the attention and feed-forward projections have
+            biases (GPT-2: yes; Llama: no).
+        tie_word_embeddings: project to logits with the token embedding
+            (default) or with a separate `lm_head`.
+        padding_id: the id of padding tokens, or None if no id is padding.
         tokenizer: optional keras-hub tokenizer; saved with the model, and
             `generate` then also takes and returns strings.
 
@@ -88,6 +79,7 @@ class CausalLM(QuantizationMixin, keras.Model):
         hidden_dim,
         intermediate_dim,
         max_sequence_length,
+        head_dim=None,
         num_key_value_heads=None,
         activation="gelu",
         dropout=0.0,
@@ -95,112 +87,86 @@ class CausalLM(QuantizationMixin, keras.Model):
         normalization="layer_norm",
         layer_norm_epsilon=1e-5,
         position_encoding="learned",
+        rotary_max_wavelength=10000,
+        use_bias=True,
+        tie_word_embeddings=True,
         padding_id=0,
         tokenizer=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        super().__init__(
+            vocabulary_size=vocabulary_size,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            intermediate_dim=intermediate_dim,
+            max_sequence_length=max_sequence_length,
+            head_dim=head_dim,
+            num_key_value_heads=num_key_value_heads,
+            activation=activation,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            normalization=normalization,
+            layer_norm_epsilon=layer_norm_epsilon,
+            position_encoding=position_encoding,
+            rotary_max_wavelength=rotary_max_wavelength,
+            use_bias=use_bias,
+            padding_id=padding_id,
+            **kwargs,
+        )
         self.num_layers = check_positive_int("num_layers", num_layers)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
-        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
-        self.max_sequence_length = check_positive_int(
-            "max_sequence_length", max_sequence_length
-        )
-        self.num_key_value_heads = num_key_value_heads
-        self.activation = activation
-        self.dropout = check_rate("dropout", dropout)
-        self.normalize_first = bool(normalize_first)
-        self.normalization = normalization
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.position_encoding = check_choice(
-            "position_encoding", position_encoding, POSITION_ENCODINGS
-        )
-        if not isinstance(padding_id, int) or not 0 <= padding_id < vocabulary_size:
-            raise ValueError(
-                f"`padding_id` must be an id in [0, {vocabulary_size}). "
-                f"Received: padding_id={padding_id!r}"
-            )
-        self.padding_id = padding_id
+        self.tie_word_embeddings = bool(tie_word_embeddings)
         self.tokenizer = restore_tokenizer(tokenizer)
 
-        dtype = self.dtype_policy
+        # All weights exist from construction: saving needs no build config.
+        hidden_shape = (None, None, self.hidden_dim)
         self.token_embedding = TokenEmbedding(
-            vocabulary_size, hidden_dim, dtype=dtype, name="token_embedding"
+            self.vocabulary_size,
+            self.hidden_dim,
+            dtype=self.dtype_policy,
+            name="token_embedding",
         )
-        if position_encoding == "learned":
-            self.position_embedding = LearnedPositionalEmbedding(
-                max_sequence_length, dtype=dtype, name="position_embedding"
+        self.token_embedding.build((None, None))
+        self.position_embedding = self._make_position_embedding()
+        self.embeddings_dropout = self._make_dropout("embeddings_dropout")
+        self.transformer_layers = []
+        for i in range(self.num_layers):
+            block = DecoderBlock(
+                **self._block_arguments(), name=f"transformer_layer_{i}"
             )
-        elif position_encoding == "sinusoidal":
-            self.position_embedding = PositionalEncoding(
-                dtype=dtype, name="position_embedding"
-            )
-        else:
-            self.position_embedding = None
-        self.embedding_dropout = keras.layers.Dropout(
-            self.dropout, dtype=dtype, name="embedding_dropout"
-        )
-        self.decoder_blocks = [
-            DecoderBlock(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                num_key_value_heads=num_key_value_heads,
-                activation=activation,
-                dropout=dropout,
-                normalize_first=normalize_first,
-                normalization=normalization,
-                layer_norm_epsilon=layer_norm_epsilon,
-                use_rotary=position_encoding == "rotary",
-                dtype=dtype,
-                name=f"decoder_block_{i}",
-            )
-            for i in range(num_layers)
-        ]
+            block.build(hidden_shape)
+            self.transformer_layers.append(block)
         self.final_norm = None
         if self.normalize_first:
-            norm = (
-                keras.layers.RMSNormalization
-                if normalization == "rms_norm"
-                else keras.layers.LayerNormalization
-            )
-            self.final_norm = norm(
-                epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm"
-            )
-        # All weights exist from construction: saving needs no build config.
-        hidden_shape = (None, None, hidden_dim)
-        self.token_embedding.build((None, None))
-        if self.position_embedding is not None:
-            self.position_embedding.build(hidden_shape)
-        for block in self.decoder_blocks:
-            block.build(hidden_shape)
-        if self.final_norm is not None:
-            self.final_norm.build(hidden_shape)
+            self.final_norm = self._make_norm("final_norm")
+        self.lm_head = self._make_lm_head(self.tie_word_embeddings)
         self.built = True
 
     def _embed(self, token_ids, start_index=0, training=None):
         x = self.token_embedding(token_ids)
         if self.position_embedding is not None:
             x = self.position_embedding(x, start_index=start_index)
-        return self.embedding_dropout(x, training=training)
+        return self.embeddings_dropout(x, training=training)
 
     def _logits(self, x):
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return self.token_embedding(x, reverse=True)
+        if self.lm_head is None:
+            return self.token_embedding(x, reverse=True)
+        return ops.cast(self.lm_head(x), "float32")
 
     def call(self, token_ids, training=None):
         check_token_ids("token_ids", token_ids, self.max_sequence_length)
-        padding_mask = ops.not_equal(token_ids, self.padding_id)
+        padding_mask = self.padding_mask_of(token_ids)
         x = self._embed(token_ids, training=training)
-        for block in self.decoder_blocks:
+        for block in self.transformer_layers:
             x = block(x, padding_mask=padding_mask, training=training)
         return self._logits(x)
 
     def empty_cache(self, batch_size, max_length):
         """A zero cache (batch, num_layers, 2, max_length, kv_heads, head_dim)."""
-        caches = [b.empty_cache(batch_size, max_length) for b in self.decoder_blocks]
+        caches = [
+            b.empty_cache(batch_size, max_length) for b in self.transformer_layers
+        ]
         return ops.stack(caches, axis=1)
 
     def call_with_cache(self, token_ids, cache, cache_update_index, padding_mask=None):
@@ -220,7 +186,7 @@ class CausalLM(QuantizationMixin, keras.Model):
             updated cache.
         """
         check_rank("cache", cache, 6, "(batch, num_layers, 2, max_length, heads, dim)")
-        layer_caches = [cache[:, i] for i in range(len(self.decoder_blocks))]
+        layer_caches = [cache[:, i] for i in range(len(self.transformer_layers))]
         logits, layer_caches = self._call_with_layer_caches(
             token_ids, layer_caches, cache_update_index, padding_mask
         )
@@ -237,7 +203,9 @@ class CausalLM(QuantizationMixin, keras.Model):
         check_token_ids("token_ids", token_ids, self.max_sequence_length)
         x = self._embed(token_ids, start_index=cache_update_index)
         updated = []
-        for block, layer_cache in zip(self.decoder_blocks, layer_caches, strict=True):
+        for block, layer_cache in zip(
+            self.transformer_layers, layer_caches, strict=True
+        ):
             x, layer_cache = block(
                 x,
                 padding_mask=padding_mask,
@@ -253,14 +221,15 @@ class CausalLM(QuantizationMixin, keras.Model):
         def step(prompt, mask, start_index):
             batch_size, length = ops.shape(prompt)[0], ops.shape(prompt)[1]
             cache = tuple(
-                block.empty_cache(batch_size, length) for block in self.decoder_blocks
+                block.empty_cache(batch_size, length)
+                for block in self.transformer_layers
             )
-            padding_mask = ops.not_equal(prompt, self.padding_id)
+            padding_mask = self.padding_mask_of(prompt)
             _, cache = self._call_with_layer_caches(prompt, cache, 0, padding_mask)
 
             def next(prompt, cache, index):
                 token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
-                padding_mask = ops.not_equal(prompt, self.padding_id)
+                padding_mask = self.padding_mask_of(prompt)
                 logits, cache = self._call_with_layer_caches(
                     token, cache, index - 1, padding_mask
                 )
@@ -332,7 +301,7 @@ class CausalLM(QuantizationMixin, keras.Model):
             )
         sampler, key = gen.make_sampler(
             sampler, temperature, top_k, top_p, num_beams, length_penalty,
-            self.padding_id, seed,
+            self.fill_id, seed,
         )  # fmt: skip
         function, sampler = gen.cached_function(
             self,
@@ -343,7 +312,7 @@ class CausalLM(QuantizationMixin, keras.Model):
         # The buffer is rounded up to a multiple of 8 so that nearby lengths
         # share one compiled loop; the extra positions are cut off below.
         length = min(-(-(longest + max_new_tokens) // 8) * 8, self.max_sequence_length)
-        tokens, mask = gen.pad_rows(rows, length, self.padding_id)
+        tokens, mask = gen.pad_rows(rows, length, self.fill_id)
         start_index = min(len(row) for row in rows)
         outputs = ops.convert_to_numpy(
             function(tokens, mask, ops.convert_to_tensor(start_index, "int32"))
@@ -357,28 +326,12 @@ class CausalLM(QuantizationMixin, keras.Model):
         return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
 
     def get_config(self):
-        config = {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
+        config = super().get_config()
         config.update(
             {
-                "vocabulary_size": self.vocabulary_size,
                 "num_layers": self.num_layers,
-                "num_heads": self.num_heads,
-                "hidden_dim": self.hidden_dim,
-                "intermediate_dim": self.intermediate_dim,
-                "max_sequence_length": self.max_sequence_length,
-                "num_key_value_heads": self.num_key_value_heads,
-                "activation": self.activation,
-                "dropout": self.dropout,
-                "normalize_first": self.normalize_first,
-                "normalization": self.normalization,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "position_encoding": self.position_encoding,
-                "padding_id": self.padding_id,
+                "tie_word_embeddings": self.tie_word_embeddings,
                 "tokenizer": serialize_tokenizer(self.tokenizer),
             }
         )
-        return self._add_quantization_config(config)
+        return config

@@ -1,23 +1,11 @@
 import keras
 from keras import ops
 
-from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
-from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_tfm.layers.validation import (
-    ACTIVATIONS,
-    NORMALIZATIONS,
-    check_choice,
-    check_mask_shape,
-    check_positive_float,
-    check_positive_int,
-    check_rank,
-    check_rate,
-)
-from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.models._common import TransformerModel
+from keras_tfm.validation import check_mask_shape, check_positive_int, check_rank
 
-POSITION_ENCODINGS = ("learned", "sinusoidal")
 INPUT_KEYS = ("token_ids", "segment_ids", "padding_mask")
 
 
@@ -49,7 +37,7 @@ def unpack_encoder_inputs(inputs, allowed_keys=INPUT_KEYS):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class EncoderBackbone(QuantizationMixin, keras.Model):
+class EncoderBackbone(TransformerModel):
     """A bidirectional Transformer encoder with BERT's architecture.
 
         h = Norm_emb(TokenEmb(ids) + PosEmb(positions) + SegmentEmb(segments))
@@ -61,16 +49,16 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
     positions (ids equal to `padding_id`) are never attended to, so the hidden
     states at real positions do not depend on what the padding holds.
 
-    Sublayers, by attribute and layer name (a checkpoint converter maps
-    weights by them): `token_embedding` (TokenEmbedding, tied with the MLM
-    head), `position_embedding` (LearnedPositionalEmbedding, or a weightless
-    PositionalEncoding when sinusoidal), `segment_embedding` (Embedding, absent
-    when `num_segments=0`), `embeddings_layer_norm` (absent when
+    Sublayers, by attribute and layer name (a checkpoint converter maps weights by
+    them): `token_embedding` (TokenEmbedding, tied with the MLM head),
+    `position_embedding` (LearnedPositionalEmbedding, a weightless
+    PositionalEncoding when sinusoidal, absent when rotary), `segment_embedding`
+    (Embedding, absent when `num_segments=0`), `embeddings_layer_norm` (absent when
     `normalize_first`), `embeddings_dropout`, `transformer_layers[i]` named
-    `transformer_layer_{i}` (TransformerEncoderBlock: `self_attention` with
-    `query`, fused `key_value` (keys first) and `attention_output`;
-    `self_attention_norm`; `feed_forward` with `intermediate` and `output`;
-    `feed_forward_norm`), and `final_norm` (only when `normalize_first`).
+    `transformer_layer_{i}` (TransformerEncoderBlock: `self_attention` with `query`,
+    fused `key_value` (keys first) and `attention_output`; `self_attention_norm`;
+    `feed_forward` with `intermediate` and `output`; `feed_forward_norm`), and
+    `final_norm` (only when `normalize_first`).
 
     Args:
         vocabulary_size: number of token ids.
@@ -80,12 +68,17 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
         intermediate_dim: inner width of the feed-forward networks.
         max_sequence_length: the longest sequence accepted.
         num_segments: number of segment (token type) ids; 0 for none.
+        head_dim: size of each head; by default `hidden_dim // num_heads`.
+        num_key_value_heads: fewer key/value heads for grouped-query attention.
         activation: the FFN's "gelu" (exact erf, BERT's), "relu" or "swiglu".
         dropout: dropout rate of the embeddings, attention and sublayers.
         normalize_first: pre-LN blocks with a final norm if True.
         normalization: "layer_norm" or "rms_norm".
         layer_norm_epsilon: epsilon of every normalization layer.
-        position_encoding: "learned" (BERT) or "sinusoidal".
+        position_encoding: "learned" (BERT), "sinusoidal" or "rotary".
+        rotary_max_wavelength: the RoPE base with rotary positions.
+        use_bias: whether the attention and feed-forward projections have
+            biases.
         padding_id: the id of padding tokens, or None if ids never pad.
 
     Call arguments:
@@ -118,24 +111,39 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
         intermediate_dim,
         max_sequence_length,
         num_segments=2,
+        head_dim=None,
+        num_key_value_heads=None,
         activation="gelu",
         dropout=0.0,
         normalize_first=False,
         normalization="layer_norm",
         layer_norm_epsilon=1e-12,
         position_encoding="learned",
+        rotary_max_wavelength=10000,
+        use_bias=True,
         padding_id=0,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
-        self.num_layers = check_positive_int("num_layers", num_layers)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
-        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
-        self.max_sequence_length = check_positive_int(
-            "max_sequence_length", max_sequence_length
+        super().__init__(
+            vocabulary_size=vocabulary_size,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            intermediate_dim=intermediate_dim,
+            max_sequence_length=max_sequence_length,
+            head_dim=head_dim,
+            num_key_value_heads=num_key_value_heads,
+            activation=activation,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            normalization=normalization,
+            layer_norm_epsilon=layer_norm_epsilon,
+            position_encoding=position_encoding,
+            rotary_max_wavelength=rotary_max_wavelength,
+            use_bias=use_bias,
+            padding_id=padding_id,
+            **kwargs,
         )
+        self.num_layers = check_positive_int("num_layers", num_layers)
         if (
             isinstance(num_segments, bool)
             or not isinstance(num_segments, int)
@@ -146,68 +154,27 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
                 f"Received: num_segments={num_segments!r}"
             )
         self.num_segments = num_segments
-        self.activation = check_choice("activation", activation, ACTIVATIONS)
-        self.dropout = check_rate("dropout", dropout)
-        self.normalize_first = bool(normalize_first)
-        self.normalization = check_choice(
-            "normalization", normalization, NORMALIZATIONS
-        )
-        self.layer_norm_epsilon = check_positive_float(
-            "layer_norm_epsilon", layer_norm_epsilon
-        )
-        self.position_encoding = check_choice(
-            "position_encoding", position_encoding, POSITION_ENCODINGS
-        )
-        if padding_id is not None and (
-            isinstance(padding_id, bool)
-            or not isinstance(padding_id, int)
-            or not 0 <= padding_id < vocabulary_size
-        ):
-            raise ValueError(
-                "`padding_id` must be None or an id in [0, vocabulary_size). "
-                f"Received: padding_id={padding_id!r}"
-            )
-        self.padding_id = padding_id
-        if hidden_dim % num_heads:
-            raise ValueError(
-                "`hidden_dim` must be divisible by `num_heads`. Received: "
-                f"hidden_dim={hidden_dim}, num_heads={num_heads}"
-            )
 
         # All sublayers are built here, so the model has its weights (and a
         # checkpoint can be loaded) before it is first called.
-        hidden_shape = (None, None, hidden_dim)
+        hidden_shape = (None, None, self.hidden_dim)
         policy = self.dtype_policy
         self.token_embedding = TokenEmbedding(
-            vocabulary_size,
-            hidden_dim,
+            self.vocabulary_size,
+            self.hidden_dim,
             embeddings_initializer=_bert_initializer(),
             dtype=policy,
             name="token_embedding",
         )
         self.token_embedding.build((None, None))
-        if self.position_encoding == "learned":
-            self.position_embedding = LearnedPositionalEmbedding(
-                max_sequence_length,
-                embeddings_initializer=_bert_initializer(),
-                dtype=policy,
-                name="position_embedding",
-            )
-            self.position_embedding.build(hidden_shape)
-            # Workaround: its build() names the argument `inputs_shape` but its
-            # compute_output_shape() `input_shape`, so `summary()` would fail
-            # on the recorded build shapes.
-            self.position_embedding._build_shapes_dict = {"input_shape": hidden_shape}
-        else:
-            self.position_embedding = PositionalEncoding(
-                dtype=policy, name="position_embedding"
-            )
-            self.position_embedding.build(hidden_shape)
+        self.position_embedding = self._make_position_embedding(
+            embeddings_initializer=_bert_initializer()
+        )
         self.segment_embedding = None
         if num_segments:
             self.segment_embedding = keras.layers.Embedding(
                 num_segments,
-                hidden_dim,
+                self.hidden_dim,
                 embeddings_initializer=_bert_initializer(),
                 dtype=policy,
                 name="segment_embedding",
@@ -216,22 +183,11 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
         self.embeddings_layer_norm = None
         if not self.normalize_first:
             self.embeddings_layer_norm = self._make_norm("embeddings_layer_norm")
-        self.embeddings_dropout = keras.layers.Dropout(
-            self.dropout, dtype=policy, name="embeddings_dropout"
-        )
-        self.embeddings_dropout.build(hidden_shape)
+        self.embeddings_dropout = self._make_dropout("embeddings_dropout")
         self.transformer_layers = []
-        for i in range(num_layers):
+        for i in range(self.num_layers):
             block = TransformerEncoderBlock(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                activation=activation,
-                dropout=self.dropout,
-                normalize_first=self.normalize_first,
-                normalization=normalization,
-                layer_norm_epsilon=self.layer_norm_epsilon,
-                kernel_initializer=_bert_initializer(),
-                dtype=policy,
+                **self._block_arguments(kernel_initializer=_bert_initializer()),
                 name=f"transformer_layer_{i}",
             )
             block.build(hidden_shape)
@@ -240,18 +196,6 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
         if self.normalize_first:
             self.final_norm = self._make_norm("final_norm")
         self.built = True
-
-    def _make_norm(self, name):
-        if self.normalization == "rms_norm":
-            norm = keras.layers.RMSNormalization(
-                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-            )
-        else:
-            norm = keras.layers.LayerNormalization(
-                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-            )
-        norm.build((None, None, self.hidden_dim))
-        return norm
 
     def _check_inputs(self, inputs):
         token_ids = inputs["token_ids"]
@@ -283,10 +227,7 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
         mask = inputs.get("padding_mask")
         if mask is not None:
             return ops.cast(mask, "bool")
-        token_ids = inputs["token_ids"]
-        if self.padding_id is None:
-            return ops.ones(ops.shape(token_ids), "bool")
-        return ops.not_equal(token_ids, self.padding_id)
+        return self.padding_mask_of(inputs["token_ids"])
 
     def call(self, inputs, training=None, return_attention_scores=False):
         inputs = unpack_encoder_inputs(inputs)
@@ -295,7 +236,8 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
         padding_mask = self.padding_mask(inputs)
 
         x = self.token_embedding(token_ids)
-        x = self.position_embedding(x)
+        if self.position_embedding is not None:
+            x = self.position_embedding(x)
         if self.segment_embedding is not None:
             segment_ids = inputs.get("segment_ids")
             if segment_ids is None:
@@ -307,15 +249,16 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
 
         scores = []
         for block in self.transformer_layers:
-            x = block(
-                x,
-                padding_mask=padding_mask,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
             if return_attention_scores:
-                x, layer_scores = x
+                x, layer_scores = block(
+                    x,
+                    padding_mask=padding_mask,
+                    return_attention_scores=True,
+                    training=training,
+                )
                 scores.append(layer_scores)
+            else:
+                x = block(x, padding_mask=padding_mask, training=training)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return (x, tuple(scores)) if return_attention_scores else x
@@ -323,21 +266,6 @@ class EncoderBackbone(QuantizationMixin, keras.Model):
     def get_config(self):
         config = super().get_config()
         config.update(
-            {
-                "vocabulary_size": self.vocabulary_size,
-                "num_layers": self.num_layers,
-                "num_heads": self.num_heads,
-                "hidden_dim": self.hidden_dim,
-                "intermediate_dim": self.intermediate_dim,
-                "max_sequence_length": self.max_sequence_length,
-                "num_segments": self.num_segments,
-                "activation": self.activation,
-                "dropout": self.dropout,
-                "normalize_first": self.normalize_first,
-                "normalization": self.normalization,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "position_encoding": self.position_encoding,
-                "padding_id": self.padding_id,
-            }
+            {"num_layers": self.num_layers, "num_segments": self.num_segments}
         )
-        return self._add_quantization_config(config)
+        return config

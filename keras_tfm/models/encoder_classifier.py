@@ -1,10 +1,10 @@
 import keras
 from keras import ops
 
-from keras_tfm.layers.validation import check_choice, check_positive_int, check_rate
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
+from keras_tfm.validation import check_choice, check_positive_int, check_rate
 
 POOLINGS = ("cls", "mean")
 

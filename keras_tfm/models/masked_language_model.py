@@ -1,12 +1,12 @@
 import keras
 import keras_hub
 
-from keras_tfm.layers.validation import check_rank
 from keras_tfm.models.encoder_backbone import (
     EncoderBackbone,
     unpack_encoder_inputs,
 )
 from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.validation import check_rank
 
 INPUT_KEYS = ("token_ids", "mask_positions", "segment_ids", "padding_mask")
 
@@ -77,7 +77,9 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
             dtype=policy,
             name="mlm_head",
         )
-        self.mlm_head.build((None, None, backbone.hidden_dim))
+        # Built with both shapes: `summary()` passes the recorded build shapes
+        # to its compute_output_shape, which needs `mask_positions_shape`.
+        self.mlm_head.build((None, None, backbone.hidden_dim), (None, None))
         self.built = True
 
     def call(self, inputs, training=None):

@@ -2,7 +2,8 @@ import keras
 import keras_hub
 import tensorflow as tf
 
-from keras_tfm.layers.validation import check_positive_int
+from keras_tfm._keras_compat import MASK_GENERATOR_TF_ONLY
+from keras_tfm.validation import check_positive_int
 
 
 def _check_fraction(name, value):
@@ -129,7 +130,7 @@ class MaskedLMMasker:
             random_token_rate=self.random_token_rate,
             # Always the TensorFlow path: the same sampler eagerly and in
             # tf.data, and tensors (not Python lists) out.
-            _allow_python_workflow=False,
+            **MASK_GENERATOR_TF_ONLY,
         )
 
     def __call__(self, inputs):

@@ -12,8 +12,8 @@ variable structure matches.
 import warnings
 
 import keras
-from keras.src.quantizers.utils import should_quantize_layer
 
+from keras_tfm._keras_compat import flatten_layers, should_quantize_layer
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 
 QUANTIZATION_MODES = ("int8", "int4")
@@ -44,8 +44,8 @@ def _supports_quantize(layer):
 def _leaf_layers(model):
     return [
         layer
-        for layer in model._flatten_layers(include_self=False)
-        if len(list(layer._flatten_layers())) == 1
+        for layer in flatten_layers(model, include_self=False)
+        if len(flatten_layers(layer)) == 1
     ]
 
 
@@ -115,7 +115,7 @@ class QuantizationMixin:
                 "ignore", message="__array__ implementation doesn't accept a copy"
             )
             super().quantize(mode, config=config, filters=should_quantize, **kwargs)
-        for layer in self._flatten_layers(include_self=True):
+        for layer in flatten_layers(self):
             if isinstance(layer, QuantizationMixin):
                 layer._quantization_mode = mode
 

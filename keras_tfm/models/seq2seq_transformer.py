@@ -4,23 +4,15 @@ from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.layers.decoder_block import DecoderBlock
-from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
-from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_tfm.layers.validation import (
-    check_choice,
-    check_positive_int,
-    check_rank,
-    check_rate,
-)
-from keras_tfm.models.causal_lm import POSITION_ENCODINGS, check_token_ids
-from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.models._common import TransformerModel, check_token_ids
 from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
+from keras_tfm.validation import check_positive_int, check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class Seq2SeqTransformer(QuantizationMixin, keras.Model):
+class Seq2SeqTransformer(TransformerModel):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
         memory = Encoder(E[source] * sqrt(d) + PE)
@@ -34,6 +26,16 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
     cross-attention; the decoder is causal (trailing target padding is never
     attended to by real tokens; leave it out of the loss).
 
+    Sublayers, by attribute and layer name: `token_embedding` (shared),
+    `encoder_position_embedding` and `decoder_position_embedding` (absent
+    with rotary positions), `encoder_embeddings_dropout`,
+    `decoder_embeddings_dropout`, `encoder_transformer_layers[i]` named
+    `encoder_transformer_layer_{i}` (TransformerEncoderBlock),
+    `decoder_transformer_layers[i]` named `decoder_transformer_layer_{i}`
+    (DecoderBlock with cross-attention), `encoder_final_norm` and
+    `decoder_final_norm` (only when `normalize_first`), and `lm_head` (only
+    with `tie_word_embeddings=False`).
+
     Args:
         vocabulary_size: the shared source/target vocabulary size.
         num_encoder_layers, num_decoder_layers: depth of each stack.
@@ -42,13 +44,22 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         intermediate_dim: inner width of the feed-forward networks.
         max_sequence_length: the longest source, and the longest target
             (start token plus new tokens).
+        head_dim: size of each head; by default `hidden_dim // num_heads`.
+        num_key_value_heads: fewer key/value heads for grouped-query
+            attention, in self- and cross-attention alike.
         activation: "relu" (default), "gelu" or "swiglu".
         dropout: dropout of the embeddings, attention and sublayers.
         normalize_first: pre-LN if True, post-LN (the paper) if False.
         normalization: "layer_norm" or "rms_norm".
         layer_norm_epsilon: epsilon of the normalization layers.
-        position_encoding: "sinusoidal" (default), "learned" or "rotary".
-        padding_id: the id of padding tokens.
+        position_encoding: "sinusoidal" (default), "learned" or "rotary"
+            (rotary in self-attention only; cross-attention has no positions).
+        rotary_max_wavelength: the RoPE base with rotary positions.
+        use_bias: whether the attention and feed-forward projections have
+            biases.
+        tie_word_embeddings: project to logits with the shared embedding
+            (default, the paper) or with a separate `lm_head`.
+        padding_id: the id of padding tokens, or None if no id is padding.
         tokenizer: optional keras-hub tokenizer, saved with the model;
             `generate` then also takes and returns strings.
 
@@ -82,118 +93,90 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         hidden_dim,
         intermediate_dim,
         max_sequence_length,
+        head_dim=None,
+        num_key_value_heads=None,
         activation="relu",
         dropout=0.0,
         normalize_first=False,
         normalization="layer_norm",
         layer_norm_epsilon=1e-5,
         position_encoding="sinusoidal",
+        rotary_max_wavelength=10000,
+        use_bias=True,
+        tie_word_embeddings=True,
         padding_id=0,
         tokenizer=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        super().__init__(
+            vocabulary_size=vocabulary_size,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            intermediate_dim=intermediate_dim,
+            max_sequence_length=max_sequence_length,
+            head_dim=head_dim,
+            num_key_value_heads=num_key_value_heads,
+            activation=activation,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            normalization=normalization,
+            layer_norm_epsilon=layer_norm_epsilon,
+            position_encoding=position_encoding,
+            rotary_max_wavelength=rotary_max_wavelength,
+            use_bias=use_bias,
+            padding_id=padding_id,
+            **kwargs,
+        )
         self.num_encoder_layers = check_positive_int(
             "num_encoder_layers", num_encoder_layers
         )
         self.num_decoder_layers = check_positive_int(
             "num_decoder_layers", num_decoder_layers
         )
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
-        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
-        self.max_sequence_length = check_positive_int(
-            "max_sequence_length", max_sequence_length
-        )
-        self.activation = activation
-        self.dropout = check_rate("dropout", dropout)
-        self.normalize_first = bool(normalize_first)
-        self.normalization = normalization
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.position_encoding = check_choice(
-            "position_encoding", position_encoding, POSITION_ENCODINGS
-        )
-        if not isinstance(padding_id, int) or not 0 <= padding_id < vocabulary_size:
-            raise ValueError(
-                f"`padding_id` must be an id in [0, {vocabulary_size}). "
-                f"Received: padding_id={padding_id!r}"
-            )
-        self.padding_id = padding_id
+        self.tie_word_embeddings = bool(tie_word_embeddings)
         self.tokenizer = restore_tokenizer(tokenizer)
 
-        dtype = self.dtype_policy
+        # All weights exist from construction: saving needs no build config.
+        hidden_shape = (None, None, self.hidden_dim)
         self.token_embedding = TokenEmbedding(
-            vocabulary_size,
-            hidden_dim,
+            self.vocabulary_size,
+            self.hidden_dim,
             scale_embeddings=True,
-            dtype=dtype,
+            dtype=self.dtype_policy,
             name="token_embedding",
         )
-
-        def positions(name):
-            if position_encoding == "learned":
-                return LearnedPositionalEmbedding(
-                    max_sequence_length, dtype=dtype, name=name
-                )
-            if position_encoding == "sinusoidal":
-                return PositionalEncoding(dtype=dtype, name=name)
-            return None
-
-        self.encoder_position_embedding = positions("encoder_position_embedding")
-        self.decoder_position_embedding = positions("decoder_position_embedding")
-        self.encoder_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="encoder_dropout"
+        self.token_embedding.build((None, None))
+        self.encoder_position_embedding = self._make_position_embedding(
+            "encoder_position_embedding"
         )
-        self.decoder_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="decoder_dropout"
+        self.decoder_position_embedding = self._make_position_embedding(
+            "decoder_position_embedding"
         )
-        block_args = dict(
-            num_heads=num_heads,
-            intermediate_dim=intermediate_dim,
-            activation=activation,
-            dropout=dropout,
-            normalize_first=normalize_first,
-            normalization=normalization,
-            layer_norm_epsilon=layer_norm_epsilon,
-            use_rotary=position_encoding == "rotary",
-            dtype=dtype,
+        self.encoder_embeddings_dropout = self._make_dropout(
+            "encoder_embeddings_dropout"
         )
-        self.encoder_blocks = [
-            TransformerEncoderBlock(name=f"encoder_block_{i}", **block_args)
-            for i in range(num_encoder_layers)
-        ]
-        self.decoder_blocks = [
-            DecoderBlock(name=f"decoder_block_{i}", **block_args)
-            for i in range(num_decoder_layers)
-        ]
+        self.decoder_embeddings_dropout = self._make_dropout(
+            "decoder_embeddings_dropout"
+        )
+        self.encoder_transformer_layers = []
+        for i in range(self.num_encoder_layers):
+            block = TransformerEncoderBlock(
+                **self._block_arguments(), name=f"encoder_transformer_layer_{i}"
+            )
+            block.build(hidden_shape)
+            self.encoder_transformer_layers.append(block)
+        self.decoder_transformer_layers = []
+        for i in range(self.num_decoder_layers):
+            block = DecoderBlock(
+                **self._block_arguments(), name=f"decoder_transformer_layer_{i}"
+            )
+            block.build(hidden_shape, hidden_shape)
+            self.decoder_transformer_layers.append(block)
         self.encoder_final_norm = self.decoder_final_norm = None
         if self.normalize_first:
-            norm = (
-                keras.layers.RMSNormalization
-                if normalization == "rms_norm"
-                else keras.layers.LayerNormalization
-            )
-            self.encoder_final_norm = norm(
-                epsilon=layer_norm_epsilon, dtype=dtype, name="encoder_final_norm"
-            )
-            self.decoder_final_norm = norm(
-                epsilon=layer_norm_epsilon, dtype=dtype, name="decoder_final_norm"
-            )
-        # All weights exist from construction: saving needs no build config.
-        hidden_shape = (None, None, hidden_dim)
-        self.token_embedding.build((None, None))
-        for layer in (
-            self.encoder_position_embedding,
-            self.decoder_position_embedding,
-            *self.encoder_blocks,
-            self.encoder_final_norm,
-            self.decoder_final_norm,
-        ):
-            if layer is not None:
-                layer.build(hidden_shape)
-        for block in self.decoder_blocks:
-            block.build(hidden_shape, hidden_shape)
+            self.encoder_final_norm = self._make_norm("encoder_final_norm")
+            self.decoder_final_norm = self._make_norm("decoder_final_norm")
+        self.lm_head = self._make_lm_head(self.tie_word_embeddings)
         self.built = True
 
     @staticmethod
@@ -219,16 +202,21 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         inputs = np.concatenate([start, target_ids[:, :-1]], axis=1).astype("int32")
         return inputs, target_ids.astype("int32")
 
-    def encode(self, source_ids, training=None):
-        """The encoder output (batch, src_seq, hidden_dim) of `source_ids`."""
+    def encode(self, source_ids, encoder_padding_mask=None, training=None):
+        """The encoder output (batch, src_seq, hidden_dim) of `source_ids`.
+
+        `encoder_padding_mask` (batch, src_seq), 1 for real tokens, defaults
+        to `source_ids != padding_id`.
+        """
         check_token_ids("source_ids", source_ids, self.max_sequence_length)
-        padding_mask = ops.not_equal(source_ids, self.padding_id)
+        if encoder_padding_mask is None:
+            encoder_padding_mask = self.padding_mask_of(source_ids)
         x = self.token_embedding(source_ids)
         if self.encoder_position_embedding is not None:
             x = self.encoder_position_embedding(x)
-        x = self.encoder_dropout(x, training=training)
-        for block in self.encoder_blocks:
-            x = block(x, padding_mask=padding_mask, training=training)
+        x = self.encoder_embeddings_dropout(x, training=training)
+        for block in self.encoder_transformer_layers:
+            x = block(x, padding_mask=encoder_padding_mask, training=training)
         if self.encoder_final_norm is not None:
             x = self.encoder_final_norm(x)
         return x
@@ -237,12 +225,14 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         x = self.token_embedding(target_ids)
         if self.decoder_position_embedding is not None:
             x = self.decoder_position_embedding(x, start_index=start_index)
-        return self.decoder_dropout(x, training=training)
+        return self.decoder_embeddings_dropout(x, training=training)
 
     def _logits(self, x):
         if self.decoder_final_norm is not None:
             x = self.decoder_final_norm(x)
-        return self.token_embedding(x, reverse=True)
+        if self.lm_head is None:
+            return self.token_embedding(x, reverse=True)
+        return ops.cast(self.lm_head(x), "float32")
 
     def call(self, inputs, training=None):
         if not isinstance(inputs, dict) or set(inputs) != {"source_ids", "target_ids"}:
@@ -252,14 +242,16 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
             )
         source_ids, target_ids = inputs["source_ids"], inputs["target_ids"]
         check_token_ids("target_ids", target_ids, self.max_sequence_length)
-        encoder_outputs = self.encode(source_ids, training=training)
-        source_mask = ops.not_equal(source_ids, self.padding_id)
+        encoder_padding_mask = self.padding_mask_of(source_ids)
+        encoder_outputs = self.encode(
+            source_ids, encoder_padding_mask, training=training
+        )
         x = self._embed_target(target_ids, training=training)
-        for block in self.decoder_blocks:
+        for block in self.decoder_transformer_layers:
             x = block(
                 x,
                 encoder_outputs=encoder_outputs,
-                encoder_padding_mask=source_mask,
+                encoder_padding_mask=encoder_padding_mask,
                 training=training,
             )
         return self._logits(x)
@@ -271,13 +263,16 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         """
         caches = [
             block.compute_cross_attention_cache(encoder_outputs)
-            for block in self.decoder_blocks
+            for block in self.decoder_transformer_layers
         ]
         return ops.stack(caches, axis=1)
 
     def empty_cache(self, batch_size, max_length):
         """A zero self-attention cache (batch, layers, 2, max_length, heads, dim)."""
-        caches = [b.empty_cache(batch_size, max_length) for b in self.decoder_blocks]
+        caches = [
+            b.empty_cache(batch_size, max_length)
+            for b in self.decoder_transformer_layers
+        ]
         return ops.stack(caches, axis=1)
 
     def call_with_cache(
@@ -286,7 +281,7 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         cache,
         cache_update_index,
         cross_attention_cache,
-        source_padding_mask=None,
+        encoder_padding_mask=None,
     ):
         """Decoder step(s) with the self-attention and cross-attention caches.
 
@@ -296,19 +291,19 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
             cache: self-attention cache, see `empty_cache`.
             cache_update_index: int or scalar tensor.
             cross_attention_cache: from `compute_cross_attention_cache`.
-            source_padding_mask: (batch, src_seq), False at source padding.
+            encoder_padding_mask: (batch, src_seq), False at source padding.
 
         Returns:
             `(logits, cache)`.
         """
         check_rank("cache", cache, 6, "(batch, layers, 2, max_length, heads, dim)")
-        layers = range(len(self.decoder_blocks))
+        layers = range(len(self.decoder_transformer_layers))
         logits, caches = self._call_with_layer_caches(
             target_ids,
             [cache[:, i] for i in layers],
             cache_update_index,
             [cross_attention_cache[:, i] for i in layers],
-            source_padding_mask,
+            encoder_padding_mask,
         )
         return logits, ops.stack(caches, axis=1)
 
@@ -318,18 +313,18 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         caches,
         cache_update_index,
         cross_attention_caches,
-        source_padding_mask,
+        encoder_padding_mask,
     ):
         """`call_with_cache` on one cache tensor per block (see CausalLM's)."""
         check_token_ids("target_ids", target_ids, self.max_sequence_length)
         x = self._embed_target(target_ids, start_index=cache_update_index)
         updated = []
         for block, cache, cross_cache in zip(
-            self.decoder_blocks, caches, cross_attention_caches, strict=True
+            self.decoder_transformer_layers, caches, cross_attention_caches, strict=True
         ):
             x, cache = block(
                 x,
-                encoder_padding_mask=source_padding_mask,
+                encoder_padding_mask=encoder_padding_mask,
                 cache=cache,
                 cache_update_index=cache_update_index,
                 cross_attention_cache=cross_cache,
@@ -341,19 +336,19 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         """The compiled loop: encode once, cross keys/values once, then decode."""
         beams = getattr(sampler, "num_beams", 1)
 
-        def step(source_ids, prompt, mask):
-            source_mask = ops.not_equal(source_ids, self.padding_id)
-            encoded = self.encode(source_ids)
+        def step(source_ids, source_mask, prompt, mask):
+            encoded = self.encode(source_ids, source_mask)
             cross_caches = [
                 block.compute_cross_attention_cache(encoded)
-                for block in self.decoder_blocks
+                for block in self.decoder_transformer_layers
             ]
             if beams > 1:  # The sampler repeats its own state, not closures.
                 cross_caches = [ops.repeat(c, beams, axis=0) for c in cross_caches]
                 source_mask = ops.repeat(source_mask, beams, axis=0)
             batch_size, length = ops.shape(prompt)[0], ops.shape(prompt)[1]
             cache = tuple(
-                block.empty_cache(batch_size, length) for block in self.decoder_blocks
+                block.empty_cache(batch_size, length)
+                for block in self.decoder_transformer_layers
             )
 
             def next(prompt, cache, index):
@@ -442,7 +437,7 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
             )
         stop_token_ids = gen.check_stop_token_ids(stop_token_ids, self.vocabulary_size)
         sampler, key = gen.make_sampler(
-            sampler, 1.0, None, None, num_beams, length_penalty, self.padding_id, seed
+            sampler, 1.0, None, None, num_beams, length_penalty, self.fill_id, seed
         )
         function, sampler = gen.cached_function(
             self,
@@ -453,37 +448,26 @@ class Seq2SeqTransformer(QuantizationMixin, keras.Model):
         # Sources are padded to a multiple of 8 (masked, so the result is the
         # same) so that nearby lengths share one compiled loop.
         source_length = min(-(-longest // 8) * 8, self.max_sequence_length)
-        source, _ = gen.pad_rows(rows, source_length, self.padding_id)
+        # The source mask comes from the row lengths as well as `padding_id`,
+        # so that sources of different lengths batch even without one.
+        source, source_mask = gen.pad_rows(rows, source_length, self.fill_id)
+        if self.padding_id is not None:
+            source_mask &= source != self.padding_id
         prompt, mask = gen.pad_rows(
-            [[start_token_id]] * len(rows), 1 + max_new_tokens, self.padding_id
+            [[start_token_id]] * len(rows), 1 + max_new_tokens, self.fill_id
         )
-        outputs = ops.convert_to_numpy(function(source, prompt, mask))
+        outputs = ops.convert_to_numpy(function(source, source_mask, prompt, mask))
         results = [gen.truncate_at_stop(row[1:], 0, stop_token_ids) for row in outputs]
         return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
 
     def get_config(self):
-        config = {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
+        config = super().get_config()
         config.update(
             {
-                "vocabulary_size": self.vocabulary_size,
                 "num_encoder_layers": self.num_encoder_layers,
                 "num_decoder_layers": self.num_decoder_layers,
-                "num_heads": self.num_heads,
-                "hidden_dim": self.hidden_dim,
-                "intermediate_dim": self.intermediate_dim,
-                "max_sequence_length": self.max_sequence_length,
-                "activation": self.activation,
-                "dropout": self.dropout,
-                "normalize_first": self.normalize_first,
-                "normalization": self.normalization,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "position_encoding": self.position_encoding,
-                "padding_id": self.padding_id,
+                "tie_word_embeddings": self.tie_word_embeddings,
                 "tokenizer": serialize_tokenizer(self.tokenizer),
             }
         )
-        return self._add_quantization_config(config)
+        return config

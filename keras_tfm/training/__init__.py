@@ -18,7 +18,12 @@ from keras_hub.metrics import Perplexity
 
 from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.distiller import Distiller
-from keras_tfm.training.flops import measure_peak_flops, training_flops_per_token
+from keras_tfm.training.flops import (
+    format_mfu,
+    measure_peak_flops,
+    model_flops_utilization,
+    training_flops_per_token,
+)
 from keras_tfm.training.throughput_callback import ThroughputCallback
 from keras_tfm.training.token_accuracy import TokenAccuracy
 from keras_tfm.training.token_count import TokenCount
@@ -35,6 +40,8 @@ __all__ = [
     "TokenCrossEntropy",
     "TransformerSchedule",
     "device_defaults",
+    "format_mfu",
     "measure_peak_flops",
+    "model_flops_utilization",
     "training_flops_per_token",
 ]

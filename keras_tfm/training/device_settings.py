@@ -5,6 +5,8 @@ import collections
 DeviceDefaults = collections.namedtuple(
     "DeviceDefaults", ["dtype_policy", "jit_compile", "reason"]
 )
+"""What `device_defaults()` returns: `dtype_policy` (a Keras dtype policy
+name), `jit_compile` (bool) and `reason` (why, in words)."""
 
 # CPU flags of a native bfloat16 dot product (AVX-512 BF16: Zen 4, Cooper
 # Lake and later Xeons; AMX: Sapphire Rapids and later).

@@ -2,8 +2,12 @@ import time
 
 import keras
 
-from keras_tfm.layers.validation import check_positive_float, check_positive_int
-from keras_tfm.training.flops import measure_peak_flops
+from keras_tfm.training.flops import (
+    format_mfu,
+    measure_peak_flops,
+    model_flops_utilization,
+)
+from keras_tfm.validation import check_positive_float, check_positive_int
 
 _clock = time.perf_counter  # a seam for tests
 
@@ -16,8 +20,12 @@ class ThroughputCallback(keras.callbacks.Callback):
         mfu = tokens_per_second * flops_per_token / peak_flops
 
     At each epoch end it adds `tokens_per_second` and `mfu` to the logs (so
-    `History` and later callbacks see them) and prints one line. Tokens are
-    counted in one of two ways, chosen by the arguments:
+    `History`, Keras' progress bar and later callbacks see them) and prints
+    one line; from an epoch's second step on, each step's logs hold the
+    running `tokens_per_second`, which Keras' progress bar shows live. An
+    MFU above 100% is impossible: it means the peak was underestimated, so
+    `mfu` is then NaN and the line says so instead. Tokens are counted in
+    one of two ways, chosen by the arguments:
 
     - `token_count_metric="num_tokens"`: the *real* (non-padding) label
       tokens, read from a `TokenCount` metric passed to `compile(metrics=...)`
@@ -37,8 +45,9 @@ class ThroughputCallback(keras.callbacks.Callback):
             `training_flops_per_token`; None uses `6 * model.count_params()`
             (no attention term).
         peak_flops: the device's peak FLOP/s (e.g. 312e12 for an A100 in
-            bfloat16); None measures it once at train begin with
-            `measure_peak_flops()` in the model's compute dtype.
+            bfloat16); None measures it at train begin with
+            `measure_peak_flops()` in the model's compute dtype (better:
+            measure it before `fit`, when nothing else runs, and pass it).
         verbose: whether to print the epoch line.
 
     Example:
@@ -116,6 +125,10 @@ class ThroughputCallback(keras.callbacks.Callback):
         if self._first is None:
             self._first = mark
         self._last = mark
+        if logs is not None and batch > self._first[2]:
+            # The running rate, for Keras' progress bar during the epoch.
+            seconds = max(mark[0] - self._first[0], 1e-9)
+            logs["tokens_per_second"] = (mark[1] - self._first[1]) / seconds
 
     def on_epoch_end(self, epoch, logs=None):
         if self._last is None:
@@ -123,15 +136,15 @@ class ThroughputCallback(keras.callbacks.Callback):
         begin = self._first if self._last[2] > self._first[2] else self._start
         seconds = max(self._last[0] - begin[0], 1e-9)
         tokens_per_second = (self._last[1] - begin[1]) / seconds
-        mfu = tokens_per_second * self._flops / self._peak
+        achieved = tokens_per_second * self._flops
         if logs is not None:
             logs["tokens_per_second"] = tokens_per_second
-            logs["mfu"] = mfu
+            logs["mfu"] = model_flops_utilization(achieved, self._peak)
         if self.verbose:
             kind = "real" if self.token_count_metric else "all"
             print(
                 f"Epoch {epoch + 1}: {tokens_per_second:,.0f} tokens/s ({kind} "
-                f"tokens), MFU {100 * mfu:.2f}% of {self._peak:.3g} FLOP/s"
+                f"tokens), {format_mfu(achieved, self._peak)}"
             )
 
     def get_config(self):

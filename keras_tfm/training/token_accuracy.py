@@ -1,9 +1,7 @@
 import keras
 from keras import ops
 
-# Keras has no public API for a tensor's mask; keras-hub imports it too.
-from keras.src.backend import get_keras_mask
-
+from keras_tfm._keras_compat import get_keras_mask
 from keras_tfm.training._checks import check_ignore_class, real_token_weights
 
 
@@ -19,7 +17,8 @@ class TokenAccuracy(keras.metrics.Metric):
 
     Args:
         ignore_class: the label to ignore (the padding id), or None.
-        name, dtype: as for `keras.metrics.Metric`.
+        name: as for `keras.metrics.Metric`.
+        dtype: as for `keras.metrics.Metric`.
 
     Call arguments:
         y_true: integer labels, (batch, seq).

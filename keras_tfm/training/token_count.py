@@ -17,7 +17,8 @@ class TokenCount(keras.metrics.Metric):
 
     Args:
         ignore_class: the padding label, or None to count every position.
-        name, dtype: as for `keras.metrics.Metric`.
+        name: as for `keras.metrics.Metric`.
+        dtype: as for `keras.metrics.Metric`.
 
     Call arguments:
         y_true: integer labels, (batch, seq).

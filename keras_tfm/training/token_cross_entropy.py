@@ -1,11 +1,9 @@
 import keras
 from keras import ops
 
-# Keras has no public API for a tensor's mask; keras-hub imports these too.
-from keras.src.backend import set_keras_mask
-
-from keras_tfm.layers.validation import check_rate
+from keras_tfm._keras_compat import set_keras_mask
 from keras_tfm.training._checks import check_ignore_class
+from keras_tfm.validation import check_rate
 
 
 def _token_cross_entropy(y_true, y_pred, ignore_class, label_smoothing, from_logits):
@@ -68,7 +66,8 @@ class TokenCrossEntropy(keras.losses.Loss):
         ignore_class: the label to ignore (the padding id), or None.
         label_smoothing: eps in [0, 1).
         from_logits: whether `y_pred` are logits (default) or probabilities.
-        reduction, name: as for `keras.losses.Loss`.
+        reduction: as for `keras.losses.Loss`.
+        name: as for `keras.losses.Loss`.
 
     Call arguments:
         y_true: integer labels, (batch, seq).

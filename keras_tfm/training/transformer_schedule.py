@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_tfm.layers.validation import check_positive_float, check_positive_int
+from keras_tfm.validation import check_positive_float, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")

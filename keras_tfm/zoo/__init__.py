@@ -12,7 +12,15 @@ from keras_tfm.zoo.catalogue import (
     list_presets,
     preset_card,
     preset_dir,
+    preset_labels,
 )
 from keras_tfm.zoo.save_preset import save_preset
 
-__all__ = ["from_preset", "list_presets", "preset_card", "preset_dir", "save_preset"]
+__all__ = [
+    "from_preset",
+    "list_presets",
+    "preset_card",
+    "preset_dir",
+    "preset_labels",
+    "save_preset",
+]

@@ -5,6 +5,7 @@ A catalogue is a folder with one sub-folder per preset:
     <root>/<name>/config.json        {"class_name": "CausalLM", "config": {...}}
     <root>/<name>/README.md          the model card
     <root>/<name>/model.weights.h5   optional, loaded after building
+    <root>/<name>/labels.json        optional, a classifier's class names
     <root>/<name>/assets/<layer>/    optional, e.g. a tokenizer's vocabulary
 
 `class_name` is a class registered under the "keras_tfm" package, bare
@@ -23,11 +24,12 @@ from pathlib import Path
 
 import keras
 
-import keras_tfm
+from keras_tfm._keras_compat import flatten_layers
 
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
 WEIGHTS_FILE = "model.weights.h5"
+LABELS_FILE = "labels.json"
 ASSETS_DIR = "assets"
 PACKAGE = "keras_tfm"
 
@@ -40,7 +42,7 @@ def default_root():
         return Path(str(importlib.resources.files("keras_tfm._catalogue")))
     except ModuleNotFoundError:
         # A checkout whose editable install predates the package mapping.
-        return Path(keras_tfm.__file__).resolve().parent.parent / "zoo"
+        return Path(__file__).resolve().parents[2] / "zoo"
 
 
 def _root(root):
@@ -108,6 +110,19 @@ def preset_card(name, root=None):
     return card.read_text(encoding="utf-8")
 
 
+def preset_labels(name, root=None):
+    """The class names of a classifier preset (its labels.json), by class index.
+
+    Example:
+    >>> keras_tfm.zoo.preset_labels("fortunes_classifier")[:2]
+    ['art', 'computers']
+    """
+    path = preset_dir(name, root) / LABELS_FILE
+    if not path.is_file():
+        raise ValueError(f"Preset {name!r} has no class names: {path} is missing.")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def registered_classes():
     """{short name: class} of every class registered under "keras_tfm"."""
     import keras_tfm.layers  # noqa: F401  (registers the classes)
@@ -158,9 +173,7 @@ def _accepted_arguments(cls, config):
 
 
 def _layers_with(model, method):
-    layers = [model]
-    if hasattr(model, "_flatten_layers"):
-        layers = list(model._flatten_layers(include_self=True, recursive=True))
+    layers = flatten_layers(model) if isinstance(model, keras.layers.Layer) else [model]
     return [layer for layer in layers if callable(getattr(layer, method, None))]
 
 

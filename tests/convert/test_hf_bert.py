@@ -253,6 +253,10 @@ def test_missing_directory_raises(tmp_path):
         ({"activation": "swiglu"}, "activation='swiglu'"),
         ({"position_encoding": "sinusoidal"}, "position_encoding='sinusoidal'"),
         ({"num_segments": 0}, "num_segments=0"),
+        ({"position_encoding": "rotary"}, "position_encoding='rotary'"),
+        ({"use_bias": False}, "use_bias=False"),
+        ({"num_key_value_heads": 1}, "num_key_value_heads=1"),
+        ({"head_dim": 3}, "head_dim=3"),
         ({"vocabulary_size": 13}, "vocabulary_size=13"),
     ],
 )

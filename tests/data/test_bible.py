@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from keras_tfm.data import bible
+from keras_tfm.datasets import bible
 
 OUTPUT = """
 Genesis 1

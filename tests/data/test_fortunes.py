@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from keras_tfm.data.fortunes import (
-    classification_dataset,
+from keras_tfm.data.classification import classification_dataset
+from keras_tfm.data.tokenizers import train_word_piece_tokenizer
+from keras_tfm.datasets.fortunes import (
     fortune_splits,
     load_fortunes,
     read_fortune_file,
 )
-from keras_tfm.data.tokenizers import train_word_piece_tokenizer
 
 WORDS = "apple banana cherry dog eagle fig grape house island jungle".split()
 
@@ -143,11 +143,11 @@ def test_docstring_examples():
     import doctest
 
     import keras_tfm
-    from keras_tfm.data import fortunes
+    from keras_tfm.models import text_classification
 
     try:
         load_fortunes()
     except ValueError as error:
         pytest.skip(str(error))
-    result = doctest.testmod(fortunes, extraglobs={"keras_tfm": keras_tfm})
+    result = doctest.testmod(text_classification, extraglobs={"keras_tfm": keras_tfm})
     assert result.attempted > 0 and result.failed == 0

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from keras_tfm.data import translation
+from keras_tfm.datasets import trans_de_en
 
 DICTIONARY = """\
 # Version :: devel 2023-01-30
@@ -30,28 +31,28 @@ def dictionary(tmp_path):
 
 
 def test_strip_annotations_removes_all_label_kinds():
-    assert translation.strip_annotations("Aal {m} (auf der Speisekarte) [cook.]") == (
+    assert trans_de_en.strip_annotations("Aal {m} (auf der Speisekarte) [cook.]") == (
         "Aal"
     )
-    assert translation.strip_annotations("eel <eelsmoking> (a (nested) one) x .") == (
+    assert trans_de_en.strip_annotations("eel <eelsmoking> (a (nested) one) x .") == (
         "eel x."
     )
 
 
 def test_parse_dictionary_line_edge_cases():
-    assert translation.parse_dictionary_line("# License :: GPL") == []
-    assert translation.parse_dictionary_line("no separator") == []
-    assert translation.parse_dictionary_line("Zwei | eins :: two") == []  # 2 vs 1
-    assert translation.parse_dictionary_line(
+    assert trans_de_en.parse_dictionary_line("# License :: GPL") == []
+    assert trans_de_en.parse_dictionary_line("no separator") == []
+    assert trans_de_en.parse_dictionary_line("Zwei | eins :: two") == []  # 2 vs 1
+    assert trans_de_en.parse_dictionary_line(
         "Aalsuppe {f} [cook.] | Aalsuppen {pl} :: eel soup | eel soups"
     ) == [(("Aalsuppe",), ("eel soup",)), (("Aalsuppen",), ("eel soups",))]
-    assert translation.parse_dictionary_line(
+    assert trans_de_en.parse_dictionary_line(
         "Auf Ihre Gesundheit!; Auf Ihr Wohl! :: Here's to you!"
     ) == [(("Auf Ihre Gesundheit!", "Auf Ihr Wohl!"), ("Here's to you!",))]
 
 
 def test_load_keeps_sentence_like_pairs_only(dictionary):
-    pairs = translation.load_translation_pairs(dictionary)
+    pairs = trans_de_en.load_translation_pairs(dictionary)
     assert ("Das ist doch nicht möglich.", "That really isn't possible.") in pairs
     # Synonyms are paired; labels stripped inside sub-entries; the short
     # "Sie geht." / "She goes." (2 words) is not sentence-like.
@@ -59,25 +60,25 @@ def test_load_keeps_sentence_like_pairs_only(dictionary):
     assert ("Er kommt wieder.", "He will come back.") in pairs
     assert not any("Aal" in de or "geht" in de or "Zwei" in de for de, _ in pairs)
     assert len(pairs) == len(set(pairs)) == 9
-    everything = translation.load_translation_pairs(dictionary, sentence_like=False)
+    everything = trans_de_en.load_translation_pairs(dictionary, sentence_like=False)
     assert ("Aalsuppen", "eel soups") in everything and len(everything) > len(pairs)
 
 
 def test_missing_file_names_the_debian_package(tmp_path):
     with pytest.raises(ValueError, match="trans-de-en"):
-        translation.load_translation_pairs(tmp_path / "absent")
+        trans_de_en.load_translation_pairs(tmp_path / "absent")
     with pytest.raises(ValueError, match="min_words"):
-        translation.load_translation_pairs(tmp_path, min_words=0)
+        trans_de_en.load_translation_pairs(tmp_path, min_words=0)
 
 
 def test_split_is_deterministic_and_never_leaks(dictionary):
-    pairs = translation.load_translation_pairs(dictionary)
+    pairs = trans_de_en.load_translation_pairs(dictionary)
     pairs += [
         (f"Satz Nummer {i} hier.", f"Sentence number {i} here.") for i in range(200)
     ]
-    splits = translation.split_translation_pairs(pairs, 0.2, 0.2, seed=3)
-    assert splits == translation.split_translation_pairs(pairs, 0.2, 0.2, seed=3)
-    assert splits != translation.split_translation_pairs(pairs, 0.2, 0.2, seed=4)
+    splits = trans_de_en.split_translation_pairs(pairs, 0.2, 0.2, seed=3)
+    assert splits == trans_de_en.split_translation_pairs(pairs, 0.2, 0.2, seed=3)
+    assert splits != trans_de_en.split_translation_pairs(pairs, 0.2, 0.2, seed=4)
     assert sorted(sum(splits, [])) == sorted(pairs)
     assert 30 < len(splits[1]) < 55 and 30 < len(splits[2]) < 55
     # Pairs sharing a German or an English sentence stay in one split.
@@ -86,13 +87,13 @@ def test_split_is_deterministic_and_never_leaks(dictionary):
         assert not (owners[0] & owners[1] or owners[0] & owners[2])
         assert not owners[1] & owners[2]
     with pytest.raises(ValueError, match="test_fraction"):
-        translation.split_translation_pairs(pairs, 0.5, 0.5)
+        trans_de_en.split_translation_pairs(pairs, 0.5, 0.5)
     with pytest.raises(ValueError, match="validation_fraction"):
-        translation.split_translation_pairs(pairs, -0.1)
+        trans_de_en.split_translation_pairs(pairs, -0.1)
 
 
 def test_tokenizer_and_teacher_forced_batches_by_length(dictionary):
-    pairs = translation.load_translation_pairs(dictionary)
+    pairs = trans_de_en.load_translation_pairs(dictionary)
     tokenizer = translation.train_translation_tokenizer(
         [s for pair in pairs for s in pair], 200
     )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import keras_tfm
-from keras_tfm.data.fortunes import classify_texts, fortunes_classifier_labels
+from keras_tfm.models.text_classification import classify_texts
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "classify_fortunes.py"
 
@@ -21,7 +21,7 @@ def load_example():
 @pytest.mark.slow
 def test_quick_run_writes_results_history_and_model(tmp_path, capsys):
     try:
-        keras_tfm.data.load_fortunes()
+        keras_tfm.datasets.load_fortunes()
     except ValueError as error:
         pytest.skip(str(error))
     example = load_example()
@@ -41,7 +41,7 @@ def test_quick_run_writes_results_history_and_model(tmp_path, capsys):
 def test_the_preset_classifies_held_out_entries_offline():
     assert "fortunes_classifier" in keras_tfm.zoo.list_presets()
     model = keras_tfm.zoo.from_preset("fortunes_classifier")
-    names = fortunes_classifier_labels()
+    names = keras_tfm.zoo.preset_labels("fortunes_classifier")
     assert len(names) == model.num_classes
     directory = keras_tfm.zoo.preset_dir("fortunes_classifier")
     weights = directory / "model.weights.h5"

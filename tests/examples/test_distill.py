@@ -13,7 +13,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "distill.py"
 @pytest.mark.slow
 def test_quick_run_compares_distilled_and_hard_label_students(tmp_path, capsys):
     try:
-        keras_tfm.data.load_fortunes()
+        keras_tfm.datasets.load_fortunes()
     except ValueError as error:
         pytest.skip(str(error))
     spec = importlib.util.spec_from_file_location("distill", EXAMPLE)

@@ -20,7 +20,7 @@ def load_example():
 @pytest.mark.slow
 def test_quick_run_compares_scratch_pretrained_and_lora(tmp_path, capsys):
     try:
-        keras_tfm.data.load_fortunes()
+        keras_tfm.datasets.load_fortunes()
     except ValueError as error:
         pytest.skip(str(error))
     example = load_example()

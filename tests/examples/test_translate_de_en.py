@@ -9,11 +9,11 @@ import pytest
 import sacrebleu
 
 from keras_tfm import zoo
-from keras_tfm.data import translation
+from keras_tfm.datasets import trans_de_en
 
 ROOT = Path(__file__).parents[2]
 needs_data = pytest.mark.skipif(
-    not Path(translation.TRANS_DE_EN_PATH).is_file(),
+    not Path(trans_de_en.TRANS_DE_EN_PATH).is_file(),
     reason="the trans-de-en Debian package is not installed",
 )
 
@@ -59,8 +59,8 @@ def test_shipped_preset_is_small_and_self_contained():
 def test_shipped_preset_translates_held_out_sentences():
     example = load_example()
     model = zoo.from_preset("translator_de_en")
-    pairs = translation.load_translation_pairs()
-    _, _, test = translation.split_translation_pairs(pairs, 0.05, 0.05, seed=0)
+    pairs = trans_de_en.load_translation_pairs()
+    _, _, test = trans_de_en.split_translation_pairs(pairs, 0.05, 0.05, seed=0)
     test = test[:32]  # held out: never seen in training
     hypotheses = example.translate(model, [de for de, _ in test])
     chrf = sacrebleu.corpus_chrf(hypotheses, [[en for _, en in test]]).score

@@ -36,8 +36,8 @@ def attention_fn(attention, context=None, mask=None):
             x if context is None else context,
             reference_weights(attention),
             attention.num_heads,
-            attention.num_key_value_heads,
-            attention.head_dim,
+            attention.effective_num_key_value_heads,
+            attention.effective_head_dim,
             mask=mask,
             rotary_positions=attention.use_rotary,
         )

@@ -49,8 +49,8 @@ def reference(layer, x, context=None, mask=None, rotary=False):
         x if context is None else context,
         reference_weights(layer),
         layer.num_heads,
-        layer.num_key_value_heads,
-        layer.head_dim,
+        layer.effective_num_key_value_heads,
+        layer.effective_head_dim,
         mask=mask,
         rotary_positions=rotary,
     )

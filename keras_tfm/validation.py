@@ -1,4 +1,4 @@
-"""Argument and input checks shared by the layers.
+"""Argument and input checks shared by the whole package.
 
 Every check raises a `ValueError` that names the argument and quotes the
 value received, so that a bad call fails at the line that made it rather

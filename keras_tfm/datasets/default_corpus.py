@@ -12,7 +12,9 @@ from importlib import resources
 
 def default_corpus_path():
     """The path of the gzip-compressed corpus inside the installed package."""
-    return resources.files("keras_tfm.data") / "corpora" / "kjv_genesis_exodus.txt.gz"
+    return (
+        resources.files("keras_tfm.datasets") / "corpora" / "kjv_genesis_exodus.txt.gz"
+    )
 
 
 def load_default_corpus():

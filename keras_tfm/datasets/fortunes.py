@@ -17,6 +17,8 @@ line holding a single `%`; the category is the label. What is kept:
 - Categories with fewer than `min_entries` (default 150) entries left are
   dropped, which keeps 27 categories and about 15,000 entries.
 
+To turn the texts into batches see `keras_tfm.data.classification_dataset`.
+
 The splits are stratified by category and seeded (scikit-learn's
 `train_test_split`), so the same arguments give the same splits everywhere.
 Licence: BSD (fortune-mod).
@@ -26,14 +28,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
-
-from keras_tfm.data.bucketing import (
-    batch_by_length,
-    bucket_batch_sizes,
-    length_buckets,
-)
-from keras_tfm.data.tokenizers import encode_for_classification
 
 DEFAULT_ROOT = "/usr/share/games/fortunes"
 _OVERSTRIKE = re.compile(r".\x08")
@@ -195,138 +189,3 @@ def fortune_splits(
         "test": (list(test_x), test_y),
         "class_names": class_names,
     }
-
-
-def classification_dataset(
-    texts,
-    labels,
-    tokenizer,
-    batch_size,
-    max_sequence_length=128,
-    bucket_lengths=None,
-    shuffle=False,
-    seed=0,
-):
-    """A `tf.data` pipeline of `(token_ids, label)` batches bucketed by length.
-
-    Texts become "[CLS] text [SEP]" ids truncated to `max_sequence_length`
-    (`encode_for_classification`), then `batch_by_length` pads each batch to
-    its bucket's length only (with `tokens_per_batch = batch_size *
-    max_sequence_length`, so shorter buckets take larger batches).
-
-    Args:
-        texts: list of strings.
-        labels: int class indices, one per text.
-        tokenizer: a trained `WordPieceTokenizer` (see `train_word_piece_tokenizer`).
-        batch_size: rows per batch of the longest bucket.
-        max_sequence_length: the longest sequence, [CLS] and [SEP] included.
-        bucket_lengths: padded lengths; default `length_buckets(max_sequence_length)`.
-        shuffle: reshuffle the examples every epoch (training).
-        seed: the shuffling seed.
-
-    Returns:
-        A `tf.data.Dataset` of `(int32 (batch, length), int32 (batch,))`.
-    """
-    labels = np.asarray(labels, dtype="int32")
-    if len(texts) != len(labels):
-        raise ValueError(
-            "`texts` and `labels` must have the same length. Received: "
-            f"len(texts)={len(texts)}, len(labels)={len(labels)}"
-        )
-    if len(texts) == 0:
-        raise ValueError("`texts` is empty. Received: len(texts)=0")
-    ids = encode_for_classification(tokenizer, texts)
-    # Truncate long rows, keeping their final [SEP].
-    ids = [
-        np.concatenate([row[: max_sequence_length - 1], row[-1:]])
-        if len(row) > max_sequence_length
-        else row
-        for row in ids
-    ]
-    ragged = tf.ragged.constant(ids, dtype=tf.int32)
-    dataset = tf.data.Dataset.from_tensor_slices((ragged, labels))
-    # The slices of a ragged matrix have a ragged spec; a map makes them
-    # plain 1-D tensors, which padded batching needs.
-    dataset = dataset.map(lambda x, y: (tf.reshape(x, [-1]), y))
-    if shuffle:
-        dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
-    if bucket_lengths is None:
-        bucket_lengths = length_buckets(max_sequence_length)
-    tokens_per_batch = batch_size * max_sequence_length
-    dataset = batch_by_length(
-        dataset,
-        batch_size,
-        bucket_lengths,
-        padding_id=tokenizer.token_to_id("[PAD]"),
-        tokens_per_batch=tokens_per_batch,
-    )
-    # Each bucket yields ceil(members / its batch size) batches whatever the
-    # order: stating the count lets Keras show progress and end epochs cleanly.
-    buckets = np.searchsorted(bucket_lengths, [len(row) for row in ids])
-    sizes = bucket_batch_sizes(batch_size, bucket_lengths, tokens_per_batch)
-    count = sum(-(-int(np.sum(buckets == b)) // size) for b, size in enumerate(sizes))
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
-    return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def predict_with_labels(model, dataset):
-    """Runs `model` over a bucketed `(x, y)` dataset; returns (logits, y).
-
-    Bucketing reorders the examples, so the labels are collected from the
-    same batches as the predictions rather than from the original order.
-    """
-    logits, labels = [], []
-    for x, y in dataset:
-        logits.append(np.asarray(model(x, training=False)))
-        labels.append(np.asarray(y))
-    if not logits:
-        raise ValueError("`dataset` is empty. Received: a dataset with no batches.")
-    return np.concatenate(logits), np.concatenate(labels)
-
-
-def classify_texts(model, texts, class_names=None):
-    """Classifies raw strings with an `EncoderClassifier` that holds its tokenizer.
-
-    Args:
-        model: an `EncoderClassifier` built with `tokenizer=` (e.g. the
-            "fortunes_classifier" preset).
-        texts: a list of strings.
-        class_names: optional names of the classes, to return names.
-
-    Returns:
-        `(predictions, probabilities)`: class indices (or names) and the
-        softmax probabilities (len(texts), num_classes).
-
-    Example:
-    >>> model = keras_tfm.zoo.from_preset("fortunes_classifier")
-    >>> names = fortunes_classifier_labels()
-    >>> predictions, probabilities = classify_texts(
-    ...     model, ["Real programmers use vi."], names)
-    >>> probabilities.shape == (1, len(names))
-    True
-    """
-    if getattr(model, "tokenizer", None) is None:
-        raise ValueError(
-            "`model` must hold its tokenizer (EncoderClassifier(..., tokenizer=...)). "
-            f"Received: a {type(model).__name__} without one"
-        )
-    length = model.backbone.max_sequence_length
-    ids = encode_for_classification(model.tokenizer, list(texts), length)
-    ids = ids[:, : max(3, int((ids != 0).sum(axis=1).max()))]
-    logits = np.asarray(model(ids, training=False), dtype="float64")
-    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probabilities /= probabilities.sum(axis=1, keepdims=True)
-    predictions = probabilities.argmax(axis=1)
-    if class_names is not None:
-        predictions = [class_names[i] for i in predictions]
-    return predictions, probabilities
-
-
-def fortunes_classifier_labels(preset="fortunes_classifier"):
-    """The category names of the zoo's fortune classifier, by class index."""
-    import json
-
-    from keras_tfm.zoo import preset_dir
-
-    path = preset_dir(preset) / "labels.json"
-    return json.loads(path.read_text(encoding="utf-8"))

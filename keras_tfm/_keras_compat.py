@@ -1,0 +1,71 @@
+"""Every private Keras API keras-tfm uses, in one place.
+
+Keras has no public equivalent for any of these (checked against the version
+pinned in pyproject.toml, `keras>=3.15,<3.16`). When Keras changes one, this
+is the only file to fix; `tests/test_keras_compat.py` calls each of them.
+"""
+
+from keras.src import backend as _backend
+from keras.src.quantizers import utils as _quantizer_utils
+from keras.src.saving import saving_lib as _saving_lib
+
+
+def get_keras_mask(tensor):
+    """The Keras mask of `tensor`, or None.
+
+    Why private: a tensor's mask (set by `Embedding(mask_zero=True)` or a
+    loss) has no public getter; keras-hub imports the same function.
+    """
+    return _backend.get_keras_mask(tensor)
+
+
+def set_keras_mask(tensor, mask):
+    """Attaches `mask` to `tensor` as its Keras mask.
+
+    Why private: no public setter; a loss sets it so that metrics skip the
+    ignored positions.
+    """
+    _backend.set_keras_mask(tensor, mask)
+
+
+def flatten_layers(layer, include_self=True, recursive=True):
+    """`layer` and every sublayer, depth first.
+
+    Why private: `Layer._flatten_layers` is the only walk that reaches layers
+    held in lists and dicts; the public `layer.layers` is one level only.
+    """
+    return list(layer._flatten_layers(include_self=include_self, recursive=recursive))
+
+
+def should_quantize_layer(layer, filters):
+    """Keras's own decision whether `quantize(filters=...)` applies to `layer`.
+
+    Why private: reused so that our filter composes with the user's exactly as
+    `Model.quantize` composes them.
+    """
+    return _quantizer_utils.should_quantize_layer(layer, filters)
+
+
+def save_weights_only(model, filepath, objects_to_skip):
+    """`model.save_weights` without `objects_to_skip` (e.g. the optimizer).
+
+    Why private: the public `save_weights` has no switch to leave the
+    optimizer state out.
+    """
+    _saving_lib.save_weights_only(model, filepath, objects_to_skip=objects_to_skip)
+
+
+def symbolic_build(model, batch):
+    """Builds a compiled model (and its metrics) on `batch`, once, then never again.
+
+    Why private: `fit` builds through `_maybe_symbolic_build`, which averages
+    a distributed batch first; `keras_tfm.distribute` builds on a plain batch
+    instead and turns the automatic build off.
+    """
+    model._symbolic_build(data_batch=batch)
+    model._maybe_symbolic_build = lambda *args, **kwargs: None
+
+
+# keras-hub's MaskedLMMaskGenerator keyword that forces its TensorFlow path:
+# without it, eager calls return Python lists and a different random stream.
+MASK_GENERATOR_TF_ONLY = {"_allow_python_workflow": False}

@@ -1,0 +1,281 @@
+"""What the three model families share, written once.
+
+`CausalLM`, `EncoderBackbone` and `Seq2SeqTransformer` derive from
+`TransformerModel`, which checks the constructor arguments they have in
+common, makes the sublayers they build alike (position embedding, norms,
+embedding dropout, the output projection) and lists the shared arguments in
+`get_config`. A family adds only what is its own (the layer counts,
+segments, a tokenizer) and calls `super()` for the rest.
+"""
+
+import keras
+from keras import ops
+
+from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
+from keras_tfm.layers.normalization import make_normalization
+from keras_tfm.layers.positional_encoding import PositionalEncoding
+from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.validation import (
+    ACTIVATIONS,
+    NORMALIZATIONS,
+    check_choice,
+    check_heads,
+    check_positive_float,
+    check_positive_int,
+    check_rank,
+    check_rate,
+)
+
+# Where positions enter: added to the embeddings ("learned" table,
+# "sinusoidal" formula) or rotated into queries and keys ("rotary").
+POSITION_ENCODINGS = ("learned", "sinusoidal", "rotary")
+
+# The constructor arguments every family takes, in `get_config` order.
+SHARED_ARGUMENTS = (
+    "vocabulary_size",
+    "num_heads",
+    "hidden_dim",
+    "intermediate_dim",
+    "max_sequence_length",
+    "head_dim",
+    "num_key_value_heads",
+    "activation",
+    "dropout",
+    "normalize_first",
+    "normalization",
+    "layer_norm_epsilon",
+    "position_encoding",
+    "rotary_max_wavelength",
+    "use_bias",
+    "padding_id",
+)
+
+
+def check_padding_id(padding_id, vocabulary_size):
+    """`padding_id` is an id in [0, vocabulary_size), or None for no padding."""
+    if padding_id is not None and (
+        isinstance(padding_id, bool)
+        or not isinstance(padding_id, int)
+        or not 0 <= padding_id < vocabulary_size
+    ):
+        raise ValueError(
+            f"`padding_id` must be None or an id in [0, {vocabulary_size}). "
+            f"Received: padding_id={padding_id!r}"
+        )
+    return padding_id
+
+
+def padding_mask_of(token_ids, padding_id):
+    """The (batch, seq) bool mask of real tokens; all True when `padding_id` is None.
+
+    Example:
+    >>> ops.convert_to_numpy(padding_mask_of(np.array([[5, 0, 7]]), 0))
+    array([[ True, False,  True]])
+    >>> ops.convert_to_numpy(padding_mask_of(np.array([[5, 0, 7]]), None))
+    array([[ True,  True,  True]])
+    """
+    if padding_id is None:
+        return ops.ones(ops.shape(token_ids), "bool")
+    return ops.not_equal(token_ids, padding_id)
+
+
+def check_token_ids(name, token_ids, max_sequence_length):
+    """Rank 2, integer dtype, at most `max_sequence_length` long."""
+    check_rank(name, token_ids, 2, "(batch, seq)")
+    dtype = keras.backend.standardize_dtype(token_ids.dtype)
+    if "int" not in dtype:
+        raise ValueError(
+            f"`{name}` must hold integer token ids. Received: {name}.dtype={dtype}"
+        )
+    length = token_ids.shape[1]
+    if length is not None and length > max_sequence_length:
+        raise ValueError(
+            f"`{name}` is longer than max_sequence_length={max_sequence_length}. "
+            f"Received: {name}.shape={tuple(token_ids.shape)}"
+        )
+
+
+def make_position_embedding(
+    position_encoding,
+    max_sequence_length,
+    hidden_dim,
+    dtype=None,
+    name="position_embedding",
+    embeddings_initializer="glorot_uniform",
+):
+    """The built layer adding positions to the embeddings; None for "rotary".
+
+    Rotary positions are applied inside attention (`use_rotary` of the blocks)
+    and need no layer here.
+    """
+    check_choice("position_encoding", position_encoding, POSITION_ENCODINGS)
+    if position_encoding == "rotary":
+        return None
+    if position_encoding == "learned":
+        layer = LearnedPositionalEmbedding(
+            max_sequence_length,
+            embeddings_initializer=embeddings_initializer,
+            dtype=dtype,
+            name=name,
+        )
+    else:
+        layer = PositionalEncoding(dtype=dtype, name=name)
+    layer.build((None, None, hidden_dim))
+    return layer
+
+
+class TransformerModel(QuantizationMixin, keras.Model):
+    """Base of the three families: shared arguments, sublayers and config.
+
+    Args:
+        vocabulary_size: number of token ids.
+        num_heads: query heads per attention layer.
+        hidden_dim: width of the model.
+        intermediate_dim: inner width of the feed-forward networks.
+        max_sequence_length: the longest sequence accepted.
+        head_dim: size of each head; by default `hidden_dim // num_heads`,
+            which must then divide evenly.
+        num_key_value_heads: fewer key/value heads for grouped-query
+            attention; must divide `num_heads`. None: `num_heads`.
+        activation: the feed-forward's "relu", "gelu" or "swiglu".
+        dropout: dropout rate of the embeddings, attention and sublayers.
+        normalize_first: pre-LN blocks (with a final norm) or post-LN.
+        normalization: "layer_norm" or "rms_norm".
+        layer_norm_epsilon: epsilon of every normalization layer.
+        position_encoding: one of `POSITION_ENCODINGS`.
+        rotary_max_wavelength: the RoPE base with "rotary" positions.
+        use_bias: whether the attention and feed-forward projections have
+            biases.
+        padding_id: the id of padding tokens, never attended to; None when
+            no id is padding (the padding mask is then all ones).
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        max_sequence_length,
+        head_dim=None,
+        num_key_value_heads=None,
+        activation="gelu",
+        dropout=0.0,
+        normalize_first=True,
+        normalization="layer_norm",
+        layer_norm_epsilon=1e-5,
+        position_encoding="learned",
+        rotary_max_wavelength=10000,
+        use_bias=True,
+        padding_id=0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
+        self.max_sequence_length = check_positive_int(
+            "max_sequence_length", max_sequence_length
+        )
+        self.head_dim, self.num_key_value_heads = check_heads(
+            num_heads, head_dim, num_key_value_heads
+        )
+        if head_dim is None and hidden_dim % num_heads:
+            raise ValueError(
+                "`hidden_dim` must be divisible by `num_heads`, or pass "
+                f"`head_dim`. Received: hidden_dim={hidden_dim}, "
+                f"num_heads={num_heads}"
+            )
+        self.activation = check_choice("activation", activation, ACTIVATIONS)
+        self.dropout = check_rate("dropout", dropout)
+        self.normalize_first = bool(normalize_first)
+        self.normalization = check_choice(
+            "normalization", normalization, NORMALIZATIONS
+        )
+        self.layer_norm_epsilon = check_positive_float(
+            "layer_norm_epsilon", layer_norm_epsilon
+        )
+        self.position_encoding = check_choice(
+            "position_encoding", position_encoding, POSITION_ENCODINGS
+        )
+        self.rotary_max_wavelength = check_positive_float(
+            "rotary_max_wavelength", rotary_max_wavelength
+        )
+        self.use_bias = bool(use_bias)
+        self.padding_id = check_padding_id(padding_id, self.vocabulary_size)
+
+    @property
+    def fill_id(self):
+        """The id written into padded slots: `padding_id`, or 0 without one."""
+        return 0 if self.padding_id is None else self.padding_id
+
+    def padding_mask_of(self, token_ids):
+        """The (batch, seq) bool mask of the tokens that are not `padding_id`."""
+        return padding_mask_of(token_ids, self.padding_id)
+
+    def _make_position_embedding(self, name="position_embedding", **kwargs):
+        return make_position_embedding(
+            self.position_encoding,
+            self.max_sequence_length,
+            self.hidden_dim,
+            dtype=self.dtype_policy,
+            name=name,
+            **kwargs,
+        )
+
+    def _make_norm(self, name):
+        return make_normalization(
+            self.normalization,
+            self.layer_norm_epsilon,
+            self.dtype_policy,
+            name,
+            hidden_dim=self.hidden_dim,
+        )
+
+    def _make_dropout(self, name):
+        layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+        layer.build((None, None, self.hidden_dim))
+        return layer
+
+    def _block_arguments(self, **overrides):
+        """The constructor arguments of this model's Transformer blocks."""
+        arguments = dict(
+            num_heads=self.num_heads,
+            intermediate_dim=self.intermediate_dim,
+            head_dim=self.head_dim,
+            num_key_value_heads=self.num_key_value_heads,
+            activation=self.activation,
+            dropout=self.dropout,
+            normalize_first=self.normalize_first,
+            normalization=self.normalization,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            use_rotary=self.position_encoding == "rotary",
+            rotary_max_wavelength=self.rotary_max_wavelength,
+            use_bias=self.use_bias,
+            dtype=self.dtype_policy,
+        )
+        arguments.update(overrides)
+        return arguments
+
+    def _make_lm_head(self, tie_word_embeddings):
+        """None when tied to the token embedding, else a bias-free Dense.
+
+        The untied head computes in float32 under a mixed policy, as the tied
+        projection does (`TokenEmbedding(reverse_dtype="float32")`).
+        """
+        if tie_word_embeddings:
+            return None
+        policy = self.dtype_policy
+        if policy.compute_dtype != policy.variable_dtype:
+            policy = keras.DTypePolicy(policy.variable_dtype)
+        head = keras.layers.Dense(
+            self.vocabulary_size, use_bias=False, dtype=policy, name="lm_head"
+        )
+        head.build((None, None, self.hidden_dim))
+        return head
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({name: getattr(self, name) for name in SHARED_ARGUMENTS})
+        return self._add_quantization_config(config)

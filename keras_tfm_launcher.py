@@ -1,0 +1,98 @@
+"""The `keras-tfm` console script: quiets TensorFlow, then runs `keras_tfm.cli`.
+
+It lives outside the `keras_tfm` package because importing anything in that
+package imports TensorFlow (the package registers its Keras classes on
+import), and TensorFlow's C++ logging must be configured before then:
+
+- `TF_CPP_MIN_LOG_LEVEL=3` silences TensorFlow's and XLA's C++ logs once
+  absl logging is initialised (`I0000 ... service.cc`, `W0000 ... Ignoring
+  Assert operator`, `E0000 ... failed call to cuInit`).
+- A few lines are written *before* absl is initialised, whatever the
+  environment says (`WARNING: All log messages before absl::InitializeLog()
+  ...`, then `I0000 ... port.cc] oneDNN custom operations are on`,
+  `cudart_stub.cc] Could not find cuda drivers`): absl writes those to file
+  descriptor 2 unconditionally (abseil-cpp issue 1718). While TensorFlow is
+  imported, file descriptor 2 goes through a filter that drops lines in
+  absl's log format and passes every other line on.
+- Python-side: the `tensorflow` and absl loggers are set to ERROR and
+  warnings raised by dependencies are ignored (keras_tfm's own still show).
+
+`keras-tfm ... --verbose` skips all of this.
+"""
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import threading
+import warnings
+
+# absl's log line prefix: severity, MMDD, time, thread id, file:line].
+_ABSL_LINE = re.compile(
+    rb"^([IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]\s]+:\d+\] |"
+    rb"WARNING: All log messages before absl::InitializeLog\(\) is called)"
+)
+
+
+@contextlib.contextmanager
+def _drop_absl_lines_from_stderr():
+    """Within the block, lines written to fd 2 in absl's format are dropped."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+
+    def pump():
+        with os.fdopen(read, "rb") as pipe:
+            for line in pipe:
+                if not _ABSL_LINE.match(line):
+                    os.write(saved, line)
+
+    thread = threading.Thread(target=pump, name="keras-tfm-stderr", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # closes the pipe's only writer: the pump sees EOF
+        thread.join(timeout=10)
+        os.close(saved)
+
+
+def quiet():
+    """Silences TensorFlow's C++ logs and dependencies' Python warnings.
+
+    Call before TensorFlow is imported; it sets environment variables only
+    where the user has not set them.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_CPP_MAX_VLOG_LEVEL", "-1")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+    except ImportError:  # absl comes with TensorFlow; without it, nothing to do
+        pass
+    else:
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    warnings.filterwarnings("ignore")
+    warnings.filterwarnings("default", module=r"keras_tfm(\.|$)")
+
+
+def main(argv=None):
+    """The `keras-tfm` command (see `keras_tfm.cli`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--verbose" in argv:
+        from keras_tfm import cli
+    else:
+        quiet()
+        with _drop_absl_lines_from_stderr():
+            import tensorflow  # noqa: F401 (imported here to filter its start-up lines)
+
+            from keras_tfm import cli
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Each model module's docstring example runs and prints what it says."""
+
+import doctest
+
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_tfm
+from keras_tfm import datasets
+from keras_tfm.layers import normalization
+from keras_tfm.models import (
+    _common,
+    causal_lm,
+    encoder_backbone,
+    encoder_classifier,
+    masked_language_model,
+    seq2seq_transformer,
+)
+
+MODULES = [
+    _common,
+    causal_lm,
+    datasets,
+    encoder_backbone,
+    encoder_classifier,
+    masked_language_model,
+    normalization,
+    seq2seq_transformer,
+]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+    result = doctest.testmod(
+        module,
+        extraglobs={"np": np, "ops": ops, "keras_tfm": keras_tfm},
+        optionflags=doctest.NORMALIZE_WHITESPACE,
+    )
+    assert result.attempted > 0
+    assert result.failed == 0
