@@ -11,6 +11,7 @@ Example:
 """
 
 from keras_tfm import (
+    baselines,
     convert,
     data,
     datasets,
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    "baselines",
     "convert",
     "data",
     "datasets",

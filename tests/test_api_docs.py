@@ -19,10 +19,12 @@ SUBPACKAGES = [
     "generation",
     "training",
     "data",
+    "datasets",
     "convert",
     "zoo",
     "distribute",
     "saving",
+    "baselines",
 ]
 pytestmark = [
     pytest.mark.skipif(

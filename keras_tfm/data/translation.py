@@ -4,8 +4,6 @@ The pairs themselves come from a corpus loader, e.g.
 `keras_tfm.datasets.trans_de_en.load_translation_pairs`.
 """
 
-import re
-
 import numpy as np
 import tensorflow as tf
 

@@ -78,6 +78,23 @@ def is_sentence_like(text, min_words=3):
     return text[-1:] in (".", "!", "?") and len(text.split()) >= min_words
 
 
+def dictionary_lines(path=None):
+    """The lines of the `trans-de-en` dictionary file, read lazily.
+
+    Raises:
+        ValueError: if the file is missing, naming the Debian package.
+    """
+    path = Path(TRANS_DE_EN_PATH if path is None else path)
+    if not path.is_file():
+        raise ValueError(
+            f"The German-English dictionary is missing: {path} does not exist. "
+            "Install the Debian package `trans-de-en` (apt-get install -y "
+            f"trans-de-en) or pass its location. Received: path={str(path)!r}"
+        )
+    with path.open(encoding="utf-8") as f:
+        yield from f
+
+
 def load_translation_pairs(path=None, sentence_like=True, min_words=3):
     """The (German, English) pairs of the `trans-de-en` dictionary.
 
@@ -106,32 +123,24 @@ def load_translation_pairs(path=None, sentence_like=True, min_words=3):
         raise ValueError(
             f"`min_words` must be a positive integer. Received: min_words={min_words!r}"
         )
-    path = Path(TRANS_DE_EN_PATH if path is None else path)
-    if not path.is_file():
-        raise ValueError(
-            f"The German-English dictionary is missing: {path} does not exist. "
-            "Install the Debian package `trans-de-en` (apt-get install -y "
-            f"trans-de-en) or pass its location. Received: path={str(path)!r}"
-        )
     pairs, seen = [], set()
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            for de_synonyms, en_synonyms in parse_dictionary_line(line):
-                for de in de_synonyms:
-                    for en in en_synonyms:
-                        if (de, en) in seen:
-                            continue
-                        if sentence_like and not (
-                            is_sentence_like(de, min_words)
-                            and is_sentence_like(en, min_words)
-                        ):
-                            continue
-                        seen.add((de, en))
-                        pairs.append((de, en))
+    for line in dictionary_lines(path):
+        for de_synonyms, en_synonyms in parse_dictionary_line(line):
+            for de in de_synonyms:
+                for en in en_synonyms:
+                    if (de, en) in seen:
+                        continue
+                    if sentence_like and not (
+                        is_sentence_like(de, min_words)
+                        and is_sentence_like(en, min_words)
+                    ):
+                        continue
+                    seen.add((de, en))
+                    pairs.append((de, en))
     if not pairs:
+        kind = "sentence-like " if sentence_like else ""
         raise ValueError(
-            f"{path} holds no {'sentence-like ' if sentence_like else ''}"
-            "`German :: English` pairs."
+            f"{path or TRANS_DE_EN_PATH} holds no {kind}`German :: English` pairs."
         )
     return pairs
 

@@ -89,12 +89,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         training: whether dropout is active.
 
     Returns:
-        One of three, chosen by the arguments alone:
-        - `outputs` (batch, q_len, hidden_dim), by default;
-        - `(outputs, cache)` when a `cache` is passed, the cache updated when
-          `cache_update_index` is given;
-        - `(outputs, scores)` with `return_attention_scores=True`, the float32
-          attention weights of shape (batch, num_heads, q_len, k_len).
+        One of three, chosen by the arguments alone: `outputs` (batch, q_len,
+        hidden_dim) by default; `(outputs, cache)` when a `cache` is passed,
+        the cache updated when `cache_update_index` is given; `(outputs,
+        scores)` with `return_attention_scores=True`, the float32 attention
+        weights of shape (batch, num_heads, q_len, k_len).
 
     Example:
     >>> attention = keras_tfm.layers.MultiHeadSelfAttention(num_heads=2)

@@ -1,0 +1,16 @@
+"""Simple baselines that need no model, to put beside a trained model's result.
+
+Example:
+>>> from keras_tfm import baselines
+>>> baselines.compression_nats_per_byte(b"abc" * 100, b"abc" * 10) < 0.5
+True
+"""
+
+from keras_tfm.baselines.compression import (
+    compression_nats_per_byte as compression_nats_per_byte,
+)
+from keras_tfm.baselines.dictionary_translator import (
+    DictionaryTranslator as DictionaryTranslator,
+)
+
+__all__ = ["DictionaryTranslator", "compression_nats_per_byte"]
