@@ -15,8 +15,10 @@ need it):
 
 It writes
 - tests/fixtures/smollm2_reference.json: versions, the file's SHA-256, token
-  ids of TEXTS, the chat template applied to CHATS, greedy continuations of
-  PROMPTS and the greedy ChatML answer to QUESTION;
+  ids of TEXTS (plus `smollm_ids` where the checkpoint's own "smollm"
+  pre-tokenizer gives other ids than transformers' GGUF tokenizer, see
+  `smollm_pre_tokenizer`), the chat template applied to CHATS, greedy
+  continuations of PROMPTS and the greedy ChatML answer to QUESTION;
 - tests/fixtures/smollm2_reference.npz: float32 logits of PROMPTS (the full
   vocabulary at the last position, `LOGIT_IDS` at every position, to keep the
   file small) and slices of transformers' layer-0 q_proj/k_proj weights.
