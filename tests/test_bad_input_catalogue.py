@@ -17,8 +17,9 @@ import keras_hub
 import numpy as np
 import pytest
 
-from keras_tfm import cli, layers, models, saving, training, zoo
+from keras_tfm import cli, convert, layers, models, saving, training, zoo
 from keras_tfm.data import language_model_datasets
+from tests.convert.tiny_gguf import Q, write_tiny_llama
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
 
@@ -50,6 +51,17 @@ def write(folder, name, content):
     path = folder / name
     path.write_bytes(content)
     return str(path)
+
+
+def tiny_gguf(folder, **options):
+    path = folder / "tiny.gguf"
+    write_tiny_llama(path, **options)
+    return path
+
+
+def cut_gguf(folder):
+    data = tiny_gguf(folder).read_bytes()
+    return write(folder, "cut.gguf", data[: len(data) // 2])
 
 
 def x(*shape, dtype="float32", fill=0):
@@ -130,6 +142,17 @@ CATALOGUE = [
     Row("training", "`TokenCrossEntropy(label_smoothing=2.0)`", "ValueError",
         "Received: label_smoothing=2.0",
         lambda d: training.TokenCrossEntropy(label_smoothing=2.0)),
+    Row("convert", "`load_gguf_llama` of a file that is not GGUF", "ValueError",
+        "Not a GGUF file", lambda d: convert.load_gguf_llama(
+            write(d, "m.gguf", b"PK\x03\x04 a zip archive"))),
+    Row("convert", "`load_gguf_llama` of a truncated GGUF file", "ValueError",
+        "truncated", lambda d: convert.load_gguf_llama(cut_gguf(d))),
+    Row("convert", "a GGUF file quantised as MXFP4", "ValueError",
+        "quantised as MXFP4, which is not supported", lambda d:
+        convert.load_gguf_llama(tiny_gguf(d, linear_type=Q.MXFP4))),
+    Row("convert", "a GGUF file of another architecture", "ValueError",
+        "general.architecture='gpt2'", lambda d:
+        convert.load_gguf_llama(tiny_gguf(d, architecture="gpt2"))),
     # The command line (SystemExit: a one-line message, no traceback).
     Row("cli", "`train --data` a missing file", "SystemExit", "no such file",
         lambda d: cli.main(["train", "--data", str(d / "missing.txt")])),

@@ -1,7 +1,19 @@
 """Converters between keras-tfm models and other frameworks' checkpoints."""
 
+from keras_tfm.convert.gguf_llama import load_gguf_llama as load_gguf_llama
+from keras_tfm.convert.gguf_tokenizer import (
+    GGUFBytePairTokenizer as GGUFBytePairTokenizer,
+)
 from keras_tfm.convert.hf_bert import load_hf_bert as load_hf_bert
 from keras_tfm.convert.hf_bert import save_hf_bert as save_hf_bert
 from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer as HFBertTokenizer
+from keras_tfm.convert.smollm2 import smollm2_gguf_path as smollm2_gguf_path
 
-__all__ = ["HFBertTokenizer", "load_hf_bert", "save_hf_bert"]
+__all__ = [
+    "GGUFBytePairTokenizer",
+    "HFBertTokenizer",
+    "load_gguf_llama",
+    "load_hf_bert",
+    "save_hf_bert",
+    "smollm2_gguf_path",
+]
