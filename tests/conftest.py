@@ -15,3 +15,16 @@ def _fresh_keras_state():
     yield
     keras.config.set_dtype_policy("float32")
     keras.backend.clear_session()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct through its zoo preset, loaded once per run."""
+    from keras_tfm import zoo
+    from keras_tfm.convert import smollm2_gguf_path
+
+    try:
+        smollm2_gguf_path()
+    except ValueError as error:
+        pytest.skip(str(error))
+    return zoo.from_preset("smollm2_135m_instruct")

@@ -1,7 +1,7 @@
 import keras
-from keras import ops
 
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
+from keras_tfm.models.pooling import mean_pool
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
 from keras_tfm.validation import check_choice, check_positive_int, check_rate
@@ -105,10 +105,7 @@ class EncoderClassifier(QuantizationMixin, keras.Model):
         if self.pooling == "cls":
             pooled = self.pooler(hidden[:, 0, :])
         else:
-            mask = ops.cast(self.backbone.padding_mask(inputs), hidden.dtype)
-            mask = ops.expand_dims(mask, -1)
-            count = ops.maximum(ops.sum(mask, axis=1), 1.0)
-            pooled = ops.sum(hidden * mask, axis=1) / count
+            pooled = mean_pool(hidden, self.backbone.padding_mask(inputs))
         pooled = self.classifier_dropout(pooled, training=training)
         return self.classifier(pooled)
 

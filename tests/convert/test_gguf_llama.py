@@ -47,11 +47,6 @@ def smollm2_tensors(smollm2_reader):
     return tensors_of(smollm2_reader)
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    return load_gguf_llama(smollm2_or_skip())
-
-
 def relative_gap(ours, theirs, span):
     return float(np.max(np.abs(np.asarray(ours, "float64") - theirs)) / span)
 
