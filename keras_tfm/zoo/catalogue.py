@@ -24,6 +24,7 @@ from pathlib import Path
 import keras
 
 import keras_tfm
+from keras_tfm.saving import check_model_file
 
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
@@ -198,6 +199,7 @@ def build_from_directory(directory, load_weights=True, **overrides):
                 f'built by its constructor; add a "build_config" to {CONFIG_FILE} '
                 "(save_preset writes it)."
             )
+        check_model_file(weights)  # a truncated file: say so, not "do not fit"
         try:
             model.load_weights(weights)
         except ValueError as error:
