@@ -139,11 +139,45 @@ def test_cached_logits_equal_full_forward(position_encoding):
     np.testing.assert_allclose(np.concatenate(steps, 1), expected, atol=1e-5)
 
 
-def test_padding_tokens_are_not_attended_to():
-    model = tiny()
-    short = keras.ops.convert_to_numpy(model(np.array([[5, 6, 7]])))
-    padded = keras.ops.convert_to_numpy(model(np.array([[5, 6, 7, 0, 0]])))
-    np.testing.assert_allclose(padded[:, :3], short, atol=1e-6)
+def logits_with_embedding_row(model, token_ids, row, values):
+    """Logits with the token embedding's `row` replaced by `values`.
+
+    Changing what the embedding table holds for an id changes what sits at
+    every position with that id: for the padding id, the padded positions.
+    """
+    (table,) = [w for w in model.weights if tuple(w.shape) == (VOCAB, 16)]
+    saved = table.numpy()
+    changed = saved.copy()
+    changed[row] = values
+    table.assign(changed)
+    try:
+        return keras.ops.convert_to_numpy(model(token_ids))
+    finally:
+        table.assign(saved)
+
+
+@pytest.mark.parametrize("position_encoding", ["learned", "rotary"])
+def test_padding_tokens_are_not_attended_to(position_encoding):
+    # Padding on the left and in the middle: the causal mask hides neither.
+    token_ids = np.array([[0, 0, 5, 6, 7, 8], [5, 0, 6, 0, 0, 7]])
+    real = token_ids != 0
+    model = tiny(position_encoding=position_encoding)
+    noise = 10 * np.random.default_rng(0).normal(size=16)
+    base = keras.ops.convert_to_numpy(model(token_ids))
+    perturbed = logits_with_embedding_row(model, token_ids, 0, noise)
+    # Column 0 is the padding id's own logit, which the tied output projection
+    # reads from the changed row; every other logit of a real token must hold.
+    np.testing.assert_allclose(perturbed[real][:, 1:], base[real][:, 1:], atol=1e-5)
+
+    # The control: the same weights with another padding id, so that id 0 is
+    # an ordinary token whose change reaches the real tokens after it.
+    unmasked = tiny(position_encoding=position_encoding, padding_id=VOCAB - 1)
+    unmasked.set_weights(model.get_weights())
+    base = keras.ops.convert_to_numpy(unmasked(token_ids))
+    perturbed = logits_with_embedding_row(unmasked, token_ids, 0, noise)
+    after_a_zero = real & (np.cumsum(~real, axis=1) > 0)
+    leak = np.abs(perturbed - base)[after_a_zero][:, 1:].max(axis=-1)
+    assert np.all(leak > 1e-3), leak
 
 
 def test_save_and_load_with_tokenizer(tmp_path):
