@@ -7,6 +7,7 @@ import pytest
 
 import keras_tfm
 from keras_tfm.data.fortunes import classify_texts, fortunes_classifier_labels
+from tests.conftest import requires_debian_package
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "classify_fortunes.py"
 
@@ -18,12 +19,9 @@ def load_example():
     return example
 
 
+@requires_debian_package("fortunes")
 @pytest.mark.slow
 def test_quick_run_writes_results_history_and_model(tmp_path, capsys):
-    try:
-        keras_tfm.data.load_fortunes()
-    except ValueError as error:
-        pytest.skip(str(error))
     example = load_example()
     summary = example.main(["--quick", "--output", str(tmp_path)])
 

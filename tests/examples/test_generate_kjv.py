@@ -2,18 +2,15 @@
 
 import importlib.util
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from keras_tfm import training, zoo
+from tests.conftest import requires_debian_package
 
 ROOT = Path(__file__).parents[2]
-needs_bible = pytest.mark.skipif(
-    shutil.which("bible") is None, reason="the bible-kjv Debian package is missing"
-)
 
 
 def load_example():
@@ -25,7 +22,7 @@ def load_example():
     return module
 
 
-@needs_bible
+@requires_debian_package("bible-kjv")
 @pytest.mark.slow
 def test_quick_run_reports_per_byte_metrics_and_samples(capsys):
     results = load_example().main(["--quick"])
