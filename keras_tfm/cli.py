@@ -61,8 +61,14 @@ def _datasets(model, text, args):
 def _load(path):
     import keras
 
+    from keras_tfm import saving
+
     if not Path(path).is_file():
         raise SystemExit(f"keras-tfm: no such model file: {path}")
+    try:
+        saving.check_model_file(path)
+    except ValueError as error:
+        raise SystemExit(f"keras-tfm: {error}") from None
     return keras.models.load_model(path)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import keras
 
 from keras_tfm._keras_compat import flatten_layers
+from keras_tfm.saving import check_model_file
 from keras_tfm.validation import check_choice
 from keras_tfm.zoo.installed_checkpoints import (
     SOURCE_FILE,
@@ -246,6 +247,7 @@ def build_from_directory(directory, load_weights=True, **overrides):
                 f'built by its constructor; add a "build_config" to {CONFIG_FILE} '
                 "(save_preset writes it)."
             )
+        check_model_file(weights)  # a truncated file: say so, not "do not fit"
         try:
             model.load_weights(weights)
         except ValueError as error:
