@@ -94,9 +94,25 @@ def test_evaluate_prints_the_validation_cross_entropy(trained, capsys):
     assert loss == pytest.approx(np.concatenate(losses).mean(), abs=2e-4)
 
 
-def test_presets_lists_the_zoo(capsys):
+def test_presets_lists_the_zoo_with_what_its_weights_are(capsys):
+    from keras_tfm import zoo
+
     cli.main(["presets"])
-    assert "gpt_micro" in capsys.readouterr().out.split()
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert {name: kind for name, kind in rows} == {
+        name: zoo.preset_weights(name) for name in zoo.list_presets()
+    }
+    assert ["smollm2_135m_instruct", "pretrained"] in rows
+    assert ["gpt_micro", "none"] in rows
+
+
+def test_chat_answers_with_smollm2(smollm2, capsys, monkeypatch):
+    from keras_tfm import zoo
+
+    # The session's SmolLM2 stands in for a second load of the same preset.
+    monkeypatch.setattr(zoo, "from_preset", lambda name: smollm2)
+    cli.main(["chat", "What is the capital of France?", "--max-new-tokens", "16"])
+    assert capsys.readouterr().out == "The capital of France is Paris.\n"
 
 
 @pytest.mark.parametrize(
