@@ -2,7 +2,7 @@ import keras
 from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
-from keras_tfm.generation.chat import chat
+from keras_tfm.generation.conversation import chat
 from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.models._common import TransformerModel, check_token_ids
