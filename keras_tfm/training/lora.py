@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_tfm.generation.generation_utils import forget_cached_functions
 from keras_tfm.validation import check_positive_float, check_positive_int
 
 
@@ -25,6 +26,8 @@ def enable_lora(model, rank, lora_alpha=None, layer_names=None):
     `intermediate` (gate and up fused with SwiGLU) and `output`; with an
     untied head also `lm_head`. An adapted layer keeps its adapters when the
     model is saved; `layer.kernel` reads the merged W + (alpha/rank) A B.
+    Generation functions compiled before are dropped (they would ignore the
+    adapters) and are compiled again on the next `generate`.
 
     Args:
         model: a built Keras model or layer.
@@ -96,4 +99,6 @@ def enable_lora(model, rank, lora_alpha=None, layer_names=None):
     for weight in model.weights:
         if id(weight) not in adapters:
             weight.trainable = False
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        forget_cached_functions(layer)
     return targets
