@@ -103,6 +103,15 @@ def cached_function(owner, key, factory):
     return functions[key]
 
 
+def forget_cached_functions(owner):
+    """Drops `owner`'s compiled functions, e.g. after its layers changed.
+
+    A traced function keeps reading the variables it captured: one traced
+    before `enable_lora` would ignore the adapters.
+    """
+    owner.__dict__.pop("_tfm_generate_functions", None)
+
+
 def compile_loop(function):
     """`function` as an XLA-compiled `tf.function`, retraced per input shape."""
     return tf.function(function, jit_compile=True)

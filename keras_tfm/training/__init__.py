@@ -1,5 +1,6 @@
 """Training utilities: the Transformer learning-rate schedule, a padding-aware
-label-smoothed loss, padding-aware metrics and a throughput/MFU callback.
+label-smoothed loss, padding-aware metrics, a throughput/MFU callback and LoRA
+(`enable_lora`).
 
 `Perplexity` is `keras_hub.metrics.Perplexity`, re-exported: pass
 `from_logits=True, mask_token_id=<padding id>` to ignore padding.
@@ -24,6 +25,7 @@ from keras_tfm.training.flops import (
     model_flops_utilization,
     training_flops_per_token,
 )
+from keras_tfm.training.lora import enable_lora
 from keras_tfm.training.throughput_callback import ThroughputCallback
 from keras_tfm.training.token_accuracy import TokenAccuracy
 from keras_tfm.training.token_count import TokenCount
@@ -40,6 +42,7 @@ __all__ = [
     "TokenCrossEntropy",
     "TransformerSchedule",
     "device_defaults",
+    "enable_lora",
     "format_mfu",
     "measure_peak_flops",
     "model_flops_utilization",

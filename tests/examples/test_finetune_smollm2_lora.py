@@ -1,0 +1,79 @@
+import importlib.util
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "finetune_smollm2_lora.py"
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("finetune_smollm2_lora", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def lora_parameters(model, rank):
+    """rank * (in + out) per adapted kernel, from the model's dimensions."""
+    hidden, inter = model.hidden_dim, model.intermediate_dim
+    head_dim = model.head_dim or hidden // model.num_heads
+    kv_width = 2 * (model.num_key_value_heads or model.num_heads) * head_dim
+    per_block = [
+        (hidden, model.num_heads * head_dim),  # query
+        (hidden, kv_width),  # key_value: keys and values
+        (model.num_heads * head_dim, hidden),  # attention_output
+        (hidden, 2 * inter),  # intermediate: SwiGLU's gate and up
+        (inter, hidden),  # output
+    ]
+    return model.num_layers * sum(rank * (i + o) for i, o in per_block)
+
+
+@pytest.mark.slow
+def test_quick_run_trains_only_the_adapters_and_moves_the_held_out_loss(
+    smollm2, capsys
+):
+    from keras_tfm.datasets.bible import load_bible
+
+    try:
+        load_bible("john3:16")
+    except ValueError as error:
+        pytest.skip(str(error))
+    pretrained = {w.path: keras.ops.convert_to_numpy(w) for w in smollm2.weights}
+    result = load_example().main(["--quick"], base_model=smollm2)
+    out = capsys.readouterr().out
+    model, rank = result["model"], result["config"]["lora_rank"]
+
+    # Only the LoRA factors train: 2 per projection, 5 projections a block.
+    names = [w.path for w in model.trainable_weights]
+    assert len(names) == 2 * 5 * smollm2.num_layers
+    assert all(n.endswith(("/lora_kernel_a", "/lora_kernel_b")) for n in names)
+    expected = lora_parameters(smollm2, rank)
+    assert result["trainable_parameters"] == expected == 2_165_760
+    assert f"{expected:,} trainable parameters" in out
+
+    # Every pretrained weight is bit-identical after training.
+    frozen = {w.path: w for w in model.non_trainable_weights}
+    assert set(frozen) == set(pretrained)
+    for path, value in pretrained.items():
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(frozen[path]), value)
+    # ... including the shared fixture, which the example copies, not adapts.
+    layers = smollm2._flatten_layers(include_self=False, recursive=True)
+    assert not any(getattr(layer, "lora_enabled", False) for layer in layers)
+
+    # The held-out loss printed before training is the pretrained model's
+    # mean next-token cross-entropy on the same windows.
+    windows = result["heldout"]
+    logits = smollm2(windows[:, :-1])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(
+        windows[:, 1:], logits
+    )
+    before, after = result["heldout_before"], result["heldout_after"]
+    np.testing.assert_allclose(before["per_token"], float(loss), rtol=1e-5)
+    assert before["tokens"] == windows[:, 1:].size
+    assert f"held-out loss before: {before['per_token']:.4f}" in out
+
+    # A few steps move it (by how much is not the test's business).
+    assert np.isfinite(after["per_token"])
+    assert abs(after["per_token"] - before["per_token"]) > 1e-3
