@@ -1,14 +1,18 @@
 """examples/generate_kjv.py: the --quick run, and the shipped preset."""
 
+import bz2
 import importlib.util
 import math
 import shutil
 from pathlib import Path
 
+import keras_hub
 import numpy as np
 import pytest
 
 from keras_tfm import training, zoo
+from keras_tfm.data import language_model_datasets
+from keras_tfm.datasets.bible import load_bible
 
 ROOT = Path(__file__).parents[2]
 needs_bible = pytest.mark.skipif(
@@ -35,6 +39,30 @@ def test_quick_run_reports_per_byte_metrics_and_samples(capsys):
     assert results["val_bits_per_byte"] == pytest.approx(loss / math.log(2), 1e-3)
     printed = capsys.readouterr().out
     assert "> In the beginning" in printed  # the prompt keeps its case
+    # The bzip2 baseline, recomputed from the model's own validation windows.
+    text = load_bible()[:100_000].encode()
+    _, validation = language_model_datasets(
+        text.decode(), keras_hub.tokenizers.ByteTokenizer(lowercase=False), 64, 32, 0.05
+    )
+    held_out = b"".join(
+        np.concatenate([x[:, :1], y], axis=1).astype(np.uint8).tobytes()
+        for x, y in validation.as_numpy_iterator()
+    )
+    start = text.rindex(held_out)
+    assert start > 0.9 * len(text)  # the tail of the text
+    extra = len(bz2.compress(text[: start + len(held_out)], 9)) - len(
+        bz2.compress(text[:start], 9)
+    )
+    expected = extra * 8 * math.log(2) / len(held_out)
+    assert results["bzip2_nats_per_byte"] == pytest.approx(expected, abs=1e-4)
+    assert results["xz_nats_per_byte"] > 0
+    table = {
+        line[:36].strip(): float(line[36:].split()[0])
+        for line in printed.splitlines()
+        if line.startswith(("model (CausalLM)", "bzip2 -9", "xz -9e"))
+    }
+    assert table["bzip2 -9 given the training text"] == pytest.approx(expected, 1e-3)
+    assert table["model (CausalLM)"] == pytest.approx(loss, abs=1e-4)
 
 
 def test_shipped_preset_is_small_and_reads_like_the_kjv():
