@@ -13,6 +13,7 @@ from keras_tfm.baselines import DictionaryTranslator
 from keras_tfm.datasets import trans_de_en
 
 ROOT = Path(__file__).parents[2]
+FROM_TRANS_DE_EN = DictionaryTranslator.from_trans_de_en
 needs_data = pytest.mark.skipif(
     not Path(trans_de_en.TRANS_DE_EN_PATH).is_file(),
     reason="the trans-de-en Debian package is not installed",
@@ -30,8 +31,18 @@ def load_example():
 
 @needs_data
 @pytest.mark.slow
-def test_quick_run_trains_scores_and_saves_a_float16_preset(tmp_path, capsys):
+def test_quick_run_trains_scores_and_saves_a_float16_preset(
+    tmp_path, capsys, monkeypatch
+):
     example = load_example()
+    built = []  # the example's translator, kept: parsing the dictionary takes 10 s
+    monkeypatch.setattr(
+        DictionaryTranslator,
+        "from_trans_de_en",
+        classmethod(
+            lambda cls, path=None: built.append(FROM_TRANS_DE_EN(path)) or built[-1]
+        ),
+    )
     results = example.main(["--quick", "--save", str(tmp_path / "translator_de_en")])
     assert set(results) == {"greedy", "beam4", "dictionary"}
     for scores in results.values():
@@ -47,7 +58,10 @@ def test_quick_run_trains_scores_and_saves_a_float16_preset(tmp_path, capsys):
         for line in printed.splitlines()
         if line.startswith("  dictionary:")
     ]
-    expected = DictionaryTranslator.from_trans_de_en()([de for de, _ in test])
+    assert len(built) == 1
+    expected = built[0](
+        [de for de, _ in test]
+    )  # the translator itself: tests/baselines
     assert baseline == expected[:8]  # the 8 printed samples
     references = [[en for _, en in test]]
     chrf = sacrebleu.corpus_chrf(expected, references).score
