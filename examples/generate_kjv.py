@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
 
-from keras_tfm import training  # noqa: E402
+from keras_tfm import baselines, training  # noqa: E402
 from keras_tfm.data import language_model_datasets  # noqa: E402
 from keras_tfm.datasets.bible import load_bible  # noqa: E402
 from keras_tfm.models import CausalLM  # noqa: E402
@@ -57,6 +57,7 @@ QUICK = dict(
 )
 PROMPTS = ["In the beginning", "And Jesus said unto them,", "The LORD is my"]
 SEED = 0
+VALIDATION_FRACTION = 0.05  # the last 5% of the text, in order
 # ------------------------------------------------------------------------------
 
 
@@ -75,6 +76,21 @@ class TimeBudget(keras.callbacks.Callback):
         if self.minutes and time.time() - self.began > 60 * self.minutes:
             print(f"Time budget of {self.minutes} min reached after {epoch + 1} epochs")
             self.model.stop_training = True
+
+
+def baseline_table(results):
+    """The model's validation loss beside the compressors', in nats and bits."""
+    rows = {
+        "model (CausalLM)": results["val_loss_per_byte"],
+        "bzip2 -9 given the training text": results["bzip2_nats_per_byte"],
+        "xz -9e given the training text": results["xz_nats_per_byte"],
+    }
+    lines = [
+        f"{'validation bytes, model vs baseline':<36} {'nats/byte':>9} {'bits':>6}"
+    ]
+    for name, nats in rows.items():
+        lines.append(f"{name:<36} {nats:>9.4f} {nats / math.log(2):>6.3f}")
+    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -101,7 +117,7 @@ def main(argv=None):
         tokenizer,
         config["sequence_length"],
         config["batch_size"],
-        validation_fraction=0.05,
+        validation_fraction=VALIDATION_FRACTION,
         seed=SEED,
     )
     print(f"KJV: {len(text):,} characters, {len(text.splitlines()):,} verses")
@@ -144,6 +160,16 @@ def main(argv=None):
         "val_byte_accuracy": round(accuracy, 4),
     }
     print("validation:", results)
+    # The same held-out bytes, coded by a compressor that has read the
+    # training bytes: the floor a language model has to clear.
+    for compressor in ("bzip2", "xz"):
+        results[f"{compressor}_nats_per_byte"] = round(
+            baselines.held_out_nats_per_byte(
+                text, config["sequence_length"], VALIDATION_FRACTION, compressor
+            ),
+            4,
+        )
+    print(baseline_table(results))
 
     samples = model.generate(
         PROMPTS, max_new_tokens=config["sequence_length"] - 32, sampler="top_k",

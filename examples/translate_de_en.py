@@ -24,7 +24,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import sacrebleu  # noqa: E402
 
-from keras_tfm import training  # noqa: E402
+from keras_tfm import baselines, training  # noqa: E402
 from keras_tfm.data import translation  # noqa: E402
 from keras_tfm.datasets import trans_de_en  # noqa: E402
 from keras_tfm.models import Seq2SeqTransformer  # noqa: E402
@@ -75,6 +75,7 @@ QUICK = dict(
 )
 SEED = 0
 PRESET = "zoo/translator_de_en"
+BASELINE = "dictionary"  # word by word, keras_tfm.baselines.DictionaryTranslator
 # ------------------------------------------------------------------------------
 
 
@@ -106,6 +107,15 @@ def score(hypotheses, references):
     bleu = sacrebleu.corpus_bleu(hypotheses, [references])
     chrf = sacrebleu.corpus_chrf(hypotheses, [references])
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
+
+
+def results_table(results, num_pairs):
+    """Model vs baseline: BLEU and chrF of each decoding on the test split."""
+    lines = [f"{f'test split, {num_pairs} pairs':<34} {'BLEU':>6} {'chrF':>6}"]
+    for name, r in results.items():
+        label = f"baseline: {BASELINE}" if name == BASELINE else f"model, {name}"
+        lines.append(f"{label:<34} {r['bleu']:>6.2f} {r['chrf']:>6.2f}")
+    return "\n".join(lines)
 
 
 def build_model(config, tokenizer):
@@ -238,11 +248,19 @@ def main(argv=None):
             f"test {name}: BLEU {results[name]['bleu']:.2f}, chrF "
             f"{results[name]['chrf']:.2f} ({time.time() - tick:.0f} s)"
         )
+    # The floor: word-by-word lookup in the same dictionary's single-word
+    # entries (no sentence pair used), on the same sources and references.
+    tick = time.time()
+    dictionary = baselines.DictionaryTranslator.from_trans_de_en(args.data)
+    samples[BASELINE] = dictionary(sources)
+    results[BASELINE] = score(samples[BASELINE], references)
+    print(f"test {BASELINE}: {results[BASELINE]} ({time.time() - tick:.0f} s)")
     for i in range(min(8, len(test))):
         print(f"\n  DE:     {sources[i]}\n  REF:    {references[i]}")
         for name, hypotheses in samples.items():
-            print(f"  {name + ':':8}{hypotheses[i]}")
+            print(f"  {name + ':':12}{hypotheses[i]}")
 
+    print(f"\n{results_table(results, len(test))}")
     if args.save:
         save(model, config, args, pairs, train, validation, test, results, history)
     print(f"\nTotal wall time: {time.time() - began:.0f} s")
@@ -275,7 +293,9 @@ def save(model, config, args, pairs, train, validation, test, results, history):
     val_loss = history.history["val_loss"][-1]
     val_accuracy = history.history["val_token_accuracy"][-1]
     metrics = "\n".join(
-        f"| {name} | {r['bleu']:.2f} | {r['chrf']:.2f} |" for name, r in results.items()
+        f"| {'baseline: word-by-word ' if name == BASELINE else ''}{name} "
+        f"| {r['bleu']:.2f} | {r['chrf']:.2f} |"
+        for name, r in results.items()
     )
     save_preset(
         model,

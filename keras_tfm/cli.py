@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 DEFAULT_OUTPUT = "kjv_gpt.keras"
+VALIDATION_FRACTION = 0.1  # the last 10% of the text, in order
 
 
 def _positive_int(text):
@@ -54,6 +55,7 @@ def _datasets(model, text, args):
         model.tokenizer,
         sequence_length=args.sequence_length,
         batch_size=args.batch_size,
+        validation_fraction=VALIDATION_FRACTION,
         seed=args.seed,
     )
 
@@ -155,7 +157,7 @@ def train(args):
     import keras_hub
     import numpy as np
 
-    from keras_tfm import training, zoo
+    from keras_tfm import baselines, training, zoo
     from keras_tfm.saving import ResumableBackupAndRestore, atomic_save
 
     keras.utils.set_random_seed(args.seed)
@@ -275,6 +277,13 @@ def train(args):
         f"Saved {args.output} after {minutes:.1f} min: validation loss "
         f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}."
     )
+    # The anchor: bzip2 -9 coding the same held-out bytes after the training ones.
+    anchor = baselines.held_out_nats_per_byte(
+        text, args.sequence_length, VALIDATION_FRACTION
+    )
+    print(f"{'validation bytes, model vs baseline':<36} nats/byte")
+    print(f"{'model (' + args.preset + ')':<36} {validation_loss:9.4f}")
+    print(f"{'bzip2 -9 given the training text':<36} {anchor:9.4f}")
     for prompt in args.prompt or ["And God said", "Moses went"]:
         room = model.max_sequence_length - len(model.tokenizer(prompt))
         sample = model.generate(

@@ -1,5 +1,6 @@
 """The keras-tfm command, end to end on a small text, and its errors."""
 
+import bz2
 import contextlib
 import io
 import math
@@ -192,6 +193,18 @@ def test_train_prints_no_tensorflow_logs(tmp_path):
     )
     assert not re.search(r"MFU \d+\.\d+%", out)
     assert "\n>>> And" in out
+    # The bzip2 anchor on the validation windows: the last round(10%) of the
+    # 4,000 // 33 windows of 32 + 1 bytes, coded after the training windows.
+    data = text.read_bytes()
+    windows = len(data) // 33
+    train_end, end = 33 * (windows - round(0.1 * windows)), 33 * windows
+    extra = len(bz2.compress(data[:end], 9)) - len(bz2.compress(data[:train_end], 9))
+    anchor = extra * 8 * math.log(2) / (end - train_end)
+    loss = float(re.search(r"validation loss ([\d.]+) nats/byte", out)[1])
+    model_row = re.search(r"^model \(gpt_tiny\) +([\d.]+)$", out, re.M)
+    assert float(model_row[1]) == pytest.approx(loss, abs=1e-3)
+    anchor_row = re.search(r"^bzip2 -9 given the training text +([\d.]+)$", out, re.M)
+    assert float(anchor_row[1]) == pytest.approx(anchor, abs=1e-4)
 
 
 def test_verbose_brings_the_tensorflow_logs_back():

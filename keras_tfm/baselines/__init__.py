@@ -9,8 +9,15 @@ True
 from keras_tfm.baselines.compression import (
     compression_nats_per_byte as compression_nats_per_byte,
 )
+from keras_tfm.baselines.compression import (
+    held_out_nats_per_byte as held_out_nats_per_byte,
+)
 from keras_tfm.baselines.dictionary_translator import (
     DictionaryTranslator as DictionaryTranslator,
 )
 
-__all__ = ["DictionaryTranslator", "compression_nats_per_byte"]
+__all__ = [
+    "DictionaryTranslator",
+    "compression_nats_per_byte",
+    "held_out_nats_per_byte",
+]

@@ -57,19 +57,9 @@ def language_model_datasets(
         )
     ids = np.asarray(tokenizer(text), dtype="int32")
     window = sequence_length + 1
-    num_windows = len(ids) // window
-    if num_windows < 2:
-        raise ValueError(
-            f"The text has {len(ids)} tokens: too few for two windows of "
-            f"sequence_length={sequence_length} (+1). Use more text or shorter "
-            "sequences."
-        )
-    windows = ids[: num_windows * window].reshape(num_windows, window)
-    num_validation = max(1, int(round(num_windows * validation_fraction)))
-    if validation_fraction == 0:
-        num_validation = 0
-    train_windows = windows[: num_windows - num_validation]
-    validation_windows = windows[num_windows - num_validation :]
+    train_end, end = split_offsets(len(ids), sequence_length, validation_fraction)
+    train_windows = ids[:train_end].reshape(-1, window)
+    validation_windows = ids[train_end:end].reshape(-1, window)
 
     def pairs(array, shuffle):
         dataset = tf.data.Dataset.from_tensor_slices(array)
@@ -81,3 +71,29 @@ def language_model_datasets(
         return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
     return pairs(train_windows, True), pairs(validation_windows, False)
+
+
+def split_offsets(num_tokens, sequence_length, validation_fraction):
+    """Where `language_model_datasets` cuts a stream of `num_tokens` tokens.
+
+    Returns `(train_end, end)`: tokens `[0, train_end)` make the training
+    windows, `[train_end, end)` the validation windows (the tail after `end`,
+    shorter than one window, is dropped). A baseline scored on the same
+    held-out tokens uses these offsets.
+
+    Example:
+    >>> split_offsets(1000, sequence_length=9, validation_fraction=0.1)
+    (900, 1000)
+    """
+    window = sequence_length + 1
+    num_windows = num_tokens // window
+    if num_windows < 2:
+        raise ValueError(
+            f"The text has {num_tokens} tokens: too few for two windows of "
+            f"sequence_length={sequence_length} (+1). Use more text or shorter "
+            "sequences."
+        )
+    num_validation = max(1, int(round(num_windows * validation_fraction)))
+    if validation_fraction == 0:
+        num_validation = 0
+    return (num_windows - num_validation) * window, num_windows * window

@@ -68,3 +68,25 @@ def test_str_and_bytes_agree():
 def test_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
         compression_nats_per_byte(**kwargs)
+
+
+@pytest.mark.parametrize("compressor", ["bzip2", "xz"])
+def test_held_out_bytes_are_the_language_models_validation_windows(compressor):
+    import keras_hub
+
+    from keras_tfm.baselines import held_out_nats_per_byte
+    from keras_tfm.data import language_model_datasets
+
+    text = load_default_corpus()[:30_000] + "Größe, naïve café."  # multi-byte too
+    _, validation = language_model_datasets(
+        text, keras_hub.tokenizers.ByteTokenizer(lowercase=False), 63, 16, 0.1
+    )
+    held_out = b"".join(
+        np.concatenate([x[:, :1], y], axis=1).astype(np.uint8).tobytes()
+        for x, y in validation.as_numpy_iterator()
+    )
+    data = text.encode()
+    start = data.rindex(held_out)
+    assert len(data) - start - len(held_out) < 64  # only the partial tail is left
+    expected = compression_nats_per_byte(data[:start], held_out, compressor)
+    assert held_out_nats_per_byte(text, 63, 0.1, compressor) == expected

@@ -69,3 +69,31 @@ def test_lora_trains_only_adapters_and_starts_from_the_same_function():
     np.testing.assert_array_equal(
         np.asarray(backbone.token_embedding.weights[0]), embedding
     )
+
+
+def test_lora_trainable_parameters_are_rank_times_in_plus_out():
+    example = load_example()
+    hidden, intermediate, rank = 8, 16, 2
+    backbone = keras_tfm.models.EncoderBackbone(
+        vocabulary_size=30,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=hidden,
+        intermediate_dim=intermediate,
+        max_sequence_length=8,
+        num_segments=0,
+    )
+    example.enable_lora(backbone, rank=rank)
+    # Per layer, (in, out) of the adapted kernels: query, key+value (fused),
+    # attention output, the two feed-forward projections.
+    kernels = [
+        (hidden, hidden),
+        (hidden, 2 * hidden),
+        (hidden, hidden),
+        (hidden, intermediate),
+        (intermediate, hidden),
+    ]
+    factors = 2 * sum(rank * (n_in + n_out) for n_in, n_out in kernels)
+    biases = 2 * sum(n_out for _, n_out in kernels)
+    trainable = sum(int(np.prod(w.shape)) for w in backbone.trainable_weights)
+    assert trainable == factors + biases

@@ -1,9 +1,11 @@
 """examples/generate_kjv.py: the --quick run, and the shipped preset."""
 
+import bz2
 import importlib.util
 import math
 from pathlib import Path
 
+import keras_hub
 import numpy as np
 import pytest
 
@@ -58,6 +60,32 @@ def test_quick_run_reports_the_metrics_of_the_model_it_saves(tmp_path, capsys):
     assert results["val_byte_accuracy"] == pytest.approx(accuracy, abs=1e-3)
     assert results["val_perplexity_per_byte"] == pytest.approx(math.exp(loss), 1e-3)
     assert results["val_bits_per_byte"] == pytest.approx(loss / math.log(2), 1e-3)
+    # The bzip2 baseline, recomputed from the model's own validation windows.
+    text = bible.load_bible()[:100_000].encode()
+    _, validation = language_model_datasets(
+        text.decode(), keras_hub.tokenizers.ByteTokenizer(lowercase=False), 64, 32, 0.05
+    )
+    held_out = b"".join(
+        np.concatenate([x[:, :1], y], axis=1).astype(np.uint8).tobytes()
+        for x, y in validation.as_numpy_iterator()
+    )
+    start = text.rindex(held_out)
+    assert start > 0.9 * len(text)  # the tail of the text
+    extra = len(bz2.compress(text[: start + len(held_out)], 9)) - len(
+        bz2.compress(text[:start], 9)
+    )
+    expected = extra * 8 * math.log(2) / len(held_out)
+    assert results["bzip2_nats_per_byte"] == pytest.approx(expected, abs=1e-4)
+    assert results["xz_nats_per_byte"] > 0
+    table = {
+        line[:36].strip(): float(line[36:].split()[0])
+        for line in printed.splitlines()
+        if line.startswith(("model (CausalLM)", "bzip2 -9", "xz -9e"))
+    }
+    assert table["bzip2 -9 given the training text"] == pytest.approx(expected, 1e-3)
+    assert table["model (CausalLM)"] == pytest.approx(
+        results["val_loss_per_byte"], abs=1e-4
+    )
 
 
 def test_shipped_preset_is_small_and_reads_like_the_kjv():

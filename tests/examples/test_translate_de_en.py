@@ -9,10 +9,12 @@ import pytest
 import sacrebleu
 
 from keras_tfm import zoo
+from keras_tfm.baselines import DictionaryTranslator
 from keras_tfm.datasets import trans_de_en
 from tests.conftest import requires_debian_package
 
 ROOT = Path(__file__).parents[2]
+FROM_TRANS_DE_EN = DictionaryTranslator.from_trans_de_en
 needs_data = requires_debian_package("trans-de-en")
 
 
@@ -27,14 +29,47 @@ def load_example():
 
 @needs_data
 @pytest.mark.slow
-def test_quick_run_trains_scores_and_saves_a_float16_preset(tmp_path, capsys):
+def test_quick_run_trains_scores_and_saves_a_float16_preset(
+    tmp_path, capsys, monkeypatch
+):
     example = load_example()
+    built = []  # the example's translator, kept: parsing the dictionary takes 10 s
+    monkeypatch.setattr(
+        DictionaryTranslator,
+        "from_trans_de_en",
+        classmethod(
+            lambda cls, path=None: built.append(FROM_TRANS_DE_EN(path)) or built[-1]
+        ),
+    )
     results = example.main(["--quick", "--save", str(tmp_path / "translator_de_en")])
-    assert set(results) == {"greedy", "beam4"}
+    assert set(results) == {"greedy", "beam4", "dictionary"}
     for scores in results.values():
         assert 0.0 <= scores["bleu"] <= 100.0 and 0.0 <= scores["chrf"] <= 100.0
     printed = capsys.readouterr().out
     assert "test greedy: BLEU" in printed and "DE:" in printed
+    # The dictionary baseline on the same 16 test pairs, scored again here.
+    pairs = trans_de_en.load_translation_pairs()
+    _, _, test = trans_de_en.split_translation_pairs(pairs, 0.05, 0.05, seed=0)
+    test = test[:16]
+    baseline = [
+        line.split(":", 1)[1].strip()
+        for line in printed.splitlines()
+        if line.startswith("  dictionary:")
+    ]
+    assert len(built) == 1
+    expected = built[0](
+        [de for de, _ in test]
+    )  # the translator itself: tests/baselines
+    assert baseline == expected[:8]  # the 8 printed samples
+    references = [[en for _, en in test]]
+    chrf = sacrebleu.corpus_chrf(expected, references).score
+    bleu = sacrebleu.corpus_bleu(expected, references).score
+    assert results["dictionary"] == {"bleu": round(bleu, 2), "chrf": round(chrf, 2)}
+    row = next(line for line in printed.splitlines() if "baseline: dictionary" in line)
+    assert row.split()[-2:] == [f"{bleu:.2f}", f"{chrf:.2f}"]
+    assert "| baseline: word-by-word dictionary |" in zoo.preset_card(
+        "translator_de_en", root=tmp_path
+    )
     model = zoo.from_preset("translator_de_en", root=tmp_path)
     with h5py.File(tmp_path / "translator_de_en" / "model.weights.h5") as f:
         dtypes = set()
