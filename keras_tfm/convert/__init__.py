@@ -1,7 +1,19 @@
 """Converters between keras-tfm models and other frameworks' checkpoints."""
 
+from keras_tfm.convert.gguf_tokenizer import (
+    GGUFBytePairTokenizer as GGUFBytePairTokenizer,
+)
 from keras_tfm.convert.hf_bert import load_hf_bert as load_hf_bert
 from keras_tfm.convert.hf_bert import save_hf_bert as save_hf_bert
 from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer as HFBertTokenizer
+from keras_tfm.convert.hf_gpt2 import load_hf_gpt2 as load_hf_gpt2
+from keras_tfm.convert.hf_gpt2 import save_hf_gpt2 as save_hf_gpt2
 
-__all__ = ["HFBertTokenizer", "load_hf_bert", "save_hf_bert"]
+__all__ = [
+    "GGUFBytePairTokenizer",
+    "HFBertTokenizer",
+    "load_hf_bert",
+    "load_hf_gpt2",
+    "save_hf_bert",
+    "save_hf_gpt2",
+]

@@ -1,0 +1,181 @@
+"""keras-hub's BytePairTokenizer with a GGUF checkpoint's pre-tokenization."""
+
+import keras
+import keras_hub
+import numpy as np
+import tensorflow as tf
+from tokenizers import pre_tokenizers
+
+from keras_tfm.convert.chat_template import apply_chatml, parse_chatml_template
+
+# GGUF `tokenizer.ggml.pre` values handled here. "gpt2": GPT-2's byte-level
+# regex. "smollm" (also StarCoder's): every Unicode numeral (\p{N}) is first
+# cut out on its own, then GPT-2's regex applies to the pieces (llama.cpp's
+# llama-vocab.cpp; SmolLM2's own tokenizer.json: Digits(individual_digits)
+# then ByteLevel).
+PRE_TOKENIZERS = ("gpt2", "smollm")
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
+    """keras-hub's `BytePairTokenizer` with a GGUF checkpoint's
+    pre-tokenization, special tokens and chat template.
+
+    keras-hub's byte-pair tokenizer splits text before merging with Llama 3's
+    regex (digits in runs of up to three, a letter run may take one leading
+    symbol). GPT-2-style checkpoints split with GPT-2's regex instead, and
+    SmolLM2 ("smollm") also cuts out every numeral, so the split is replaced
+    by the checkpoint's, in the `tokenizers` library that keras-hub's eager
+    calls use (in `tf.data` and `tf.function` too, see `_tokenize_tf`).
+    Merging, special tokens (`unsplittable_tokens`: never split, one id
+    each) and the byte-level decoding are keras-hub's.
+
+    Args:
+        vocabulary: dict token -> id, or the path of a vocabulary.json.
+        merges: list of "a b" merge rules, or the path of a merges.txt.
+        pre_tokenizer: "smollm" (default) or "gpt2".
+        unsplittable_tokens: special tokens kept whole (e.g. "<|im_start|>").
+        bos_token, eos_token, pad_token: the tokens of those roles
+            (`start_token_id`, `end_token_id`, `pad_token_id` then hold
+            their ids); None for none.
+        chat_template: the checkpoint's chat template (Jinja2 source), used
+            by `apply_chat_template`, which handles ChatML templates.
+        **kwargs: other `keras_hub.tokenizers.BytePairTokenizer` arguments.
+
+    Example:
+    >>> vocab = {"<|im_end|>": 0, "a": 1, "b": 2, "ab": 3, "1": 4, "Ġ": 5}
+    >>> tokenizer = GGUFBytePairTokenizer(
+    ...     vocab, ["a b"], unsplittable_tokens=["<|im_end|>"],
+    ...     eos_token="<|im_end|>")
+    >>> [int(i) for i in tokenizer("ab 11<|im_end|>")]
+    [3, 5, 4, 4, 0]
+    >>> tokenizer.detokenize([3, 5, 4, 4, 0])
+    'ab 11<|im_end|>'
+    """
+
+    def __init__(
+        self,
+        vocabulary=None,
+        merges=None,
+        pre_tokenizer="smollm",
+        unsplittable_tokens=None,
+        bos_token=None,
+        eos_token=None,
+        pad_token=None,
+        chat_template=None,
+        **kwargs,
+    ):
+        if pre_tokenizer not in PRE_TOKENIZERS:
+            raise ValueError(
+                f"`pre_tokenizer` must be one of {list(PRE_TOKENIZERS)}. "
+                f"Received: pre_tokenizer={pre_tokenizer!r}"
+            )
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise ValueError(
+                "`chat_template` must be a string or None. Received: "
+                f"chat_template={chat_template!r}"
+            )
+        self.pre_tokenizer = pre_tokenizer
+        self.chat_template = chat_template
+        self.bos_token, self.eos_token, self.pad_token = bos_token, eos_token, pad_token
+        for token, role in (
+            (bos_token, "start_token"),
+            (eos_token, "end_token"),
+            (pad_token, "pad_token"),
+        ):
+            if token is not None:
+                self._add_special_token(token, role)
+        super().__init__(
+            vocabulary=vocabulary,
+            merges=merges,
+            unsplittable_tokens=list(unsplittable_tokens or []),
+            **kwargs,
+        )
+
+    def _set_vocabulary_and_merges_tokenizers(self, vocabulary, merges):
+        # keras-hub's hook that builds the `tokenizers` pipeline of eager
+        # calls (private: the only place its pre-tokenizer is chosen).
+        super()._set_vocabulary_and_merges_tokenizers(vocabulary, merges)
+        steps = [
+            pre_tokenizers.ByteLevel(
+                add_prefix_space=self.add_prefix_space, use_regex=True
+            )
+        ]
+        if self.pre_tokenizer == "smollm":
+            steps.insert(0, pre_tokenizers.Digits(individual_digits=True))
+        self._tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
+
+    def _tokenize_tf(self, inputs):
+        # keras-hub's TensorFlow split only approximates GPT-2's regex (RE2
+        # has no lookahead): it cuts trailing spaces ("   " -> "  ", " ") and
+        # joins "\r\n" before a word. In tf.data and tf.function the same
+        # `tokenizers` pipeline as in eager calls runs, through py_function.
+        inputs = tf.convert_to_tensor(inputs)
+        unbatched = inputs.shape.rank == 0
+        if unbatched:
+            inputs = tf.expand_dims(inputs, 0)
+        as_ids = self.compute_dtype != "string"
+
+        def encode(strings):
+            self._maybe_initialized_tokenizers()
+            texts = [s.decode("utf-8") for s in strings.numpy().reshape(-1)]
+            encoded = self._tokenizer.encode_batch(texts)
+            pieces = [e.ids if as_ids else e.tokens for e in encoded]
+            values = [x for piece in pieces for x in piece]
+            values = np.array(values, "int64" if as_ids else object)
+            return values, np.array([len(p) for p in pieces], "int64")
+
+        values, lengths = tf.py_function(
+            encode, [inputs], [tf.int64 if as_ids else tf.string, tf.int64]
+        )
+        values.set_shape([None])
+        lengths.set_shape([None])
+        if as_ids:
+            values = tf.cast(values, self.compute_dtype)
+        tokens = tf.RaggedTensor.from_row_lengths(values, lengths)
+        if self.sequence_length:
+            # Padded with pad_token_id, as keras-hub's eager path pads.
+            pad = getattr(self, "pad_token_id", None) or 0
+            tokens = tokens.to_tensor(
+                default_value=pad if as_ids else "",
+                shape=(None, self.sequence_length),
+            )
+        if unbatched:
+            tokens = tokens[0]
+        return tokens
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        """The conversation as text, formatted by the checkpoint's template.
+
+        Args:
+            messages: a string (one user message) or a list of {"role",
+                "content"} dicts (roles "system", "user", "assistant").
+            add_generation_prompt: end with the opening of the assistant's
+                turn, for generating its answer.
+
+        Returns:
+            The formatted text (tokenize it to get ids; the special tokens in
+            it become single ids).
+        """
+        if self.chat_template is None:
+            raise ValueError(
+                "This tokenizer has no chat template. Received: chat_template=None"
+            )
+        return apply_chatml(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            default_system_prompt=parse_chatml_template(self.chat_template),
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "pre_tokenizer": self.pre_tokenizer,
+                "bos_token": self.bos_token,
+                "eos_token": self.eos_token,
+                "pad_token": self.pad_token,
+                "chat_template": self.chat_template,
+            }
+        )
+        return config
