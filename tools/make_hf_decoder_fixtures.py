@@ -37,7 +37,12 @@ import tokenizers  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from keras_tfm.convert import load_hf_gpt2, save_hf_gpt2  # noqa: E402
+from keras_tfm.convert import (  # noqa: E402
+    load_hf_gpt2,
+    load_hf_llama,
+    save_hf_gpt2,
+    save_hf_llama,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 END_OF_TEXT = "<|endoftext|>"
@@ -80,6 +85,30 @@ def train_tokenizer(directory, vocab_size):
             vocab=f"{tmp}/vocab.json", merges=f"{tmp}/merges.txt"
         )
         tokenizer.save_pretrained(directory)
+    return transformers.AutoTokenizer.from_pretrained(directory)
+
+
+def train_llama_tokenizer(directory, vocab_size, split_digits):
+    """A byte-level BPE with SmolLM2's special tokens (and digit split)."""
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    bpe = tokenizers.ByteLevelBPETokenizer()
+    if split_digits:
+        bpe.pre_tokenizer = tokenizers.pre_tokenizers.Sequence(
+            [
+                tokenizers.pre_tokenizers.Digits(individual_digits=True),
+                tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False),
+            ]
+        )
+    bpe.train_from_iterator(
+        TRAINING_TEXT, vocab_size=vocab_size, special_tokens=special
+    )
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        unk_token=None,
+    )
+    tokenizer.save_pretrained(directory)
     return transformers.AutoTokenizer.from_pretrained(directory)
 
 
@@ -179,9 +208,64 @@ def make_gpt2():
     )
 
 
+def make_llama(name, split_digits, seed, **options):
+    directory = FIXTURES / f"tiny_{name}_hf"
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_llama_tokenizer(directory, 320, split_digits)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **options,
+    )
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(config).eval()
+    randomize(model, seed=seed)
+    model.save_pretrained(directory)
+    references(
+        name,
+        model,
+        tokenizer,
+        directory,
+        load_hf_llama,
+        lambda m, d: save_hf_llama(m, d),
+        seed=seed + 1,
+    )
+
+
 def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     make_gpt2()
+    # Untied head, grouped-query attention (4 query heads, 2 key/value
+    # heads), no biases, a RoPE base from the config, GPT-2's split.
+    make_llama(
+        "llama_gqa",
+        split_digits=False,
+        seed=10,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+        rope_theta=50000.0,
+        rms_norm_eps=1e-5,
+    )
+    # Tied head, one key/value head of size 16 (not hidden / heads = 8),
+    # biases on every projection, SmolLM's digit split.
+    make_llama(
+        "llama_tied",
+        split_digits=True,
+        seed=20,
+        num_key_value_heads=1,
+        head_dim=16,
+        tie_word_embeddings=True,
+        attention_bias=True,
+        mlp_bias=True,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-6,
+    )
     print(f"wrote {FIXTURES}", file=sys.stderr)
 
 

@@ -8,12 +8,16 @@ from keras_tfm.convert.hf_bert import save_hf_bert as save_hf_bert
 from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer as HFBertTokenizer
 from keras_tfm.convert.hf_gpt2 import load_hf_gpt2 as load_hf_gpt2
 from keras_tfm.convert.hf_gpt2 import save_hf_gpt2 as save_hf_gpt2
+from keras_tfm.convert.hf_llama import load_hf_llama as load_hf_llama
+from keras_tfm.convert.hf_llama import save_hf_llama as save_hf_llama
 
 __all__ = [
     "GGUFBytePairTokenizer",
     "HFBertTokenizer",
     "load_hf_bert",
     "load_hf_gpt2",
+    "load_hf_llama",
     "save_hf_bert",
     "save_hf_gpt2",
+    "save_hf_llama",
 ]
