@@ -208,11 +208,12 @@ def make_gpt2():
     )
 
 
-def make_llama(name, split_digits, seed, **options):
+def make_llama(name, split_digits, seed, config_class=None, **options):
     directory = FIXTURES / f"tiny_{name}_hf"
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = train_llama_tokenizer(directory, 320, split_digits)
-    config = transformers.LlamaConfig(
+    config_class = config_class or transformers.LlamaConfig
+    config = config_class(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=48,
@@ -224,7 +225,7 @@ def make_llama(name, split_digits, seed, **options):
         **options,
     )
     torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
     randomize(model, seed=seed)
     model.save_pretrained(directory)
     references(
@@ -265,6 +266,18 @@ def main():
         mlp_bias=True,
         rope_theta=100000.0,
         rms_norm_eps=1e-6,
+    )
+    # Mistral: Llama's computation under another model_type, with a sliding
+    # window (32 here) that caps our max_sequence_length.
+    make_llama(
+        "mistral",
+        split_digits=False,
+        seed=30,
+        config_class=transformers.MistralConfig,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+        sliding_window=32,
+        rope_theta=10000.0,
     )
     print(f"wrote {FIXTURES}", file=sys.stderr)
 

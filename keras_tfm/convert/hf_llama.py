@@ -163,8 +163,17 @@ def load_hf_llama(directory, max_sequence_length=None):
     (2, False, None)
     """
     directory = check_directory(directory)
-    config = llama_config(read_json(directory / "config.json"), directory)
+    hf_config = read_json(directory / "config.json")
+    config = llama_config(hf_config, directory)
     if max_sequence_length is not None:
+        window = hf_config.get("sliding_window")
+        if hf_config.get("model_type") == "mistral" and window is not None:
+            if max_sequence_length > window:
+                raise ValueError(
+                    "`max_sequence_length` must not exceed the checkpoint's "
+                    f"sliding_window={window}: our attention has no window. "
+                    f"Received: max_sequence_length={max_sequence_length}"
+                )
         config["max_sequence_length"] = max_sequence_length
     weights = llama_weights(read_safetensors(directory), config, str(directory))
     tokenizer = _load_tokenizer(directory, config["vocabulary_size"])

@@ -9,7 +9,7 @@ from keras_tfm.convert import hf_llama, llama, load_hf_llama, save_hf_llama
 from keras_tfm.models import CausalLM
 from tests.convert import decoder_checks as checks
 
-NAMES = ["llama_gqa", "llama_tied"]
+NAMES = ["llama_gqa", "llama_tied", "mistral"]
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -57,6 +57,12 @@ def test_configs_are_the_checkpoints():
     )
     assert {k: gqa[k] for k in want_gqa} == want_gqa
     assert {k: tied[k] for k in want_tied} == want_tied
+    # Mistral's sliding window (32) caps the length; within it nothing differs.
+    mistral = load_hf_llama(checks.FIXTURES / "tiny_mistral_hf")
+    assert mistral.max_sequence_length == 32
+    assert mistral.rotary_max_wavelength == 10000.0
+    with pytest.raises(ValueError, match="sliding_window=32"):
+        load_hf_llama(checks.FIXTURES / "tiny_mistral_hf", max_sequence_length=33)
 
 
 def test_token_ids_equal_transformers(case):
@@ -83,10 +89,11 @@ def test_cache_equals_full_pass(case):
 
 
 def test_rope_base_matters(case):
-    # With the default base the logits move by more than the tolerance.
+    # With another base the logits move by more than the tolerance.
     _, model, reference = case
+    base = 2 * model.rotary_max_wavelength
     other = CausalLM(
-        **{**model.get_config(), "rotary_max_wavelength": 10000.0, "tokenizer": None}
+        **{**model.get_config(), "rotary_max_wavelength": base, "tokenizer": None}
     )
     other.set_weights(model.get_weights())
     gap = np.abs(np.asarray(other(reference["token_ids"])) - reference["logits"])
