@@ -279,6 +279,16 @@ def main():
         sliding_window=32,
         rope_theta=10000.0,
     )
+    # Qwen2: biases on the query, key and value projections only.
+    make_llama(
+        "qwen2",
+        split_digits=False,
+        seed=40,
+        config_class=transformers.Qwen2Config,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
+    )
     print(f"wrote {FIXTURES}", file=sys.stderr)
 
 

@@ -1,12 +1,14 @@
 """HuggingFace-format Llama-family checkpoints <-> `keras_tfm.models.CausalLM`.
 
-A checkpoint directory holds config.json (`model_type` "llama" or
-"mistral"), the weights as safetensors (names and layout in llama.py, the
+A checkpoint directory holds config.json (`model_type` "llama", "mistral"
+or "qwen2"), the weights as safetensors (names and layout in llama.py, the
 one Llama mapping) and a byte-level BPE tokenizer.json with
 tokenizer_config.json (special tokens, chat template).
 """
 
 from pathlib import Path
+
+import numpy as np
 
 from keras_tfm.convert._hf_bpe import read_vocab_and_merges, write_tokenizer_json
 from keras_tfm.convert._hf_files import (
@@ -42,18 +44,16 @@ def llama_config(config, directory="."):
     """`CausalLM` arguments from a Llama/Mistral config.json dict."""
     where = f"{directory}/config.json"
     model_type = config.get("model_type")
-    if model_type == "qwen2":
-        raise ValueError(
-            "Qwen2 checkpoints are not supported: their query, key and value "
-            "projections have biases and their output projection has none, "
-            "which `use_bias` (all projections or none) cannot express. "
-            f"Received: model_type='qwen2' in {where}"
-        )
-    if model_type not in LLAMA_MODEL_TYPES:
+    if model_type not in (*LLAMA_MODEL_TYPES, "qwen2"):
         raise ValueError(
             f"Only Llama-family checkpoints (model_type in "
-            f"{list(LLAMA_MODEL_TYPES)}) are supported. Received: "
+            f"{[*LLAMA_MODEL_TYPES, 'qwen2']}) are supported. Received: "
             f"model_type={model_type!r} in {where}"
+        )
+    if model_type == "qwen2" and config.get("use_sliding_window"):
+        raise ValueError(
+            "Qwen2's sliding-window attention is not supported. Received: "
+            f"use_sliding_window={config['use_sliding_window']!r} in {where}"
         )
     if config.get("hidden_act", "silu") != "silu":
         raise ValueError(
@@ -62,6 +62,9 @@ def llama_config(config, directory="."):
         )
     attention_bias = bool(config.get("attention_bias", False))
     mlp_bias = bool(config.get("mlp_bias", False))
+    if model_type == "qwen2":
+        # Query, key and value biases; see `_add_qwen2_zero_biases`.
+        attention_bias = mlp_bias = True
     if attention_bias != mlp_bias:
         raise ValueError(
             "`attention_bias` and `mlp_bias` must agree (`use_bias` covers all "
@@ -100,6 +103,27 @@ def llama_config(config, directory="."):
     )
 
 
+def _add_qwen2_zero_biases(tensors, config):
+    """Qwen2 has query, key and value biases only; `use_bias` covers every
+    projection, so the output and feed-forward biases are zeros (exact)."""
+    tensors = dict(tensors)
+    hidden, inner = config["hidden_dim"], config["intermediate_dim"]
+    for i in range(config["num_layers"]):
+        p = f"model.layers.{i}."
+        for name, size in (
+            ("self_attn.o_proj", hidden),
+            ("mlp.gate_proj", inner),
+            ("mlp.up_proj", inner),
+            ("mlp.down_proj", hidden),
+        ):
+            if p + name + ".bias" in tensors:
+                raise ValueError(
+                    f"A Qwen2 checkpoint has no {p}{name}.bias, but this one does"
+                )
+            tensors[p + name + ".bias"] = np.zeros((size,), "float32")
+    return tensors
+
+
 def _token(value):
     return value.get("content") if isinstance(value, dict) else value
 
@@ -134,14 +158,17 @@ def _load_tokenizer(directory, vocabulary_size):
 def load_hf_llama(directory, max_sequence_length=None):
     """Loads a HuggingFace Llama-family checkpoint as a `CausalLM`.
 
-    Llama and Mistral checkpoints (`model_type` "llama", "mistral"; SmolLM
-    is a Llama) become a pre-norm `CausalLM` with RMSNorm, SwiGLU,
+    Llama, Mistral and Qwen2 checkpoints (`model_type` "llama", "mistral",
+    "qwen2"; SmolLM is a Llama) become a pre-norm `CausalLM` with RMSNorm, SwiGLU,
     grouped-query attention (the config's `num_key_value_heads` and
     `head_dim`), RoPE with the config's base (`rope_theta`; RoPE scaling is
     refused), biases when `attention_bias` and `mlp_bias` say so, and the
     head tied or untied as `tie_word_embeddings` says. `padding_id` is None
     (Llama masks no token id). A Mistral sliding window caps
     `max_sequence_length` (within the window the attention is the same).
+    Qwen2's query, key and value biases load into a model with
+    `use_bias=True` whose output and feed-forward biases are zeros (the same
+    computation; `save_hf_llama` then writes a Llama with all biases).
     The tokenizer is attached: a `GGUFBytePairTokenizer` (keras-hub's
     byte-level BPE) with the vocabulary, merges and pre-tokenization of
     tokenizer.json, the special tokens and chat template of
@@ -175,7 +202,10 @@ def load_hf_llama(directory, max_sequence_length=None):
                     f"Received: max_sequence_length={max_sequence_length}"
                 )
         config["max_sequence_length"] = max_sequence_length
-    weights = llama_weights(read_safetensors(directory), config, str(directory))
+    tensors = read_safetensors(directory)
+    if hf_config.get("model_type") == "qwen2":
+        tensors = _add_qwen2_zero_biases(tensors, config)
+    weights = llama_weights(tensors, config, str(directory))
     tokenizer = _load_tokenizer(directory, config["vocabulary_size"])
     model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
     assign_weights(model, weights)

@@ -9,7 +9,7 @@ from keras_tfm.convert import hf_llama, llama, load_hf_llama, save_hf_llama
 from keras_tfm.models import CausalLM
 from tests.convert import decoder_checks as checks
 
-NAMES = ["llama_gqa", "llama_tied", "mistral"]
+NAMES = ["llama_gqa", "llama_tied", "mistral", "qwen2"]
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -61,6 +61,11 @@ def test_configs_are_the_checkpoints():
     mistral = load_hf_llama(checks.FIXTURES / "tiny_mistral_hf")
     assert mistral.max_sequence_length == 32
     assert mistral.rotary_max_wavelength == 10000.0
+    qwen2 = load_hf_llama(checks.FIXTURES / "tiny_qwen2_hf")
+    assert (qwen2.use_bias, qwen2.rotary_max_wavelength) == (True, 1e6)
+    output_bias = qwen2.transformer_layers[0].self_attention.output_dense.bias
+    query_bias = qwen2.transformer_layers[0].self_attention.query_dense.bias
+    assert not np.asarray(output_bias).any() and np.asarray(query_bias).any()
     with pytest.raises(ValueError, match="sliding_window=32"):
         load_hf_llama(checks.FIXTURES / "tiny_mistral_hf", max_sequence_length=33)
 
@@ -114,6 +119,12 @@ def test_save_then_load_is_exact(case, tmp_path):
     original = load_file(str(checks.FIXTURES / f"tiny_{name}_hf" / "model.safetensors"))
     if model.tie_word_embeddings:
         original.pop("lm_head.weight", None)
+    if name == "qwen2":
+        # Written as a Llama with every bias; Qwen2 lacks these (zeros).
+        extra = sorted(set(saved) - set(original))
+        assert len(extra) == 4 * model.num_layers
+        assert all(not saved[key].any() for key in extra)
+        saved = {key: saved[key] for key in original}
     assert sorted(saved) == sorted(original)
     for key, value in original.items():
         np.testing.assert_array_equal(saved[key], value)
@@ -148,7 +159,7 @@ def test_tokenizer_special_tokens(case):
     "edit, message",
     [
         ({"model_type": "gemma"}, "model_type='gemma'"),
-        ({"model_type": "qwen2"}, "model_type='qwen2'"),
+        ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
         ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
         (
             {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}},
@@ -182,6 +193,13 @@ def test_missing_and_unknown_tensors_raise(tmp_path):
         "llama_gqa", tmp_path / "c", add={"score.weight": np.zeros((2, 32), "f4")}
     )
     with pytest.raises(ValueError, match="score.weight"):
+        load_hf_llama(folder)
+
+
+def test_a_qwen2_checkpoint_with_an_output_bias_raises(tmp_path):
+    bias = {"model.layers.0.self_attn.o_proj.bias": np.ones(32, "float32")}
+    folder = checks.copy_fixture("qwen2", tmp_path, add=bias)
+    with pytest.raises(ValueError, match=r"no model\.layers\.0\.self_attn\.o_proj"):
         load_hf_llama(folder)
 
 
