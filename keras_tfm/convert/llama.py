@@ -5,9 +5,9 @@ Mistral, SmolLM): `llama_weights` takes tensors under HuggingFace's names
 (`model.layers.{i}.self_attn.q_proj.weight`, ...) as NumPy arrays, (out, in)
 as PyTorch stores them, and returns our weight paths; `hf_llama_tensors` is
 its inverse. A loader for another format renames its tensors to these names
-first (a GGUF file: `blk.{i}.attn_q.weight` -> `model.layers.{i}.self_attn.
-q_proj.weight`, after undoing llama.cpp's q/k row permutation) and then calls
-the same function.
+first (a GGUF file: `hf_name_from_gguf`, e.g. `blk.{i}.attn_q.weight` ->
+`model.layers.{i}.self_attn.q_proj.weight`, after undoing llama.cpp's q/k
+row permutation) and then calls the same function.
 
 Our model is pre-norm with RMSNorm, SwiGLU (gate and up fused into one
 kernel, gate first), grouped-query attention (key and value fused, all key
@@ -20,6 +20,43 @@ from keras_tfm.convert._hf_files import refuse_unknown_tensors, require_tensors
 
 # model_type values whose HuggingFace model is Llama's computation exactly.
 LLAMA_MODEL_TYPES = ("llama", "mistral")
+
+
+# llama.cpp's GGUF tensor names -> HuggingFace's ("{i}" the layer index).
+GGUF_TO_HF = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "blk.{i}.attn_q.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+    "blk.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+}
+
+
+def hf_name_from_gguf(name):
+    """The HuggingFace name of a GGUF Llama tensor name.
+
+    Example:
+    >>> hf_name_from_gguf("blk.3.attn_q.weight")
+    'model.layers.3.self_attn.q_proj.weight'
+    """
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
+        pattern = ".".join(["blk", "{i}", *parts[2:]])
+        if pattern in GGUF_TO_HF:
+            return GGUF_TO_HF[pattern].format(i=parts[1])
+    elif name in GGUF_TO_HF:
+        return GGUF_TO_HF[name]
+    raise ValueError(
+        f"No HuggingFace Llama name for GGUF tensor {name!r}. Known: "
+        f"{sorted(GGUF_TO_HF)}"
+    )
 
 
 def _layer_names(i, use_bias):

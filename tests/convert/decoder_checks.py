@@ -30,10 +30,21 @@ def check_logits(model, ref, atol=1e-4):
 
 
 def check_greedy(model, ref):
+    """transformers' greedy continuation, in a batch with a shorter prompt.
+
+    The shorter row (padded in the batch; `padding_id` may be None) must be
+    what a plain argmax loop over full forward passes gives it alone.
+    """
     prompt = ref["prompt"].tolist()
     new = len(ref["greedy"]) - len(prompt)
-    got = model.generate([prompt], max_new_tokens=new, sampler="greedy")
+    short = prompt[:2]
+    got = model.generate([prompt, short], max_new_tokens=new, sampler="greedy")
     assert got[0] == ref["greedy"].tolist()
+    alone = list(short)
+    for _ in range(new):
+        logits = np.asarray(model(np.array([alone], "int32")))
+        alone.append(int(np.argmax(logits[0, -1])))
+    assert got[1] == alone
 
 
 def check_cache_equals_full_pass(model, token_ids):

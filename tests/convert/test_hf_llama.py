@@ -281,12 +281,18 @@ def test_docstring_examples():
     assert result.attempted > 0 and result.failed == 0
 
 
-def test_batched_generation_without_padding_id_equals_one_row_at_a_time():
-    # padding_id is None and the head untied: rows of different lengths in
-    # one batch are decoded as if each were alone.
-    model = load_hf_llama(checks.FIXTURES / "tiny_llama_gqa_hf")
-    assert model.padding_id is None and not model.tie_word_embeddings
-    prompts = [[5, 9, 17, 30, 2], [40, 7]]
-    batch = model.generate(prompts, max_new_tokens=6)
-    for prompt, row in zip(prompts, batch, strict=True):
-        assert model.generate([prompt], max_new_tokens=6)[0] == row
+def test_gguf_names_map_onto_the_same_mapping():
+    # Every HuggingFace name of a two-layer untied Llama has one GGUF name.
+    config = {"num_layers": 2, "use_bias": False, "tie_word_embeddings": False}
+    gguf = ["token_embd.weight", "output_norm.weight", "output.weight"]
+    for i in range(2):
+        gguf += [key.replace("{i}", str(i)) for key in llama.GGUF_TO_HF if "{i}" in key]
+    hf = [llama.hf_name_from_gguf(name) for name in gguf]
+    assert sorted(hf) == sorted(llama.llama_hf_names(config))
+    with pytest.raises(ValueError, match="'blk.0.attn_qkv.weight'"):
+        llama.hf_name_from_gguf("blk.0.attn_qkv.weight")
+
+
+def test_llama_mapping_docstring_examples():
+    result = doctest.testmod(llama, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
