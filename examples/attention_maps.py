@@ -27,11 +27,11 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # files only, no display
 
-import keras  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_tfm  # noqa: E402
+from keras_tfm import saving  # noqa: E402
 from keras_tfm.data.tokenizers import encode_for_classification  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
@@ -53,7 +53,7 @@ def parse_args(argv):
 
 def load(args):
     if args.model:
-        model = keras.saving.load_model(args.model)
+        model = saving.load_model(args.model)
         history = args.history or Path(args.model).with_name("history.json")
         labels = None
     else:

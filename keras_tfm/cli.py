@@ -61,8 +61,14 @@ def _datasets(model, text, args):
 def _load(path):
     import keras
 
+    from keras_tfm import saving
+
     if not Path(path).is_file():
         raise SystemExit(f"keras-tfm: no such model file: {path}")
+    try:
+        saving.check_model_file(path)
+    except ValueError as error:
+        raise SystemExit(f"keras-tfm: {error}") from None
     return keras.models.load_model(path)
 
 
@@ -332,11 +338,30 @@ def evaluate(args):
     )
 
 
+def chat(args):
+    from keras_tfm import zoo
+
+    model = zoo.from_preset(args.preset) if args.model is None else _load(args.model)
+    print(
+        model.chat(
+            args.message,
+            max_new_tokens=args.max_new_tokens,
+            sampler=args.sampler,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+        )
+    )
+
+
 def presets(args):
     from keras_tfm import zoo
 
-    for name in zoo.list_presets():
-        print(name)
+    names = zoo.list_presets()
+    width = max(len(name) for name in names)
+    print(f"{'preset':<{width}}  weights")
+    for name in names:
+        print(f"{name:<{width}}  {zoo.preset_weights(name)}")
 
 
 def build_parser():
@@ -435,7 +460,25 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=evaluate)
 
-    p = commands.add_parser("presets", parents=[common], help="list the zoo's presets")
+    p = commands.add_parser(
+        "chat", parents=[common], help="ask an instruct model (SmolLM2 by default)"
+    )
+    p.add_argument("message", help="the user's message")
+    p.add_argument("--preset", default="smollm2_135m_instruct")
+    p.add_argument("--model", help="a .keras file instead of a preset")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    p.add_argument("--sampler", default="greedy", choices=["greedy", "top_p"])
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--seed", type=int)
+    p.set_defaults(run=chat)
+
+    p = commands.add_parser(
+        "presets",
+        parents=[common],
+        help="list the zoo's presets and whether their weights are pretrained, "
+        "trained here or none (an architecture)",
+    )
     p.set_defaults(run=presets)
     return parser
 

@@ -15,6 +15,17 @@ TensorShape([1, 3, 50])
 PosixPath('/tmp/lm.keras')
 >>> atomic_save(model, "/tmp/lm.weights.h5")       # the weights only
 PosixPath('/tmp/lm.weights.h5')
+
+Loading: `keras.models.load_model` reports a truncated or corrupt `.keras`
+file as "File not found" (it treats any file that does not open as a zip as
+missing), and a damaged byte inside the archive can even load silently.
+`load_model` here checks the archive first (every member's CRC) and says what
+is wrong; the CLI and the zoo check their files the same way
+(`check_model_file`).
+
+>>> model = load_model("/tmp/lm.keras")
+>>> check_model_file("/tmp/lm.weights.h5")
+PosixPath('/tmp/lm.weights.h5')
 """
 
 import contextlib
@@ -22,6 +33,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
 import keras
@@ -105,6 +117,74 @@ def atomic_save(model, path, include_optimizer=True):
     with atomic_path(path, suffix) as tmp:
         write(str(tmp), overwrite=True)
     return path
+
+
+def _damaged(path, problem):
+    return ValueError(
+        f"{path} is truncated or corrupt ({problem}); it exists, but is not a "
+        "whole file. Save it again (`keras_tfm.saving.atomic_save` never leaves "
+        f"a partial file). Received: a file of {path.stat().st_size} bytes."
+    )
+
+
+def check_model_file(path):
+    """Checks that `path` is a whole `.keras` archive or `.weights.h5` file.
+
+    A `.keras` file must be a zip archive whose members all pass their CRC
+    check and that holds Keras' config.json; a `.weights.h5` file must open
+    as HDF5. This reads the whole file once.
+
+    Args:
+        path: a `.keras` or `.weights.h5` file.
+
+    Returns:
+        `path`, a `pathlib.Path`.
+
+    Raises:
+        FileNotFoundError: if there is no file at `path`.
+        ValueError: if the file is truncated or corrupt.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such model file: {path}")
+    if path.name.endswith(WEIGHTS_SUFFIX):
+        import h5py  # a Keras dependency
+
+        try:
+            h5py.File(path, "r").close()
+        except OSError as error:
+            raise _damaged(path, f"not a readable HDF5 file: {error}") from None
+        return path
+    if not zipfile.is_zipfile(path):
+        raise _damaged(path, "not a zip archive, which a .keras file is")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad_member = archive.testzip()
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise _damaged(path, f"the zip archive does not read: {error}") from None
+    if bad_member is not None:
+        raise _damaged(path, f"member {bad_member!r} fails its CRC check")
+    if "config.json" not in names:
+        raise _damaged(path, f"no config.json among its members {names}")
+    return path
+
+
+def load_model(path, **kwargs):
+    """`keras.saving.load_model` after `check_model_file`.
+
+    Args:
+        path: a `.keras` file.
+        **kwargs: passed to `keras.saving.load_model` (e.g. `compile=False`).
+
+    Returns:
+        The loaded model.
+
+    Raises:
+        FileNotFoundError: if there is no file at `path`.
+        ValueError: if the file is truncated or corrupt, naming the problem.
+    """
+    return keras.saving.load_model(str(check_model_file(path)), **kwargs)
 
 
 def atomic_write_text(path, text):

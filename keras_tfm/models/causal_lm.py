@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation.chat import chat
 from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.models._common import TransformerModel, check_token_ids
@@ -325,6 +326,10 @@ class CausalLM(TransformerModel):
             for i, row in enumerate(rows)
         ]
         return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
+
+    def chat(self, messages, max_new_tokens=256, **generate_kwargs):
+        """The answer to a message or conversation: `keras_tfm.generation.chat`."""
+        return chat(self, messages, max_new_tokens, **generate_kwargs)
 
     def get_config(self):
         config = super().get_config()

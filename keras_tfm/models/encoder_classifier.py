@@ -1,7 +1,8 @@
 import keras
-from keras import ops
 
+from keras_tfm.models.class_labels import ClassLabelCheckMixin
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
+from keras_tfm.models.pooling import mean_pool
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
 from keras_tfm.validation import check_choice, check_positive_int, check_rate
@@ -10,7 +11,7 @@ POOLINGS = ("cls", "mean")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class EncoderClassifier(QuantizationMixin, keras.Model):
+class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
     """Sequence classification on top of an `EncoderBackbone`.
 
         cls:   pooled = tanh(h[:, 0] W_p + b_p)     (BERT's pooler)
@@ -22,7 +23,10 @@ class EncoderClassifier(QuantizationMixin, keras.Model):
     and `classifier` (Dense to `num_classes`), as in HuggingFace's
     `BertForSequenceClassification`. A backbone pretrained with
     `MaskedLanguageModel` is reused as `EncoderClassifier(backbone=mlm.backbone,
-    num_classes=...)`; its weights are shared, not copied.
+    num_classes=...)`; its weights are shared, not copied. `fit` and
+    `evaluate` check the labels (arrays eagerly, datasets in the input
+    pipeline, so also under XLA) and raise a ValueError naming the valid range
+    [0, num_classes) for an id outside it.
 
     Args:
         backbone: an `EncoderBackbone`.
@@ -105,10 +109,7 @@ class EncoderClassifier(QuantizationMixin, keras.Model):
         if self.pooling == "cls":
             pooled = self.pooler(hidden[:, 0, :])
         else:
-            mask = ops.cast(self.backbone.padding_mask(inputs), hidden.dtype)
-            mask = ops.expand_dims(mask, -1)
-            count = ops.maximum(ops.sum(mask, axis=1), 1.0)
-            pooled = ops.sum(hidden * mask, axis=1) / count
+            pooled = mean_pool(hidden, self.backbone.padding_mask(inputs))
         pooled = self.classifier_dropout(pooled, training=training)
         return self.classifier(pooled)
 

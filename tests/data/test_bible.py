@@ -1,10 +1,9 @@
 """The KJV loader: parsing the `bible` command's output, errors, the real text."""
 
-import shutil
-
 import pytest
 
 from keras_tfm.datasets import bible
+from tests.conftest import requires_debian_package
 
 OUTPUT = """
 Genesis 1
@@ -35,7 +34,7 @@ def test_missing_command_names_the_debian_package():
         bible.load_bible(verses="")
 
 
-@pytest.mark.skipif(shutil.which("bible") is None, reason="bible-kjv not installed")
+@requires_debian_package("bible-kjv")
 def test_real_verses_and_bad_range():
     text = bible.load_bible("gen1:1-1:3")
     assert text.splitlines() == [
@@ -48,7 +47,7 @@ def test_real_verses_and_bad_range():
         bible.load_bible("notabook1:1")
 
 
-@pytest.mark.skipif(shutil.which("bible") is None, reason="bible-kjv not installed")
+@requires_debian_package("bible-kjv")
 def test_the_whole_bible():
     lines = bible.load_bible().splitlines()
     assert len(lines) == 31_102  # verses from Genesis 1:1 to Revelation 22:21

@@ -8,6 +8,7 @@ from keras_tfm.datasets.fortunes import (
     load_fortunes,
     read_fortune_file,
 )
+from tests.conftest import requires_debian_package
 
 WORDS = "apple banana cherry dog eagle fig grape house island jungle".split()
 
@@ -129,25 +130,20 @@ def test_classification_dataset_buckets_and_keeps_pairs(fortune_root):
     assert sorted(seen) == expected
 
 
-def test_the_installed_corpus_if_present():
-    try:
-        texts, labels, names = load_fortunes()
-    except ValueError as error:
-        pytest.skip(str(error))
+@requires_debian_package("fortunes")
+def test_the_installed_corpus():
+    texts, labels, names = load_fortunes()
     assert len(names) >= 20 and len(texts) > 10_000
     assert max(len(t) for t in texts) <= 800
     assert np.bincount(labels).min() >= 150
 
 
+@requires_debian_package("fortunes")
 def test_docstring_examples():
     import doctest
 
     import keras_tfm
     from keras_tfm.models import text_classification
 
-    try:
-        load_fortunes()
-    except ValueError as error:
-        pytest.skip(str(error))
     result = doctest.testmod(text_classification, extraglobs={"keras_tfm": keras_tfm})
     assert result.attempted > 0 and result.failed == 0

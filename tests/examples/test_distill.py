@@ -5,17 +5,14 @@ from pathlib import Path
 import keras
 import pytest
 
-import keras_tfm
+from tests.conftest import requires_debian_package
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "distill.py"
 
 
+@requires_debian_package("fortunes")
 @pytest.mark.slow
 def test_quick_run_compares_distilled_and_hard_label_students(tmp_path, capsys):
-    try:
-        keras_tfm.datasets.load_fortunes()
-    except ValueError as error:
-        pytest.skip(str(error))
     spec = importlib.util.spec_from_file_location("distill", EXAMPLE)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import keras_tfm
+from tests.conftest import requires_debian_package
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "finetune_fortunes.py"
 
@@ -17,12 +18,9 @@ def load_example():
     return example
 
 
+@requires_debian_package("fortunes")
 @pytest.mark.slow
 def test_quick_run_compares_scratch_pretrained_and_lora(tmp_path, capsys):
-    try:
-        keras_tfm.datasets.load_fortunes()
-    except ValueError as error:
-        pytest.skip(str(error))
     example = load_example()
     summary = example.main(["--quick", "--output", str(tmp_path)])
 

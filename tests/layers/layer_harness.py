@@ -2,12 +2,14 @@
 
 `run_layer_test` pins the contract a Keras user relies on: the config round
 trip, eager and symbolic calls agreeing, a `.keras` save/load giving
-identical outputs, gradients that let `fit` lower a loss, and finite outputs
-close to float32 under the mixed-precision policies.
+identical outputs, a nonzero gradient reaching every trainable weight and
+float input, `fit` moving every weight and lowering a loss, and finite
+outputs close to float32 under the mixed-precision policies.
 """
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 
 def randomize_weights(layer, seed=0, scale=0.3):
@@ -29,6 +31,35 @@ def _call(layer, tensors, call_kwargs):
     first, rest = tensors[names[0]], {n: tensors[n] for n in names[1:]}
     outputs = layer(first, **rest, **call_kwargs)
     return outputs[0] if isinstance(outputs, tuple) else outputs
+
+
+def assert_gradients_reach_every_weight(model, inputs):
+    """A random linear function of the output has a nonzero gradient with
+    respect to every trainable weight of the layer under test and to every
+    float input that is not a mask. A `stop_gradient` (or a weight that the
+    output does not depend on) fails it."""
+    layer = model.layers[-1]
+    tensors = {name: tf.constant(value) for name, value in inputs.items()}
+    floats = [
+        name
+        for name, value in inputs.items()
+        if np.issubdtype(value.dtype, np.floating) and "mask" not in name
+    ]
+    with tf.GradientTape() as tape:
+        for name in floats:
+            tape.watch(tensors[name])
+        outputs = tf.cast(model(tensors), "float32")
+        probe = np.random.default_rng(2).normal(size=outputs.shape)
+        loss = tf.reduce_sum(outputs * probe.astype("float32"))
+    weights = layer.trainable_weights
+    gradients = tape.gradient(loss, weights + [tensors[name] for name in floats])
+    names = [weight.path for weight in weights] + [f"input {n!r}" for n in floats]
+    dead = [
+        name
+        for name, gradient in zip(names, gradients, strict=True)
+        if gradient is None or not np.any(np.asarray(gradient) != 0)
+    ]
+    assert not dead, f"no gradient reaches {dead}"
 
 
 def _model(make_layer, inputs, call_kwargs):
@@ -104,7 +135,12 @@ def run_layer_test(
         assert np.isfinite(out).all(), policy
         error = np.abs(out - eager).max() / scale
         assert error < mixed_precision_tolerance, (policy, error)
-    # A few fit steps lower the loss (memorising a fixed random target).
+    assert_gradients_reach_every_weight(model, inputs)
+
+    # A few fit steps lower the loss (memorising a fixed random target) and
+    # move every weight of the layer, not only the fresh Dense head's.
+    layer_weights = model.layers[-1].trainable_weights
+    before = [np.array(weight.numpy()) for weight in layer_weights]
     symbolic = _symbolic_inputs(inputs)
     trainable = keras.Model(symbolic, keras.layers.Dense(4)(model(symbolic)))
     target = np.random.default_rng(1).normal(size=eager.shape[:-1] + (4,))
@@ -114,6 +150,12 @@ def run_layer_test(
     )
     losses = history.history["loss"]
     assert losses[-1] < 0.7 * losses[0], losses
+    still = [
+        weight.path
+        for weight, old in zip(layer_weights, before, strict=True)
+        if np.array_equal(weight.numpy(), old)
+    ]
+    assert not still, f"fit did not move {still}"
 
     return eager
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from keras_tfm.models import Seq2SeqTransformer
+from tests.models.injected import WIDTH, inject
 
 VOCAB, START, STOP = 12, 1, 2
 
@@ -33,28 +34,14 @@ def argmax_decoding(model, source, steps):
     return target[1:]
 
 
-@pytest.fixture(scope="module")
-def trained():
-    """A model fitted (with jit_compile) to reverse 4 tokens, then stop."""
-    keras.utils.set_random_seed(0)
-    rng = np.random.default_rng(0)
-    source = rng.integers(3, VOCAB, size=(1024, 4))
-    target = np.concatenate([source[:, ::-1], np.full((1024, 1), STOP)], axis=1)
-    decoder_inputs, labels = Seq2SeqTransformer.teacher_forcing(target, START)
-    model = tiny(hidden_dim=32, intermediate_dim=64)
-    model.compile(
-        optimizer=keras.optimizers.Adam(1e-2),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=True,
-    )
-    history = model.fit(
-        {"source_ids": source, "target_ids": decoder_inputs},
-        labels,
-        epochs=16,
-        batch_size=64,
-        verbose=0,
-    )
-    return model, history.history["loss"]
+def injected():
+    """A model whose greedy next token is NEXT[previous] (tests/models/injected):
+    pre-LN with rotary positions, so nothing but the FFN moves the state."""
+    model = tiny(
+        hidden_dim=WIDTH, intermediate_dim=WIDTH, position_encoding="rotary",
+        normalize_first=True,
+    )  # fmt: skip
+    return model, inject(model, VOCAB)
 
 
 def test_teacher_forcing_shifts_right_with_the_start_token():
@@ -67,21 +54,49 @@ def test_teacher_forcing_shifts_right_with_the_start_token():
         Seq2SeqTransformer.teacher_forcing(np.array([1.0, 2.0]), START)
 
 
-def test_fit_with_jit_compile_learns_to_reverse(trained):
-    model, losses = trained
-    assert losses[-1] < 0.1 * np.log(VOCAB)
-    sources = [[3, 4, 5, 6], [11, 7, 7, 9]]
-    expected = [[6, 5, 4, 3, STOP], [9, 7, 7, 11, STOP]]
-    assert model.generate(sources, 8, START, stop_token_ids=[STOP]) == expected
-    beam = model.generate(sources, 8, START, stop_token_ids=[STOP], num_beams=3)
-    assert beam == expected
+def test_fit_with_jit_compile_lowers_the_loss():
+    # A short learning check; what decoding returns is pinned below with
+    # injected weights, not with what 16 epochs happened to learn.
+    rng = np.random.default_rng(0)
+    source = rng.integers(3, VOCAB, size=(256, 4))
+    target = np.concatenate([source[:, ::-1], np.full((256, 1), STOP)], axis=1)
+    decoder_inputs, labels = Seq2SeqTransformer.teacher_forcing(target, START)
+    model = tiny()
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    history = model.fit(
+        {"source_ids": source, "target_ids": decoder_inputs},
+        labels,
+        epochs=3,
+        batch_size=32,
+        verbose=0,
+    )
+    losses = history.history["loss"]
+    assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_greedy_and_beam_follow_the_injected_successor_and_stop():
+    model, successor_of = injected()
+    # From START (1): 2 is STOP, so a row stops at once unless STOP is not
+    # a stop token; successor_of skips only the padding id 0.
+    assert successor_of[START] == STOP and successor_of[11] == 1
+    sources = [[3, 4, 5, 6], [11, 7]]
+    unstopped = [2, 3, 4, 5, 6, 7]  # START -> 2 -> 3 -> ...
+    assert model.generate(sources, 6, START) == [unstopped, unstopped]
+    beam = model.generate(sources, 6, START, sampler="beam", num_beams=3)
+    assert beam == [unstopped, unstopped]
+    stopped = model.generate(sources, 6, START, stop_token_ids=[5])
+    assert stopped == [[2, 3, 4, 5], [2, 3, 4, 5]]
 
 
 # The reference's first step decodes one token, which meets a keras-tfm layer
 # issue: attention_kernel's `ops.softmax` over a key axis of size 1 warns.
 @pytest.mark.filterwarnings("ignore:You are using a softmax over axis -1")
-def test_greedy_equals_argmax_of_full_forward_and_padding_is_ignored(trained):
-    model, _ = trained
+def test_greedy_equals_argmax_of_full_forward_and_padding_is_ignored():
+    model = tiny()
     sources = [[3, 4, 5, 6], [8, 9, 10]]
     # The same settings as in the test above: the compiled loop is reused.
     generated = model.generate(sources, 8, START, stop_token_ids=[STOP])
@@ -92,8 +107,8 @@ def test_greedy_equals_argmax_of_full_forward_and_padding_is_ignored(trained):
     assert model.generate(dense, 8, START, stop_token_ids=[STOP]) == generated
 
 
-def test_beam_rows_of_a_padded_batch_equal_rows_alone(trained):
-    model, _ = trained
+def test_beam_rows_of_a_padded_batch_equal_rows_alone():
+    model = tiny()
     sources = [[3, 4, 5, 6], [8, 9]]
     batch = model.generate(sources, 6, START, stop_token_ids=[STOP], num_beams=3)
     alone = [

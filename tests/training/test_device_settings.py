@@ -1,4 +1,9 @@
 import doctest
+import re
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
 
 from keras_tfm.training import device_settings as module
 from keras_tfm.training.device_settings import cpu_flags, device_defaults
@@ -42,10 +47,22 @@ def test_cpu_flags_reads_the_flags_line(tmp_path):
     assert cpu_flags(str(tmp_path / "missing")) == set()
 
 
-def test_this_machine_gets_an_answer():
-    defaults = device_defaults()
-    assert defaults.dtype_policy in ("float32", "mixed_bfloat16", "mixed_float16")
-    assert isinstance(defaults.jit_compile, bool)
+def test_this_machine_is_read_from_its_cpu_flags_and_gpus():
+    # This machine's facts, read here independently of cpu_flags().
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo (not Linux)")
+    line = re.search(r"^flags\s*:(.*)$", cpuinfo, re.MULTILINE)
+    flags = set(line.group(1).split()) if line else set()
+    gpus = tf.config.list_physical_devices("GPU")
+    # The defaults read the same facts: a parser that lost the flags, or a
+    # default path that skipped the GPUs, gives another answer on a machine
+    # with native bfloat16 or a GPU.
+    assert cpu_flags() == flags
+    assert device_defaults() == device_defaults(gpus=gpus, flags=flags)
+    if not gpus and flags & {"avx512_bf16", "amx_bf16"}:
+        assert device_defaults().dtype_policy == "mixed_bfloat16"
 
 
 def test_docstring_example():

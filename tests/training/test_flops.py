@@ -1,6 +1,7 @@
+import keras
 import pytest
 
-from keras_tfm.training import measure_peak_flops, training_flops_per_token
+from keras_tfm.training import flops, measure_peak_flops, training_flops_per_token
 
 
 def test_palm_formula():
@@ -19,9 +20,33 @@ def test_rejects_bad_counts(name):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_measures_a_plausible_cpu_rate(dtype):
-    flops = measure_peak_flops(matrix_size=128, num_iterations=3, dtype=dtype)
-    # Any machine running this manages more than 10 MFLOP/s and under 10 PFLOP/s.
-    assert 1e7 < flops < 1e16
+def test_counts_the_flops_of_the_timed_matmuls(dtype, monkeypatch):
+    # What is counted, not how fast this machine is: the timed products are
+    # num_iterations matmuls of (n, n) by (n, n) in `dtype`, 2 n^3 FLOPs each
+    # (n^2 outputs, each n multiplies and n adds), over the clock's seconds.
+    n, iterations, seconds = 64, 3, 0.25
+    products = []
+    matmul = keras.ops.matmul
+
+    def counting_matmul(a, b):
+        dtypes = (
+            keras.backend.standardize_dtype(a.dtype),
+            keras.backend.standardize_dtype(b.dtype),
+        )
+        products.append((tuple(a.shape), tuple(b.shape), *dtypes))
+        return matmul(a, b)
+
+    clock = iter([10.0, 10.0 + seconds])
+    monkeypatch.setattr(keras.ops, "matmul", counting_matmul)
+    monkeypatch.setattr(flops.time, "perf_counter", lambda: next(clock))
+    rate = measure_peak_flops(matrix_size=n, num_iterations=iterations, dtype=dtype)
+    assert products == [((n, n), (n, n), dtype, dtype)] * (2 + iterations)
+    assert rate == pytest.approx(iterations * 2 * n**3 / seconds)
+
+
+def test_measures_a_positive_rate_and_checks_its_arguments():
+    assert measure_peak_flops(matrix_size=32, num_iterations=2) > 0
     with pytest.raises(ValueError, match="matrix_size"):
         measure_peak_flops(matrix_size=0)
+    with pytest.raises(ValueError, match="num_iterations"):
+        measure_peak_flops(num_iterations=0)

@@ -279,9 +279,11 @@ def test_shipped_presets_are_well_formed():
     """Every preset in the installed zoo names a registered class and has a card."""
     classes = catalogue.registered_classes()
     for name in zoo.list_presets():
+        assert "| Parameters |" in zoo.preset_card(name), name
+        if zoo.preset_weights(name) == "pretrained":  # source.json: see its tests
+            continue
         spec = json.loads((zoo.preset_dir(name) / "config.json").read_text())
         assert spec["class_name"].removeprefix("keras_tfm>") in classes, name
-        assert "| Parameters |" in zoo.preset_card(name), name
 
 
 def test_round_trips_a_tiny_causal_lm(tmp_path):

