@@ -296,3 +296,33 @@ def test_gguf_names_map_onto_the_same_mapping():
 def test_llama_mapping_docstring_examples():
     result = doctest.testmod(llama, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("untied", [False, True])
+def test_the_gguf_loader_could_use_this_mapping(tmp_path, untied):
+    # GGUF tensors renamed to HuggingFace names (q/k rows un-permuted) give,
+    # through llama_weights, exactly what gguf_llama's own mapping gives: the
+    # two file formats can share one Llama mapping.
+    from keras_tfm.convert import gguf_llama
+    from keras_tfm.convert.gguf_reader import open_gguf
+    from tests.convert.tiny_gguf import Q, write_tiny_llama
+
+    path = tmp_path / "tiny.gguf"
+    stored = write_tiny_llama(
+        path, untied=untied, linear_type=Q.F32, embedding_type=Q.F32
+    )
+    reader = open_gguf(path)
+    config = gguf_llama.llama_config(reader)
+    theirs = gguf_llama.llama_weights(reader, config)
+    hf = {}
+    for name, value in stored.items():
+        value = np.asarray(value, "float32")
+        if ".attn_q." in name:
+            value = gguf_llama.unpermute_rows(value, config["num_heads"])
+        elif ".attn_k." in name:
+            value = gguf_llama.unpermute_rows(value, config["num_key_value_heads"])
+        hf[llama.hf_name_from_gguf(name)] = value
+    ours = llama.llama_weights(hf, config)
+    assert sorted(ours) == sorted(theirs)
+    for key, value in theirs.items():
+        np.testing.assert_array_equal(ours[key], value)
