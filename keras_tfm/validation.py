@@ -5,7 +5,9 @@ value received, so that a bad call fails at the line that made it rather
 than as a NaN or a silent broadcast three layers later.
 """
 
-ACTIVATIONS = ("relu", "gelu", "swiglu")
+# "gelu" is the exact erf form (BERT); "gelu_approximate" the tanh form
+# (GPT-2's "gelu_new").
+ACTIVATIONS = ("relu", "gelu", "gelu_approximate", "swiglu")
 NORMALIZATIONS = ("layer_norm", "rms_norm")
 
 

@@ -64,6 +64,19 @@ def cut_gguf(folder):
     return write(folder, "cut.gguf", data[: len(data) // 2])
 
 
+def hf_copy(folder, name, **config_changes):
+    """A copy of a tiny HuggingFace fixture with config.json keys changed."""
+    import json
+    import shutil
+
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    target = folder / name
+    shutil.copytree(fixtures / f"tiny_{name}_hf", target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, **config_changes}))
+    return target
+
+
 def x(*shape, dtype="float32", fill=0):
     return np.full(shape, fill, dtype)
 
@@ -196,6 +209,15 @@ CATALOGUE = [
     Row("convert", "a GGUF file of another architecture", "ValueError",
         "general.architecture='gpt2'", lambda d:
         convert.load_gguf_llama(tiny_gguf(d, architecture="gpt2"))),
+    Row("convert", "`load_hf_llama` of another architecture", "ValueError",
+        "model_type='gemma'", lambda d:
+        convert.load_hf_llama(hf_copy(d, "llama_gqa", model_type="gemma"))),
+    Row("convert", "`load_hf_llama` with RoPE scaling", "ValueError",
+        "rope_parameters.rope_type='llama3'", lambda d: convert.load_hf_llama(
+            hf_copy(d, "llama_gqa", rope_parameters={"rope_type": "llama3"}))),
+    Row("convert", "`load_hf_gpt2` of a config that disagrees with the weights",
+        "ValueError", "shape", lambda d:
+        convert.load_hf_gpt2(hf_copy(d, "gpt2", n_inner=64))),
     # The command line (SystemExit: a one-line message, no traceback).
     Row("cli", "`train --data` a missing file", "SystemExit", "no such file",
         lambda d: cli.main(["train", "--data", str(d / "missing.txt")])),

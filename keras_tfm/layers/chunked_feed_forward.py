@@ -40,6 +40,18 @@ def _activate(hidden, activation):
             return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
 
         return ops.cast(h * cdf, hidden.dtype), derivative
+    if activation == "gelu_approximate":
+        h = ops.cast(hidden, "float32")
+        c = math.sqrt(2.0 / math.pi)
+        t = ops.tanh(c * (h + 0.044715 * h * h * h))
+
+        def derivative(d_out):
+            # d/dh of 0.5 h (1 + t), t = tanh(c (h + 0.044715 h^3)).
+            dt = (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * h * h)
+            slope = 0.5 * (1.0 + t) + 0.5 * h * dt
+            return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
+
+        return ops.cast(0.5 * h * (1.0 + t), hidden.dtype), derivative
     # swiglu: silu(gate) * up.
     gate, up = ops.split(hidden, 2, axis=-1)
     g = ops.cast(gate, "float32")
@@ -76,7 +88,8 @@ def chunked_feed_forward(
         intermediate_bias: (width,).
         output_kernel: (intermediate_dim, hidden_dim).
         output_bias: (hidden_dim,).
-        activation: "relu", "gelu" (exact) or "swiglu".
+        activation: "relu", "gelu" (exact), "gelu_approximate" (tanh) or
+            "swiglu".
         chunk_size: tokens per chunk; any number of tokens works.
 
     Returns:

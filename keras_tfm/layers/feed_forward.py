@@ -13,10 +13,13 @@ class FeedForward(keras.layers.Layer):
     """The position-wise feed-forward network of a Transformer block.
 
         relu:   FFN(x) = max(0, x W1 + b1) W2 + b2          (the paper)
-        gelu:   FFN(x) = GELU(x W1 + b1) W2 + b2            (BERT, GPT-2)
+        gelu:   FFN(x) = GELU(x W1 + b1) W2 + b2            (BERT)
+        gelu_approximate: GELU's tanh approximation         (GPT-2)
         swiglu: FFN(x) = (SiLU(x W_gate) * (x W1)) W2       (PaLM, LLaMA)
 
-    GELU is the exact (erf) form. The output has the input's last dimension.
+    "gelu" is the exact (erf) form; "gelu_approximate" is
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), HuggingFace's "gelu_new".
+    The output has the input's last dimension.
     Sequences of `CHUNKED_FEED_FORWARD_MIN_LENGTH` (1024) tokens or more run
     through `chunked_feed_forward` (same numbers; the backward pass
     recomputes the hidden activations a chunk at a time instead of keeping
@@ -24,7 +27,7 @@ class FeedForward(keras.layers.Layer):
 
     Args:
         intermediate_dim: the inner width (2048 in the paper's base model).
-        activation: "relu", "gelu" or "swiglu".
+        activation: "relu", "gelu", "gelu_approximate" or "swiglu".
         use_bias: whether the projections have biases.
         kernel_initializer, bias_initializer: initializers of the projections.
 
@@ -94,6 +97,8 @@ class FeedForward(keras.layers.Layer):
             hidden = ops.relu(hidden)
         elif self.activation == "gelu":
             hidden = ops.gelu(hidden, approximate=False)
+        elif self.activation == "gelu_approximate":
+            hidden = ops.gelu(hidden, approximate=True)
         else:
             gate, up = ops.split(hidden, 2, axis=-1)
             hidden = ops.silu(gate) * up

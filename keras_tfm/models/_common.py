@@ -137,7 +137,8 @@ class TransformerModel(QuantizationMixin, keras.Model):
             which must then divide evenly.
         num_key_value_heads: fewer key/value heads for grouped-query
             attention; must divide `num_heads`. None: `num_heads`.
-        activation: the feed-forward's "relu", "gelu" or "swiglu".
+        activation: the feed-forward's "relu", "gelu", "gelu_approximate"
+            or "swiglu".
         dropout: dropout rate of the embeddings, attention and sublayers.
         normalize_first: pre-LN blocks (with a final norm) or post-LN.
         normalization: "layer_norm" or "rms_norm".

@@ -39,7 +39,8 @@ class CausalLM(TransformerModel):
         max_sequence_length: the longest sequence (prompt plus new tokens).
         head_dim: size of each head; by default `hidden_dim // num_heads`.
         num_key_value_heads: fewer key/value heads for grouped-query attention.
-        activation: "gelu" (default), "relu" or "swiglu".
+        activation: "gelu" (default, exact), "gelu_approximate"
+            (tanh, GPT-2's), "relu" or "swiglu".
         dropout: dropout rate of the embeddings, attention and sublayers.
         normalize_first: pre-LN (default, as GPT-2) or post-LN.
         normalization: "layer_norm" or "rms_norm".

@@ -47,7 +47,8 @@ class Seq2SeqTransformer(TransformerModel):
         head_dim: size of each head; by default `hidden_dim // num_heads`.
         num_key_value_heads: fewer key/value heads for grouped-query
             attention, in self- and cross-attention alike.
-        activation: "relu" (default), "gelu" or "swiglu".
+        activation: "relu" (default), "gelu", "gelu_approximate"
+            or "swiglu".
         dropout: dropout of the embeddings, attention and sublayers.
         normalize_first: pre-LN if True, post-LN (the paper) if False.
         normalization: "layer_norm" or "rms_norm".

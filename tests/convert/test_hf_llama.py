@@ -1,0 +1,328 @@
+import doctest
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import keras_tfm
+from keras_tfm.convert import hf_llama, llama, load_hf_llama, save_hf_llama
+from keras_tfm.models import CausalLM
+from tests.convert import decoder_checks as checks
+
+NAMES = ["llama_gqa", "llama_tied", "mistral", "qwen2"]
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def case(request):
+    name = request.param
+    return (
+        name,
+        load_hf_llama(checks.FIXTURES / f"tiny_{name}_hf"),
+        checks.reference(name),
+    )
+
+
+def test_configs_are_the_checkpoints():
+    gqa = load_hf_llama(checks.FIXTURES / "tiny_llama_gqa_hf").get_config()
+    tied = load_hf_llama(checks.FIXTURES / "tiny_llama_tied_hf").get_config()
+    common = dict(
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=32,
+        intermediate_dim=48,
+        max_sequence_length=64,
+        activation="swiglu",
+        normalize_first=True,
+        normalization="rms_norm",
+        position_encoding="rotary",
+        padding_id=None,
+    )
+    want_gqa = dict(
+        common,
+        num_key_value_heads=2,
+        head_dim=8,
+        rotary_max_wavelength=50000.0,
+        layer_norm_epsilon=1e-5,
+        use_bias=False,
+        tie_word_embeddings=False,
+    )
+    want_tied = dict(
+        common,
+        num_key_value_heads=1,
+        head_dim=16,
+        rotary_max_wavelength=100000.0,
+        layer_norm_epsilon=1e-6,
+        use_bias=True,
+        tie_word_embeddings=True,
+    )
+    assert {k: gqa[k] for k in want_gqa} == want_gqa
+    assert {k: tied[k] for k in want_tied} == want_tied
+    # Mistral's sliding window (32) caps the length; within it nothing differs.
+    mistral = load_hf_llama(checks.FIXTURES / "tiny_mistral_hf")
+    assert mistral.max_sequence_length == 32
+    assert mistral.rotary_max_wavelength == 10000.0
+    qwen2 = load_hf_llama(checks.FIXTURES / "tiny_qwen2_hf")
+    assert (qwen2.use_bias, qwen2.rotary_max_wavelength) == (True, 1e6)
+    output_bias = qwen2.transformer_layers[0].self_attention.output_dense.bias
+    query_bias = qwen2.transformer_layers[0].self_attention.query_dense.bias
+    assert not np.asarray(output_bias).any() and np.asarray(query_bias).any()
+    with pytest.raises(ValueError, match="sliding_window=32"):
+        load_hf_llama(checks.FIXTURES / "tiny_mistral_hf", max_sequence_length=33)
+
+
+def test_token_ids_equal_transformers(case):
+    _, model, reference = case
+    checks.check_token_ids(model, reference)
+
+
+def test_logits_equal_transformers(case):
+    _, model, reference = case
+    checks.check_logits(model, reference)
+    assert reference["keras_logits_gap"] < 1e-4
+    # The directory written back by save_hf_llama ran the same in transformers.
+    assert reference["reload_logits_gap"] < 1e-4
+
+
+def test_greedy_continuation_equals_transformers(case):
+    _, model, reference = case
+    checks.check_greedy(model, reference)
+
+
+def test_cache_equals_full_pass(case):
+    _, model, reference = case
+    checks.check_cache_equals_full_pass(model, reference["token_ids"][:2, :10])
+
+
+def test_rope_base_matters(case):
+    # With another base the logits move by more than the tolerance.
+    _, model, reference = case
+    base = 2 * model.rotary_max_wavelength
+    other = CausalLM(
+        **{**model.get_config(), "rotary_max_wavelength": base, "tokenizer": None}
+    )
+    other.set_weights(model.get_weights())
+    gap = np.abs(np.asarray(other(reference["token_ids"])) - reference["logits"])
+    assert gap.max() > 1e-3
+
+
+def test_save_then_load_is_exact(case, tmp_path):
+    name, model, reference = case
+    folder = save_hf_llama(model, tmp_path / "out")
+    loaded = load_hf_llama(folder)
+    assert {k: v for k, v in loaded.get_config().items() if k != "name"} == {
+        k: v for k, v in model.get_config().items() if k != "name"
+    }
+    checks.check_same_weights(model, loaded)
+    checks.check_token_ids(loaded, reference)
+    # The same tensors as transformers wrote, under the same names.
+    saved = load_file(str(folder / "model.safetensors"))
+    original = load_file(str(checks.FIXTURES / f"tiny_{name}_hf" / "model.safetensors"))
+    if model.tie_word_embeddings:
+        original.pop("lm_head.weight", None)
+    if name == "qwen2":
+        # Written as a Llama with every bias; Qwen2 lacks these (zeros).
+        extra = sorted(set(saved) - set(original))
+        assert len(extra) == 4 * model.num_layers
+        assert all(not saved[key].any() for key in extra)
+        saved = {key: saved[key] for key in original}
+    assert sorted(saved) == sorted(original)
+    for key, value in original.items():
+        np.testing.assert_array_equal(saved[key], value)
+
+
+def test_mapping_round_trips_on_its_own(case):
+    # llama_weights and hf_llama_tensors are inverse (the GGUF loader reuses
+    # llama_weights after renaming its tensors).
+    _, model, _ = case
+    attention = model.transformer_layers[0].self_attention
+    config = {
+        **model.get_config(),
+        "head_dim": attention.effective_head_dim,
+        "num_key_value_heads": attention.effective_num_key_value_heads,
+    }
+    ours = {w.path: w.numpy() for w in model.weights}
+    back = llama.llama_weights(llama.hf_llama_tensors(ours, config), config)
+    assert sorted(back) == sorted(ours)
+    for key, value in ours.items():
+        np.testing.assert_array_equal(back[key], value)
+
+
+def test_tokenizer_special_tokens(case):
+    _, model, _ = case
+    tokenizer = model.tokenizer
+    assert (tokenizer.bos_token, tokenizer.eos_token) == ("<|im_start|>", "<|im_end|>")
+    ids = np.asarray(tokenizer("hi<|im_end|>")).tolist()
+    assert ids[-1] == tokenizer.end_token_id
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"model_type": "gemma"}, "model_type='gemma'"),
+        ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+        (
+            {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}},
+            "rope_parameters.rope_type='llama3'",
+        ),
+        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_type='linear'"),
+        ({"attention_bias": True, "mlp_bias": False}, "attention_bias=True"),
+        ({"pretraining_tp": 2}, "pretraining_tp=2"),
+        ({"vocab_size": 400}, "vocab_size=400"),
+        ({"intermediate_size": 40}, "shape"),
+        ({"num_key_value_heads": 4}, "shape"),
+    ],
+)
+def test_unsupported_configs_raise(tmp_path, edit, message):
+    folder = checks.copy_fixture("llama_gqa", tmp_path)
+    checks.edit_json(folder, "config.json", **edit)
+    with pytest.raises(ValueError, match=message):
+        load_hf_llama(folder)
+
+
+def test_missing_and_unknown_tensors_raise(tmp_path):
+    folder = checks.copy_fixture("llama_gqa", tmp_path, drop="lm_head.weight")
+    with pytest.raises(ValueError, match=r"lacks 1 weights.*lm_head\.weight"):
+        load_hf_llama(folder)
+    folder = checks.copy_fixture(
+        "llama_gqa", tmp_path / "b", drop="model.layers.1.mlp.up_proj.weight"
+    )
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.mlp\.up_proj\.weight"):
+        load_hf_llama(folder)
+    folder = checks.copy_fixture(
+        "llama_gqa", tmp_path / "c", add={"score.weight": np.zeros((2, 32), "f4")}
+    )
+    with pytest.raises(ValueError, match="score.weight"):
+        load_hf_llama(folder)
+
+
+def test_a_qwen2_checkpoint_with_an_output_bias_raises(tmp_path):
+    bias = {"model.layers.0.self_attn.o_proj.bias": np.ones(32, "float32")}
+    folder = checks.copy_fixture("qwen2", tmp_path, add=bias)
+    with pytest.raises(ValueError, match=r"no model\.layers\.0\.self_attn\.o_proj"):
+        load_hf_llama(folder)
+
+
+def test_a_tied_checkpoint_with_a_different_head_raises(tmp_path):
+    tensors = load_file(
+        str(checks.FIXTURES / "tiny_llama_tied_hf" / "model.safetensors")
+    )
+    head = tensors["model.embed_tokens.weight"] + 1
+    folder = checks.copy_fixture("llama_tied", tmp_path, add={"lm_head.weight": head})
+    with pytest.raises(ValueError, match="lm_head.weight that differs"):
+        load_hf_llama(folder)
+
+
+def test_unsupported_tokenizers_raise(tmp_path):
+    folder = checks.copy_fixture("llama_gqa", tmp_path)
+    checks.edit_json(
+        folder,
+        "tokenizer.json",
+        pre_tokenizer={"type": "Metaspace", "replacement": "\u2581"},
+    )
+    with pytest.raises(ValueError, match="Metaspace"):
+        load_hf_llama(folder)
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="neither tokenizer.json"):
+        load_hf_llama(folder)
+
+
+def test_pickled_checkpoints_are_refused(tmp_path):
+    folder = checks.copy_fixture("llama_gqa", tmp_path)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"not even read")
+    with pytest.raises(ValueError, match="pytorch_model.bin.*execute arbitrary code"):
+        load_hf_llama(folder)
+
+
+def test_sharded_checkpoints_load(tmp_path):
+    import json
+
+    from safetensors.numpy import save_file
+
+    folder = checks.copy_fixture("llama_gqa", tmp_path)
+    tensors = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {"model-1.safetensors": names[:5], "model-2.safetensors": names[5:]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(folder / shard))
+    index = {"weight_map": {k: s for s, keys in shards.items() for k in keys}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    reference = checks.reference("llama_gqa")
+    checks.check_logits(load_hf_llama(folder), reference)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"normalize_first": False}, "normalize_first=False"),
+        ({"normalization": "layer_norm"}, "normalization='layer_norm'"),
+        ({"position_encoding": "learned"}, "position_encoding='learned'"),
+        ({"activation": "gelu"}, "activation='gelu'"),
+        ({"vocabulary_size": 400}, "vocabulary_size=400"),
+    ],
+)
+def test_unsaveable_models_raise(case, tmp_path, overrides, message):
+    _, model, _ = case
+    other = CausalLM(
+        **{**model.get_config(), **overrides, "tokenizer": model.tokenizer}
+    )
+    with pytest.raises(ValueError, match=message):
+        save_hf_llama(other, tmp_path)
+
+
+def test_docstring_examples():
+    result = doctest.testmod(
+        hf_llama,
+        extraglobs={"np": np, "keras_tfm": keras_tfm, "FIXTURES": checks.FIXTURES},
+        optionflags=doctest.NORMALIZE_WHITESPACE,
+    )
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_gguf_names_map_onto_the_same_mapping():
+    # Every HuggingFace name of a two-layer untied Llama has one GGUF name.
+    config = {"num_layers": 2, "use_bias": False, "tie_word_embeddings": False}
+    gguf = ["token_embd.weight", "output_norm.weight", "output.weight"]
+    for i in range(2):
+        gguf += [key.replace("{i}", str(i)) for key in llama.GGUF_TO_HF if "{i}" in key]
+    hf = [llama.hf_name_from_gguf(name) for name in gguf]
+    assert sorted(hf) == sorted(llama.llama_hf_names(config))
+    with pytest.raises(ValueError, match="'blk.0.attn_qkv.weight'"):
+        llama.hf_name_from_gguf("blk.0.attn_qkv.weight")
+
+
+def test_llama_mapping_docstring_examples():
+    result = doctest.testmod(llama, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("untied", [False, True])
+def test_the_gguf_loader_could_use_this_mapping(tmp_path, untied):
+    # GGUF tensors renamed to HuggingFace names (q/k rows un-permuted) give,
+    # through llama_weights, exactly what gguf_llama's own mapping gives: the
+    # two file formats can share one Llama mapping.
+    from keras_tfm.convert import gguf_llama
+    from keras_tfm.convert.gguf_reader import open_gguf
+    from tests.convert.tiny_gguf import Q, write_tiny_llama
+
+    path = tmp_path / "tiny.gguf"
+    stored = write_tiny_llama(
+        path, untied=untied, linear_type=Q.F32, embedding_type=Q.F32
+    )
+    reader = open_gguf(path)
+    config = gguf_llama.llama_config(reader)
+    theirs = gguf_llama.llama_weights(reader, config)
+    hf = {}
+    for name, value in stored.items():
+        value = np.asarray(value, "float32")
+        if ".attn_q." in name:
+            value = gguf_llama.unpermute_rows(value, config["num_heads"])
+        elif ".attn_k." in name:
+            value = gguf_llama.unpermute_rows(value, config["num_key_value_heads"])
+        hf[llama.hf_name_from_gguf(name)] = value
+    ours = llama.llama_weights(hf, config)
+    assert sorted(ours) == sorted(theirs)
+    for key, value in theirs.items():
+        np.testing.assert_array_equal(ours[key], value)
