@@ -58,9 +58,15 @@ class CausalLM(TransformerModel):
     Call arguments:
         token_ids: int (batch, seq).
         training: whether dropout is active.
+        return_attention_scores: also return every block's self-attention
+            weights.
 
     Returns:
-        float32 logits (batch, seq, vocabulary_size) for the next token.
+        float32 logits (batch, seq, vocabulary_size) for the next token;
+        always `(logits, scores)` with `return_attention_scores=True`, where
+        `scores` is a tuple of `num_layers` float32 tensors (batch,
+        num_heads, seq, seq): zero on future and padding keys, each row a
+        distribution over the allowed keys.
 
     Example:
     >>> model = keras_tfm.models.CausalLM(
@@ -155,13 +161,23 @@ class CausalLM(TransformerModel):
             return self.token_embedding(x, reverse=True)
         return ops.cast(self.lm_head(x), "float32")
 
-    def call(self, token_ids, training=None):
+    def call(self, token_ids, training=None, return_attention_scores=False):
         check_token_ids("token_ids", token_ids, self.max_sequence_length)
         padding_mask = self.padding_mask_of(token_ids)
         x = self._embed(token_ids, training=training)
+        scores = []
         for block in self.transformer_layers:
-            x = block(x, padding_mask=padding_mask, training=training)
-        return self._logits(x)
+            x = block(
+                x,
+                padding_mask=padding_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            if return_attention_scores:
+                x, layer_scores = x
+                scores.append(layer_scores["self_attention"])
+        logits = self._logits(x)
+        return (logits, tuple(scores)) if return_attention_scores else logits
 
     def empty_cache(self, batch_size, max_length):
         """A zero cache (batch, num_layers, 2, max_length, kv_heads, head_dim)."""
