@@ -104,3 +104,17 @@ def test_bad_window_shift_and_beam_search_past_the_window():
         model.generate([1, 2], max_new_tokens=10, num_beams=2)
     with pytest.raises(ValueError, match="cannot stream or slide"):
         model.generate([1, 2], max_new_tokens=2, num_beams=2, stream=True)
+
+
+def test_text_pieces_wait_for_a_whole_character():
+    from keras_tfm.generation.sliding_window import stream_pieces
+
+    def decode(ids):
+        return bytes(ids).decode("utf-8", "replace")
+
+    steps = [[0xC3], [0xA9], [0x21]]  # "é" in two bytes, then "!"
+    pieces = list(stream_pieces(iter(steps), [[0x61]], "string", decode))
+    assert pieces == ["é", "!"]
+    batch = [[0xC3, None], [0xA9, 0x62]]
+    pieces = list(stream_pieces(iter(batch), [[0x61], [0x61]], "strings", decode))
+    assert pieces == [["é", "b"]]
