@@ -118,3 +118,12 @@ def test_text_pieces_wait_for_a_whole_character():
     batch = [[0xC3, None], [0xA9, 0x62]]
     pieces = list(stream_pieces(iter(batch), [[0x61], [0x61]], "strings", decode))
     assert pieces == [["é", "b"]]
+
+
+def test_the_kjv_preset_says_how_many_bytes_still_fit():
+    import keras_tfm
+
+    model = keras_tfm.zoo.from_preset("kjv_gpt")  # learned positions, 128 bytes
+    prompt = "And the LORD said unto Moses"  # 28 bytes
+    with pytest.raises(ValueError, match="at most 100 new tokens"):
+        model.generate(prompt, max_new_tokens=120)
