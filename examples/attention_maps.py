@@ -9,7 +9,13 @@ classify_fortunes.py), runs a sentence through it with
   tokens down, key tokens across, with the WordPiece tokens as labels;
 - training_curves.png: loss and accuracy per epoch, training and validation,
   from the history.json that classify_fortunes.py writes (the preset ships
-  one).
+  one);
+- alignment.png: where the translation model "translator_de_en" looks while
+  it writes: the decoder's cross-attention over the German source words
+  (across) for each English word it produces (down), averaged over the heads,
+  one panel per decoder layer (`Seq2SeqTransformer(...,
+  return_attention_scores=True)`). docs/images/translation_alignment.png is
+  this picture.
 
     python examples/attention_maps.py
     python examples/attention_maps.py --sentence "..." \
@@ -38,6 +44,8 @@ from keras_tfm.data.tokenizers import encode_for_classification  # noqa: E402
 PRESET = "fortunes_classifier"
 SENTENCE = "Real programmers don't comment their code; it was hard to write."
 MAX_TOKENS = 24  # longer sentences are cut, so the labels stay readable
+TRANSLATOR = "translator_de_en"
+GERMAN = "Wir haben keine Zeit."  # -> "We don't have any time."
 # ---------------------------------------------------------------------------
 
 
@@ -46,6 +54,7 @@ def parse_args(argv):
     parser.add_argument("--model", default=None, help="a .keras file (default: preset)")
     parser.add_argument("--history", default=None, help="a history.json")
     parser.add_argument("--sentence", default=SENTENCE)
+    parser.add_argument("--german", default=GERMAN, help="a sentence to translate")
     parser.add_argument("--output", default="outputs/attention_maps")
     parser.add_argument("--quick", action="store_true", help="same plots, low dpi")
     return parser.parse_args(argv)
@@ -106,6 +115,50 @@ def plot_attention(tokens, scores, title, path, dpi):
     plt.close(figure)
 
 
+def alignment(model, sentence, max_new_tokens=MAX_TOKENS):
+    """Source tokens, output tokens and (layers, out, src) cross-attention.
+
+    The model translates `sentence` greedily; the translation (with its
+    [END]) is fed back with teacher forcing, so row i holds the weights
+    while the decoder wrote output token i, averaged over the heads.
+    """
+    tokenizer = model.tokenizer
+    start, end = tokenizer.token_to_id("[START]"), tokenizer.token_to_id("[END]")
+    source = np.asarray(tokenizer([sentence]), "int32")[:, :MAX_TOKENS]
+    (output,) = model.generate(
+        source, max_new_tokens, start_token_id=start, stop_token_ids=[end]
+    )
+    target = np.array([[start, *output[:-1]]], "int32")
+    _, scores = model(
+        {"source_ids": source, "target_ids": target}, return_attention_scores=True
+    )
+    cross = np.stack([np.asarray(s)[0].mean(axis=0) for s in scores["cross_attention"]])
+    source_tokens = [tokenizer.id_to_token(int(i)) for i in source[0]]
+    output_tokens = [tokenizer.id_to_token(int(i)) for i in output]
+    return source_tokens, output_tokens, cross
+
+
+def plot_alignment(source_tokens, output_tokens, cross, title, path, dpi):
+    num_layers = cross.shape[0]
+    width = 0.45 * len(source_tokens) + 1.6
+    height = 0.4 * len(output_tokens) + 1.4
+    figure, axes = plt.subplots(
+        1, num_layers, figsize=(width * num_layers, height), squeeze=False
+    )
+    for layer, ax in enumerate(axes[0]):
+        ax.imshow(cross[layer], cmap="Greys", vmin=0.0, vmax=1.0)
+        ax.set_xticks(range(len(source_tokens)), source_tokens, rotation=45)
+        ax.set_yticks(range(len(output_tokens)), output_tokens)
+        ax.set_title(f"decoder layer {layer + 1}", fontsize=10)
+        ax.set_xlabel("German source")
+        if layer == 0:
+            ax.set_ylabel("English output")
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=dpi)
+    plt.close(figure)
+
+
 def plot_history(history, path, dpi):
     figure, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(10, 4))
     epochs = np.arange(1, len(history["loss"]) + 1)
@@ -144,6 +197,12 @@ def main(argv=None):
         written.append(output / "training_curves.png")
     else:
         print(f"No training history at {history_path}: curves skipped.")
+    translator = keras_tfm.zoo.from_preset(TRANSLATOR)
+    source_tokens, output_tokens, cross = alignment(translator, args.german)
+    title = f'translator_de_en on "{args.german}": cross-attention, mean of heads'
+    path = output / "alignment.png"
+    plot_alignment(source_tokens, output_tokens, cross, title, path, dpi)
+    written.append(path)
     print("wrote", ", ".join(str(p) for p in written))
     return written
 

@@ -320,19 +320,28 @@ def generate(args):
     model = _load(args.model)
     if model.tokenizer is None and args.prompt:
         raise SystemExit("keras-tfm: this model has no tokenizer attached.")
+    # Beam search decides at the end, so it prints its result at once;
+    # sampling prints each new piece as it comes.
+    stream = args.sampler != "beam" and args.num_beams == 1
     for prompt in args.prompt:
-        print(
-            model.generate(
-                prompt,
-                max_new_tokens=args.max_new_tokens,
-                sampler=args.sampler,
-                top_k=args.top_k,
-                top_p=args.top_p,
-                temperature=args.temperature,
-                num_beams=args.num_beams,
-                seed=args.seed,
-            )
+        output = model.generate(
+            prompt,
+            max_new_tokens=args.max_new_tokens,
+            sampler=args.sampler,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            temperature=args.temperature,
+            num_beams=args.num_beams,
+            seed=args.seed,
+            stream=stream,
         )
+        if not stream:
+            print(output)
+            continue
+        print(prompt, end="", flush=True)
+        for piece in output:
+            print(piece, end="", flush=True)
+        print()
 
 
 def evaluate(args):

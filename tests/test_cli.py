@@ -230,3 +230,15 @@ def test_the_stderr_filter_drops_only_absl_lines():
     ]
     assert all(launcher._ABSL_LINE.match(line) for line in dropped)
     assert not any(launcher._ABSL_LINE.match(line) for line in kept)
+
+
+def test_generate_prints_the_streamed_sample_equal_to_the_whole(trained, capsys):
+    """Greedy: the pieces printed as they come join into `generate`'s output."""
+    model, _ = trained
+    cli.main(
+        ["generate", str(model), "--prompt", "In the", "--max-new-tokens", "6",
+         "--sampler", "greedy"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    expected = cli._load(str(model)).generate("In the", max_new_tokens=6)
+    assert expected.startswith("In the") and out.endswith(expected + "\n")

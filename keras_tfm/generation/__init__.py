@@ -2,7 +2,9 @@
 
 Greedy, random, top-k and top-p sampling are keras-hub's samplers
 (`keras_hub.samplers`); `BeamSearchSampler` adds a length penalty, finished
-beams and per-row prompt masks to beam search.
+beams and per-row prompt masks to beam search. `sliding_window` holds the
+host-side loops of `CausalLM.generate`: decoding past the context window
+(the window slides and the cache is re-filled) and streaming.
 
 Example:
 >>> from keras_tfm.generation import BeamSearchSampler

@@ -40,11 +40,17 @@ class DecoderBlock(TransformerBlock):
         cache_update_index: index at which `inputs` are written into `cache`.
         cross_attention_cache: optional precomputed cross-attention keys and
             values, in place of `encoder_outputs`.
+        return_attention_scores: also return the attention weights; not
+            with a cache.
         training: whether dropout is active.
 
     Returns:
         `outputs` (batch, seq, hidden_dim); always `(outputs, cache)` when
-        `cache` is passed, the cache updated at `cache_update_index`.
+        `cache` is passed, the cache updated at `cache_update_index`; always
+        `(outputs, scores)` with `return_attention_scores=True`, `scores` a
+        dict with "self_attention" (batch, num_heads, seq, seq) and, in a
+        block with cross-attention, "cross_attention" (batch, num_heads, seq,
+        src_seq), float32 weights.
 
     Example:
     >>> block = keras_tfm.layers.DecoderBlock(num_heads=2, intermediate_dim=32)
@@ -99,9 +105,11 @@ class DecoderBlock(TransformerBlock):
         cache=None,
         cache_update_index=None,
         cross_attention_cache=None,
+        return_attention_scores=False,
         training=None,
     ):
         check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
+        scores = {}
         if cache is not None and cache_update_index is None:
             raise ValueError(
                 "`cache_update_index` is required with `cache`: it is the "
@@ -133,10 +141,13 @@ class DecoderBlock(TransformerBlock):
             use_causal_mask=use_causal_mask,
             cache=cache,
             cache_update_index=cache_update_index,
+            return_attention_scores=return_attention_scores,
             training=training,
         )
         if cache is not None:
             x, cache = x
+        elif return_attention_scores:
+            x, scores["self_attention"] = x
         x = self.self_attention_dropout(x, training=training)
         x = x + residual
         if not self.normalize_first:
@@ -152,10 +163,13 @@ class DecoderBlock(TransformerBlock):
                 context=encoder_outputs,
                 context_padding_mask=encoder_padding_mask,
                 cache=cross_attention_cache,
+                return_attention_scores=return_attention_scores,
                 training=training,
             )
             if cross_attention_cache is not None:
                 x, _ = x  # the read-only cache comes back unchanged
+            elif return_attention_scores:
+                x, scores["cross_attention"] = x
             x = self.cross_attention_dropout(x, training=training)
             x = x + residual
             if not self.normalize_first:
@@ -170,4 +184,6 @@ class DecoderBlock(TransformerBlock):
         x = x + residual
         if not self.normalize_first:
             x = self.feed_forward_norm(x)
-        return (x, cache) if cache is not None else x
+        if cache is not None:
+            return x, cache
+        return (x, scores) if return_attention_scores else x

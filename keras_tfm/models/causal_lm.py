@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import sliding_window
 from keras_tfm.generation.conversation import chat
 from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.token_embedding import TokenEmbedding
@@ -59,9 +60,15 @@ class CausalLM(TransformerModel):
     Call arguments:
         token_ids: int (batch, seq).
         training: whether dropout is active.
+        return_attention_scores: also return every block's self-attention
+            weights.
 
     Returns:
-        float32 logits (batch, seq, vocabulary_size) for the next token.
+        float32 logits (batch, seq, vocabulary_size) for the next token;
+        always `(logits, scores)` with `return_attention_scores=True`, where
+        `scores` is a tuple of `num_layers` float32 tensors (batch,
+        num_heads, seq, seq): zero on future and padding keys, each row a
+        distribution over the allowed keys.
 
     Example:
     >>> model = keras_tfm.models.CausalLM(
@@ -156,13 +163,23 @@ class CausalLM(TransformerModel):
             return self.token_embedding(x, reverse=True)
         return ops.cast(self.lm_head(x), "float32")
 
-    def call(self, token_ids, training=None):
+    def call(self, token_ids, training=None, return_attention_scores=False):
         check_token_ids("token_ids", token_ids, self.max_sequence_length)
         padding_mask = self.padding_mask_of(token_ids)
         x = self._embed(token_ids, training=training)
+        scores = []
         for block in self.transformer_layers:
-            x = block(x, padding_mask=padding_mask, training=training)
-        return self._logits(x)
+            x = block(
+                x,
+                padding_mask=padding_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            if return_attention_scores:
+                x, layer_scores = x
+                scores.append(layer_scores["self_attention"])
+        logits = self._logits(x)
+        return (logits, tuple(scores)) if return_attention_scores else logits
 
     def empty_cache(self, batch_size, max_length):
         """A zero cache (batch, num_layers, 2, max_length, kv_heads, head_dim)."""
@@ -248,6 +265,29 @@ class CausalLM(TransformerModel):
 
         return gen.compile_loop(step)
 
+    def _stream_functions(self, sampler):
+        """Compiled prefill and single sampling step for host-side decoding."""
+
+        def prefill(tokens):
+            batch_size, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
+            cache = tuple(
+                block.empty_cache(batch_size, length)
+                for block in self.transformer_layers
+            )
+            padding_mask = self.padding_mask_of(tokens)
+            _, cache = self._call_with_layer_caches(tokens, cache, 0, padding_mask)
+            return cache
+
+        def step(tokens, cache, index):
+            token = ops.slice(tokens, [0, index - 1], [ops.shape(tokens)[0], 1])
+            logits, cache = self._call_with_layer_caches(
+                token, cache, index - 1, self.padding_mask_of(tokens)
+            )
+            probabilities = sampler.compute_probabilities(logits[:, 0, :])
+            return sampler.get_next_token(probabilities), cache
+
+        return gen.compile_loop(prefill), gen.compile_loop(step)
+
     def generate(
         self,
         prompts,
@@ -260,6 +300,8 @@ class CausalLM(TransformerModel):
         stop_token_ids=None,
         seed=None,
         length_penalty=0.0,
+        stream=False,
+        window_shift=None,
     ):
         """Continues each prompt by up to `max_new_tokens` tokens.
 
@@ -269,6 +311,20 @@ class CausalLM(TransformerModel):
         sampler setting and retraced only for a new (batch, length), the
         length rounded up to a multiple of 8. Each row
         is decoded exactly as if it were alone.
+
+        Past the context window: with rotary or sinusoidal positions, a
+        prompt plus `max_new_tokens` may exceed `max_sequence_length` (L).
+        When the window is full it slides by `window_shift` tokens: the last
+        L - window_shift tokens are kept, the cache is re-filled from them
+        (positions restart at 0) and decoding goes on, so each token is the
+        uncached forward pass's prediction from the last L - window_shift to
+        L - 1 tokens (see `keras_tfm.generation.sliding_window`). With
+        learned positions the error says how many new tokens still fit.
+
+        Streaming (`stream=True`): the tokens are decoded one XLA-compiled
+        step at a time on the host and `generate` returns a generator of the
+        new pieces as they come (the compiled whole loop is faster when
+        nothing needs to be shown on the way).
 
         Args:
             prompts: a list of token-id lists (any lengths), one list, a
@@ -284,10 +340,22 @@ class CausalLM(TransformerModel):
                 output; dropped from strings).
             seed: makes random sampling repeatable.
             length_penalty: the GNMT length-penalty exponent of beam search.
+            stream: return a generator of new pieces instead of the outputs;
+                not with beam search.
+            window_shift: how far the window slides when it is full (rotary
+                and sinusoidal positions only); default
+                `max_sequence_length // 4`, which re-fills the cache once per
+                L // 4 new tokens while keeping at least 3/4 of the window as
+                context; 1 re-fills at every step, as nanoGPT crops.
 
         Returns:
             Per prompt, the prompt followed by the new tokens: a list of lists
             of ids (one list for one prompt), or strings for string prompts.
+            With `stream=True`, a generator yielding at each step the new
+            piece (a token id; with string prompts the new text), or for a
+            list of prompts a list with one piece per prompt ("" or None
+            where nothing is new); for string prompts the prompt followed by
+            the joined pieces is the non-streamed output.
         """
         rows, kind = gen.normalize_token_batch(
             "prompts", prompts, self.vocabulary_size, self.padding_id, self.tokenizer
@@ -295,22 +363,52 @@ class CausalLM(TransformerModel):
         check_positive_int("max_new_tokens", max_new_tokens)
         stop_token_ids = gen.check_stop_token_ids(stop_token_ids, self.vocabulary_size)
         longest = max(len(row) for row in rows)
-        if longest + max_new_tokens > self.max_sequence_length:
-            raise ValueError(
-                "The longest prompt plus `max_new_tokens` exceeds "
-                f"max_sequence_length={self.max_sequence_length}. Received: "
-                f"prompt length {longest}, max_new_tokens={max_new_tokens}"
-            )
+        slides = sliding_window.check_room(
+            self.position_encoding, self.max_sequence_length, longest, max_new_tokens
+        )
+        window_shift = sliding_window.check_window_shift(
+            window_shift, self.max_sequence_length
+        )
         sampler, key = gen.make_sampler(
             sampler, temperature, top_k, top_p, num_beams, length_penalty,
             self.fill_id, seed,
         )  # fmt: skip
+        if key[0] == "beam" and (stream or slides):
+            raise ValueError(
+                "Beam search runs as one compiled loop: it cannot stream or "
+                "slide the window. Received: "
+                f"stream={stream}, prompt length {longest} + max_new_tokens="
+                f"{max_new_tokens} vs max_sequence_length={self.max_sequence_length}"
+            )
+        if stream:
+            return self._stream(
+                rows,
+                kind,
+                max_new_tokens,
+                sampler,
+                key,
+                seed,
+                stop_token_ids,
+                slides,
+                window_shift,
+            )
         function, sampler = gen.cached_function(
             self,
             (key, stop_token_ids),
             lambda: (self._generate_step(sampler, stop_token_ids), sampler),
         )
         gen.reset_seed(sampler, seed)
+        if slides:
+            results = sliding_window.generate_sliding(
+                function,
+                rows,
+                max_new_tokens,
+                self.max_sequence_length,
+                window_shift,
+                self.fill_id,
+                stop_token_ids,
+            )
+            return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
         # The buffer is rounded up to a multiple of 8 so that nearby lengths
         # share one compiled loop; the extra positions are cut off below.
         length = min(-(-(longest + max_new_tokens) // 8) * 8, self.max_sequence_length)
@@ -326,6 +424,48 @@ class CausalLM(TransformerModel):
             for i, row in enumerate(rows)
         ]
         return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
+
+    def _stream(
+        self,
+        rows,
+        kind,
+        max_new_tokens,
+        sampler,
+        key,
+        seed,
+        stop_token_ids,
+        slides,
+        window_shift,
+    ):
+        """`generate(stream=True)`: the generator of new pieces."""
+        (prefill, step), sampler = gen.cached_function(
+            self,
+            ("stream", key),
+            lambda: (self._stream_functions(sampler), sampler),
+        )
+        gen.reset_seed(sampler, seed)
+        longest = max(len(row) for row in rows)
+        length = self.max_sequence_length
+        if not slides:
+            length = min(-(-(longest + max_new_tokens) // 8) * 8, length)
+        steps = sliding_window.stream_tokens(
+            prefill,
+            step,
+            rows,
+            max_new_tokens,
+            length,
+            window_shift if slides else None,
+            self.fill_id,
+            stop_token_ids,
+        )
+        return sliding_window.stream_pieces(
+            steps,
+            rows,
+            kind,
+            lambda ids: gen.format_outputs(
+                [ids], "string", self.tokenizer, stop_token_ids
+            ),
+        )
 
     def chat(self, messages, max_new_tokens=256, **generate_kwargs):
         """The answer to a message or conversation: `keras_tfm.generation.chat`."""

@@ -69,9 +69,17 @@ class Seq2SeqTransformer(TransformerModel):
             "target_ids" (batch, tgt_seq), the decoder inputs (teacher
             forcing: the targets shifted right, see `teacher_forcing`).
         training: whether dropout is active.
+        return_attention_scores: also return every block's attention
+            weights.
 
     Returns:
-        float32 logits (batch, tgt_seq, vocabulary_size).
+        float32 logits (batch, tgt_seq, vocabulary_size); always `(logits,
+        scores)` with `return_attention_scores=True`, where `scores` is a
+        dict of tuples with one float32 tensor per layer:
+        "encoder_self_attention" (batch, num_heads, src_seq, src_seq),
+        "decoder_self_attention" (batch, num_heads, tgt_seq, tgt_seq) and
+        "cross_attention" (batch, num_heads, tgt_seq, src_seq), zero on
+        source padding and future target keys.
 
     Example:
     >>> model = keras_tfm.models.Seq2SeqTransformer(
@@ -203,11 +211,19 @@ class Seq2SeqTransformer(TransformerModel):
         inputs = np.concatenate([start, target_ids[:, :-1]], axis=1).astype("int32")
         return inputs, target_ids.astype("int32")
 
-    def encode(self, source_ids, encoder_padding_mask=None, training=None):
+    def encode(
+        self,
+        source_ids,
+        encoder_padding_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
         """The encoder output (batch, src_seq, hidden_dim) of `source_ids`.
 
         `encoder_padding_mask` (batch, src_seq), 1 for real tokens, defaults
-        to `source_ids != padding_id`.
+        to `source_ids != padding_id`. With `return_attention_scores=True`,
+        `(outputs, scores)`, scores a tuple of one (batch, num_heads,
+        src_seq, src_seq) tensor per encoder layer.
         """
         check_token_ids("source_ids", source_ids, self.max_sequence_length)
         if encoder_padding_mask is None:
@@ -216,11 +232,20 @@ class Seq2SeqTransformer(TransformerModel):
         if self.encoder_position_embedding is not None:
             x = self.encoder_position_embedding(x)
         x = self.encoder_embeddings_dropout(x, training=training)
+        scores = []
         for block in self.encoder_transformer_layers:
-            x = block(x, padding_mask=encoder_padding_mask, training=training)
+            x = block(
+                x,
+                padding_mask=encoder_padding_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            if return_attention_scores:
+                x, layer_scores = x
+                scores.append(layer_scores)
         if self.encoder_final_norm is not None:
             x = self.encoder_final_norm(x)
-        return x
+        return (x, tuple(scores)) if return_attention_scores else x
 
     def _embed_target(self, target_ids, start_index=0, training=None):
         x = self.token_embedding(target_ids)
@@ -235,7 +260,7 @@ class Seq2SeqTransformer(TransformerModel):
             return self.token_embedding(x, reverse=True)
         return ops.cast(self.lm_head(x), "float32")
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, return_attention_scores=False):
         if not isinstance(inputs, dict) or set(inputs) != {"source_ids", "target_ids"}:
             raise ValueError(
                 'Seq2SeqTransformer expects a dict with keys "source_ids" and '
@@ -245,17 +270,35 @@ class Seq2SeqTransformer(TransformerModel):
         check_token_ids("target_ids", target_ids, self.max_sequence_length)
         encoder_padding_mask = self.padding_mask_of(source_ids)
         encoder_outputs = self.encode(
-            source_ids, encoder_padding_mask, training=training
+            source_ids,
+            encoder_padding_mask,
+            training=training,
+            return_attention_scores=return_attention_scores,
         )
+        if return_attention_scores:
+            encoder_outputs, encoder_scores = encoder_outputs
         x = self._embed_target(target_ids, training=training)
+        self_scores, cross_scores = [], []
         for block in self.decoder_transformer_layers:
             x = block(
                 x,
                 encoder_outputs=encoder_outputs,
                 encoder_padding_mask=encoder_padding_mask,
+                return_attention_scores=return_attention_scores,
                 training=training,
             )
-        return self._logits(x)
+            if return_attention_scores:
+                x, layer_scores = x
+                self_scores.append(layer_scores["self_attention"])
+                cross_scores.append(layer_scores["cross_attention"])
+        logits = self._logits(x)
+        if not return_attention_scores:
+            return logits
+        return logits, {
+            "encoder_self_attention": encoder_scores,
+            "decoder_self_attention": tuple(self_scores),
+            "cross_attention": tuple(cross_scores),
+        }
 
     def compute_cross_attention_cache(self, encoder_outputs):
         """Every decoder block's cross-attention keys and values, computed once.

@@ -13,7 +13,11 @@ def test_quick_run_draws_attention_and_curves_from_the_preset(tmp_path):
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     written = example.main(["--quick", "--output", str(tmp_path)])
-    assert [p.name for p in written] == ["attention.png", "training_curves.png"]
+    assert [p.name for p in written] == [
+        "attention.png",
+        "training_curves.png",
+        "alignment.png",
+    ]
     image = matplotlib.image.imread(tmp_path / "attention.png")
     assert image.shape[0] > 100 and image.shape[1] > 100
 
@@ -29,3 +33,15 @@ def test_quick_run_draws_attention_and_curves_from_the_preset(tmp_path):
     assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
     # Each query's weights are a distribution over the keys.
     assert abs(scores.sum(axis=-1) - 1.0).max() < 1e-4
+
+
+def test_alignment_rows_are_distributions_over_the_source_words():
+    spec = importlib.util.spec_from_file_location("attention_maps", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model = keras_tfm.zoo.from_preset("translator_de_en")
+    source, output, cross = example.alignment(model, "Wir haben keine Zeit.")
+    assert source == ["Wir", "haben", "keine", "Zeit", "."]
+    assert output[-1] == "[END]"
+    assert cross.shape == (model.num_decoder_layers, len(output), len(source))
+    assert abs(cross.sum(axis=-1) - 1.0).max() < 1e-4
