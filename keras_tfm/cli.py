@@ -360,16 +360,18 @@ def chat(args):
     from keras_tfm import zoo
 
     model = zoo.from_preset(args.preset) if args.model is None else _load(args.model)
-    print(
-        model.chat(
-            args.message,
-            max_new_tokens=args.max_new_tokens,
-            sampler=args.sampler,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            seed=args.seed,
-        )
+    pieces = model.chat(
+        args.message,
+        max_new_tokens=args.max_new_tokens,
+        stream=True,
+        sampler=args.sampler,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
     )
+    for piece in pieces:
+        print(piece, end="", flush=True)
+    print()
 
 
 def presets(args):

@@ -122,6 +122,8 @@ def test_smollm2_answers_a_question_in_one_call(smollm2):
     # transformers' greedy answer to the same ChatML prompt (the fixture).
     reference = json.loads((FIXTURES / "smollm2_reference.json").read_text("utf-8"))
     assert answer == reference["chat_answer"]["text"]
+    pieces = list(smollm2.chat("What is the capital of France?", 16, stream=True))
+    assert len(pieces) > 3 and "".join(pieces) == answer
 
 
 def test_chat_needs_a_chat_template():
