@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import keras_tfm
-from keras_tfm.models.text_classification import classify_texts
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "classify_fortunes.py"
 
@@ -49,12 +48,12 @@ def test_the_preset_classifies_held_out_entries_offline():
     sample = json.loads((directory / "test_sample.json").read_text())
     texts = [row["text"] for row in sample]
     labels = np.array([row["label"] for row in sample])
-    predictions, probabilities = classify_texts(model, texts)
-    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
-    accuracy = float(np.mean(predictions == labels))
+    assert model.class_names == names
+    predictions = model.classify(texts)
+    accuracy = float(np.mean([p == names[y] for p, y in zip(predictions, labels)]))
     # 27 classes: chance is under 0.04 and the majority class about 0.09.
     assert accuracy >= 0.3, accuracy
-    named, _ = classify_texts(model, texts[:2], names)
-    assert all(name in names for name in named)
-    with pytest.raises(ValueError, match="tokenizer"):
-        classify_texts(model.backbone, texts[:1])
+    ranked = model.classify(texts[:2], top_k=3)
+    for row, best in zip(ranked, predictions[:2], strict=True):
+        assert row[0][0] == best and all(name in names for name, _ in row)
+        assert 0.0 < row[1][1] <= row[0][1] <= 1.0
