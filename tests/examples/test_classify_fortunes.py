@@ -50,7 +50,9 @@ def test_the_preset_classifies_held_out_entries_offline():
     labels = np.array([row["label"] for row in sample])
     assert model.class_names == names
     predictions = model.classify(texts)
-    accuracy = float(np.mean([p == names[y] for p, y in zip(predictions, labels)]))
+    accuracy = float(
+        np.mean([p == names[y] for p, y in zip(predictions, labels, strict=True)])
+    )
     # 27 classes: chance is under 0.04 and the majority class about 0.09.
     assert accuracy >= 0.3, accuracy
     ranked = model.classify(texts[:2], top_k=3)
