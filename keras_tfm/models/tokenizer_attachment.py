@@ -92,7 +92,7 @@ def special_token_id(tokenizer, candidates):
     return None
 
 
-def end_token_id(tokenizer):
+def tokenizer_end_id(tokenizer):
     """The tokenizer's end-of-sequence id (`[END]`, `</s>`, ...), or None."""
     if tokenizer is None:
         return None
@@ -102,7 +102,7 @@ def end_token_id(tokenizer):
     return special_token_id(tokenizer, END_TOKENS)
 
 
-def start_token_id(tokenizer):
+def tokenizer_start_id(tokenizer):
     """The tokenizer's start-of-sequence id (`[START]`, `<s>`, ...), or None."""
     if tokenizer is None:
         return None
