@@ -316,7 +316,7 @@ def save(model, config, args, pairs, train, validation, test, results, history):
             ["python", "examples/translate_de_en.py", *sys.argv[1:]]
         ),
         overwrite=True,
-        usage='model.generate("Ich habe einen Hund.", max_new_tokens=24)',
+        usage='model.generate("Ich habe einen Hund.", max_new_tokens=16)',
     )
     if storage == "float16":
         _store_float16(args.save)
