@@ -157,7 +157,7 @@ def normalize_token_batch(name, inputs, vocabulary_size, padding_id, tokenizer):
     ):
         if tokenizer is None:
             raise ValueError(
-                f"`{name}` are strings but the model has no tokenizer to read "
+                f"`{name}` are strings but the model has no `tokenizer` to read "
                 "them. Build it with `tokenizer=` (a keras-hub tokenizer), or "
                 f"pass token ids instead. Received: {name}={str(inputs)[:80]}"
             )

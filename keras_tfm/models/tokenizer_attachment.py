@@ -56,7 +56,7 @@ def text_list(name, inputs, tokenizer, model):
     if tokenizer is None:
         raise ValueError(
             f"`{name}` holds strings but this {type(model).__name__} has no "
-            "tokenizer to read them. Build it with `tokenizer=` (a keras-hub "
+            "`tokenizer` to read them. Build it with `tokenizer=` (a keras-hub "
             "tokenizer), or pass token ids instead. Received: "
             f"{name}={str(inputs)[:80]}"
         )
