@@ -69,7 +69,7 @@ def load(args):
         model = keras_tfm.zoo.from_preset(PRESET)
         directory = keras_tfm.zoo.preset_dir(PRESET)
         history = args.history or directory / "history.json"
-        labels = json.loads((directory / "labels.json").read_text())
+        labels = model.class_names
     if getattr(model, "tokenizer", None) is None:
         raise ValueError(
             "The model must hold its tokenizer (EncoderClassifier(..., tokenizer=)). "

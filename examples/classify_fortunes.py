@@ -228,7 +228,7 @@ def main(argv=None):
 
 
 def save_preset(model, directory, summary, splits, argv):
-    """The zoo preset: weights, tokenizer vocabulary, labels, card, samples."""
+    """The zoo preset: weights, tokenizer vocabulary, class names, card, samples."""
     ours = summary["results"]["Transformer encoder (ours)"]
     base = summary["results"]["TF-IDF + logistic regression"]
     argv = sys.argv[1:] if argv is None else argv
@@ -237,6 +237,7 @@ def save_preset(model, directory, summary, splits, argv):
     # hold the optimizer's moments (three times the size).
     config = model.get_config()
     config["tokenizer"] = model.tokenizer  # the config holds no vocabulary
+    config["class_names"] = summary["class_names"]  # the preset's label set
     clean = type(model).from_config(config)
     clean.set_weights(model.get_weights())
     directory = keras_tfm.zoo.save_preset(
@@ -247,12 +248,14 @@ def save_preset(model, directory, summary, splits, argv):
             f"(hidden {model.backbone.hidden_dim}, {model.backbone.num_heads} heads, "
             f"{summary['vocabulary_size']}-token WordPiece vocabulary) that "
             f"classifies a fortune cookie into one of {summary['num_classes']} "
-            "Debian `fortunes` categories (labels.json). Test split: accuracy "
+            "Debian `fortunes` categories (`model.class_names`, in its config). "
+            "Test split: accuracy "
             f"{ours['accuracy']:.3f}, macro-F1 {ours['macro_f1']:.3f}; the TF-IDF "
             f"+ logistic-regression baseline: {base['accuracy']:.3f} / "
             f"{base['macro_f1']:.3f}. The tokenizer travels with the model "
-            "(assets/); classify strings with `keras_tfm.models."
-            "text_classification.classify_texts(model, texts, labels)`."
+            "(assets/); `model.classify(texts)` returns category names, "
+            "`model.classify(texts, top_k=3)` the three likeliest with "
+            "probabilities."
         ),
         intended_use=(
             "A demonstration of the library on real text, offline. Topic labels "
@@ -273,8 +276,8 @@ def save_preset(model, directory, summary, splits, argv):
             f"{summary['wall_seconds']} s in all, on 2 shared CPU cores"
         ),
         overwrite=True,
+        usage='model.classify("Real programmers use vi.")',
     )
-    (directory / "labels.json").write_text(json.dumps(summary["class_names"]) + "\n")
     # The training curves, for examples/attention_maps.py.
     history = Path(summary["output"]) / "history.json"
     (directory / "history.json").write_text(history.read_text())

@@ -229,6 +229,7 @@ def save(model, config, args, text, results, samples):
             ["python", "examples/generate_kjv.py", *sys.argv[1:]]
         ),
         overwrite=True,
+        usage='model.generate("And the LORD said unto Moses", max_new_tokens=32)',
     )
     print(f"Saved the preset to {args.save}")
 

@@ -315,10 +315,7 @@ def save(model, config, args, pairs, train, validation, test, results, history):
             f"Test split: {len(test)} pairs (sacrebleu {sacrebleu.__version__}, "
             "default 13a tokenization, one reference). Validation after "
             f"training: loss {val_loss:.3f} (label-smoothed 0.1), token accuracy "
-            f"{val_accuracy:.3f}.\n\n"
-            '```python\nmodel = keras_tfm.zoo.from_preset("translator_de_en")\n'
-            "import examples.translate_de_en as ex\n\n"
-            'ex.translate(model, ["Wie spät ist es?"], num_beams=4)\n```'
+            f"{val_accuracy:.3f}."
         ),
         intended_use=(
             "Demonstrations and tests of keras-tfm's encoder-decoder model, "
@@ -339,6 +336,7 @@ def save(model, config, args, pairs, train, validation, test, results, history):
             ["python", "examples/translate_de_en.py", *sys.argv[1:]]
         ),
         overwrite=True,
+        usage='model.generate("Ich habe einen Hund.", max_new_tokens=16)',
     )
     if storage == "float16":
         _store_float16(args.save)

@@ -9,6 +9,7 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
+from keras_tfm.data.detokenization import detokenize
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.validation import (
     check_choice,
@@ -118,8 +119,13 @@ def compile_loop(function):
 
 
 def check_stop_token_ids(stop_token_ids, vocabulary_size):
-    """Normalizes `stop_token_ids` (None, an int or a list) to a tuple or None."""
+    """Normalizes `stop_token_ids` (None, an int or a list) to a tuple or None.
+
+    An empty list or tuple means no stop token, as None does.
+    """
     if stop_token_ids is None:
+        return None
+    if isinstance(stop_token_ids, list | tuple) and not stop_token_ids:
         return None
     ids = (stop_token_ids,) if isinstance(stop_token_ids, int) else stop_token_ids
     try:
@@ -130,7 +136,7 @@ def check_stop_token_ids(stop_token_ids, vocabulary_size):
         isinstance(i, (int, np.integer)) and 0 <= i < vocabulary_size for i in ids
     ):
         raise ValueError(
-            "`stop_token_ids` must be None or a non-empty list of token ids in "
+            "`stop_token_ids` must be None, an id or a list of token ids in "
             f"[0, {vocabulary_size}). Received: stop_token_ids={stop_token_ids!r}"
         )
     return tuple(int(i) for i in ids)
@@ -160,8 +166,9 @@ def normalize_token_batch(name, inputs, vocabulary_size, padding_id, tokenizer):
     ):
         if tokenizer is None:
             raise ValueError(
-                f"`{name}` are strings but the model has no `tokenizer`. "
-                f"Received: {name}={inputs!r}"
+                f"`{name}` are strings but the model has no `tokenizer` to read "
+                "them. Build it with `tokenizer=` (a keras-hub tokenizer), or "
+                f"pass token ids instead. Received: {name}={str(inputs)[:80]}"
             )
         kind = "string" if isinstance(inputs, str) else "strings"
         texts = [inputs] if kind == "string" else list(inputs)
@@ -231,15 +238,17 @@ def truncate_at_stop(tokens, start, stop_token_ids):
 
 
 def format_outputs(rows, kind, tokenizer, stop_token_ids):
-    """Outputs shaped like the inputs: strings back to strings."""
+    """Outputs shaped like the inputs: strings back to strings.
+
+    Strings are clean text: the stop ids are dropped, and
+    `keras_tfm.data.detokenize` drops a WordPiece tokenizer's special tokens
+    (`[START]`, `[END]`, `[PAD]`, ...) and rejoins its pieces and punctuation
+    ("I've a dog.", not "I ' ve a dog .").
+    """
     if kind in ("string", "strings"):
         stops = set(stop_token_ids or ())
         texts = [
-            tokenizer.detokenize([[t for t in row if t not in stops]])[0]
-            for row in rows
-        ]
-        texts = [
-            t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in texts
+            detokenize(tokenizer, [t for t in row if t not in stops]) for row in rows
         ]
         return texts[0] if kind == "string" else texts
     return rows[0] if kind == "ids" else rows

@@ -7,7 +7,11 @@ from keras_tfm.generation.conversation import chat
 from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.models._common import TransformerModel, check_token_ids
-from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
+from keras_tfm.models.tokenizer_attachment import (
+    restore_tokenizer,
+    serialize_tokenizer,
+    tokenizer_end_id,
+)
 from keras_tfm.validation import check_positive_int, check_rank
 
 
@@ -337,7 +341,10 @@ class CausalLM(TransformerModel):
             top_k, top_p: the cut-offs of "top_k" / "top_p" sampling.
             num_beams: the beam width of "beam" (beam search if > 1).
             stop_token_ids: ids that end a row's generation (kept in the
-                output; dropped from strings).
+                output; dropped from strings). None: the attached tokenizer's
+                end token (`end_token_id`, or "[END]", "</s>",
+                "<|endoftext|>", "<|im_end|>" in its vocabulary) when it has
+                one; `[]` for none.
             seed: makes random sampling repeatable.
             length_penalty: the GNMT length-penalty exponent of beam search.
             stream: return a generator of new pieces instead of the outputs;
@@ -350,7 +357,9 @@ class CausalLM(TransformerModel):
 
         Returns:
             Per prompt, the prompt followed by the new tokens: a list of lists
-            of ids (one list for one prompt), or strings for string prompts.
+            of ids (one list for one prompt), or strings for string prompts
+            (detokenized by `keras_tfm.data.detokenize`, without the stop
+            token).
             With `stream=True`, a generator yielding at each step the new
             piece (a token id; with string prompts the new text), or for a
             list of prompts a list with one piece per prompt ("" or None
@@ -361,6 +370,8 @@ class CausalLM(TransformerModel):
             "prompts", prompts, self.vocabulary_size, self.padding_id, self.tokenizer
         )
         check_positive_int("max_new_tokens", max_new_tokens)
+        if stop_token_ids is None:
+            stop_token_ids = tokenizer_end_id(self.tokenizer)
         stop_token_ids = gen.check_stop_token_ids(stop_token_ids, self.vocabulary_size)
         longest = max(len(row) for row in rows)
         slides = sliding_window.check_room(

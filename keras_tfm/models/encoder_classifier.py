@@ -1,13 +1,38 @@
 import keras
+import numpy as np
 
+from keras_tfm.data.tokenizers import encode_for_classification
 from keras_tfm.models.class_labels import ClassLabelCheckMixin
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
 from keras_tfm.models.pooling import mean_pool
 from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
+from keras_tfm.models.tokenizer_attachment import (
+    is_text,
+    restore_tokenizer,
+    serialize_tokenizer,
+    text_list,
+)
 from keras_tfm.validation import check_choice, check_positive_int, check_rate
 
 POOLINGS = ("cls", "mean")
+
+
+def check_class_names(class_names, num_classes):
+    """None, or a list of `num_classes` distinct strings."""
+    if class_names is None:
+        return None
+    names = list(class_names) if isinstance(class_names, list | tuple) else None
+    if (
+        names is None
+        or len(names) != num_classes
+        or not all(isinstance(n, str) for n in names)
+        or len(set(names)) != len(names)
+    ):
+        raise ValueError(
+            f"`class_names` must be None or {num_classes} distinct strings "
+            f"(one per class). Received: class_names={class_names!r}"
+        )
+    return names
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -33,13 +58,22 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
         num_classes: number of classes.
         pooling: "cls" (the first token) or "mean" (over real tokens).
         dropout: dropout rate before the classification layer.
-        tokenizer: optional keras-hub tokenizer (e.g. a `WordPieceTokenizer`);
-            saved with the model (its vocabulary as an asset), so that a
-            `.keras` file or preset carries what it needs to read text.
+        tokenizer: optional keras-hub tokenizer (e.g. a `WordPieceTokenizer`
+            with "[CLS]", "[SEP]" and "[PAD]"); saved with the model (its
+            vocabulary as an asset), so that a `.keras` file or preset
+            carries what it needs to read text. With it, the model, `predict`
+            and `classify` take raw strings, as keras-hub's tasks do through
+            their preprocessor.
+        class_names: optional names of the classes, by index (e.g. the
+            categories a dataset loader returns); `classify` returns them.
+            Saved in the config, so a preset carries its label set.
 
     Call arguments:
         inputs: what the backbone takes: int token ids (batch, seq), or a dict
-            with "token_ids" and optionally "segment_ids" and "padding_mask".
+            with "token_ids" and optionally "segment_ids" and "padding_mask";
+            with a tokenizer, also a string or a list of strings (encoded as
+            "[CLS] text [SEP]", truncated to the backbone's
+            `max_sequence_length`).
         training: whether dropout is active.
 
     Returns:
@@ -52,6 +86,17 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
     >>> classifier = keras_tfm.models.EncoderClassifier(backbone, num_classes=3)
     >>> classifier(np.array([[2, 5, 7, 0]])).shape
     TensorShape([1, 3])
+
+    With a tokenizer and class names, strings go in and names come out:
+    >>> tokenizer = keras_tfm.data.train_word_piece_tokenizer(
+    ...     ["the cat sat", "a dog ran"], vocabulary_size=40)
+    >>> classifier = keras_tfm.models.EncoderClassifier(
+    ...     backbone, num_classes=3, tokenizer=tokenizer,
+    ...     class_names=["cats", "dogs", "other"])
+    >>> classifier.predict(["the cat sat", "a dog"], verbose=0).shape
+    (2, 3)
+    >>> classifier.classify("the cat sat") in classifier.class_names
+    True
     """
 
     def __init__(
@@ -61,6 +106,7 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
         pooling="cls",
         dropout=0.0,
         tokenizer=None,
+        class_names=None,
         **kwargs,
     ):
         if not isinstance(backbone, EncoderBackbone):
@@ -74,6 +120,7 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
         self.pooling = check_choice("pooling", pooling, POOLINGS)
         self.dropout = check_rate("dropout", dropout)
         self.tokenizer = restore_tokenizer(tokenizer)
+        self.class_names = check_class_names(class_names, self.num_classes)
 
         hidden_dim = backbone.hidden_dim
         policy = self.dtype_policy
@@ -113,6 +160,93 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
         pooled = self.classifier_dropout(pooled, training=training)
         return self.classifier(pooled)
 
+    def __call__(self, inputs, *args, **kwargs):
+        if is_text(inputs):
+            inputs = self.encode_texts(inputs)
+        return super().__call__(inputs, *args, **kwargs)
+
+    def encode_texts(self, texts):
+        """Token ids "[CLS] text [SEP]" of strings, padded to the longest.
+
+        Args:
+            texts: a string or a list of strings.
+
+        Returns:
+            An int32 array (len(texts), length), `length` the longest encoded
+            text (at most the backbone's `max_sequence_length`), padded with
+            "[PAD]"; padding changes no prediction (it is masked).
+        """
+        texts, _ = text_list("inputs", texts, self.tokenizer, self)
+        ids = encode_for_classification(
+            self.tokenizer, texts, self.backbone.max_sequence_length
+        )
+        pad_id = self.tokenizer.token_to_id("[PAD]")
+        return ids[:, : max(3, int((ids != pad_id).sum(axis=1).max()))]
+
+    def predict(self, x, *args, **kwargs):
+        """Keras' `predict`, also taking a list of strings with a tokenizer.
+
+        Strings are encoded by `encode_texts` (to the backbone's
+        `max_sequence_length`, so every batch has one shape); anything else
+        goes to `keras.Model.predict` unchanged. Returns logits
+        (batch, num_classes).
+        """
+        if is_text(x):
+            texts, _ = text_list("x", x, self.tokenizer, self)
+            x = encode_for_classification(
+                self.tokenizer, texts, self.backbone.max_sequence_length
+            )
+        return super().predict(x, *args, **kwargs)
+
+    def classify(self, texts, top_k=None, batch_size=32):
+        """The class of each text: its name (or index without `class_names`).
+
+        Args:
+            texts: a string or a list of strings.
+            top_k: None for the best class; an int k for the k most probable
+                classes with their probabilities, best first.
+            batch_size: how many texts go through the model at once.
+
+        Returns:
+            For one string, its class name (an int index when the model has
+            no `class_names`), or with `top_k` a list of `(name, probability)`
+            pairs; for a list of strings, a list of those.
+
+        Example:
+        >>> model = keras_tfm.zoo.from_preset("fortunes_classifier")
+        >>> model.classify("Real programmers use vi.") in model.class_names
+        True
+        """
+        texts, single = text_list("texts", texts, self.tokenizer, self)
+        if top_k is not None:
+            if (
+                isinstance(top_k, bool)
+                or not isinstance(top_k, int)
+                or not 1 <= top_k <= self.num_classes
+            ):
+                raise ValueError(
+                    f"`top_k` must be None or an int in [1, {self.num_classes}]. "
+                    f"Received: top_k={top_k!r}"
+                )
+        check_positive_int("batch_size", batch_size)
+        logits = []
+        for start in range(0, len(texts), batch_size):
+            ids = self.encode_texts(texts[start : start + batch_size])
+            logits.append(np.asarray(self(ids, training=False), "float64"))
+        logits = np.concatenate(logits)
+        probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities /= probabilities.sum(axis=1, keepdims=True)
+        names = self.class_names or list(range(self.num_classes))
+        if top_k is None:
+            results = [names[i] for i in probabilities.argmax(axis=1)]
+        else:
+            order = np.argsort(-probabilities, axis=1, kind="stable")[:, :top_k]
+            results = [
+                [(names[i], float(row[i])) for i in best]
+                for row, best in zip(probabilities, order, strict=True)
+            ]
+        return results[0] if single else results
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -122,6 +256,7 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
                 "pooling": self.pooling,
                 "dropout": self.dropout,
                 "tokenizer": serialize_tokenizer(self.tokenizer),
+                "class_names": self.class_names,
             }
         )
         return self._add_quantization_config(config)

@@ -1,11 +1,19 @@
 import keras
 import keras_hub
+import numpy as np
 
+from keras_tfm.data.detokenization import detokenize
 from keras_tfm.models.encoder_backbone import (
     EncoderBackbone,
     unpack_encoder_inputs,
 )
 from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.models.tokenizer_attachment import (
+    restore_tokenizer,
+    serialize_tokenizer,
+    special_token_id,
+    text_list,
+)
 from keras_tfm.validation import check_rank
 
 INPUT_KEYS = ("token_ids", "mask_positions", "segment_ids", "padding_mask")
@@ -34,6 +42,9 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
     Args:
         backbone: an `EncoderBackbone`; `mlm.backbone` can later feed an
             `EncoderClassifier`.
+        tokenizer: optional keras-hub tokenizer with a "[MASK]" token (a
+            `WordPieceTokenizer` from `train_word_piece_tokenizer`, or
+            BERT's); saved with the model, and `fill_mask` then takes text.
 
     Call arguments:
         inputs: a dict with "token_ids" (batch, seq), "mask_positions"
@@ -55,7 +66,7 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
     TensorShape([1, 2, 50])
     """
 
-    def __init__(self, backbone, **kwargs):
+    def __init__(self, backbone, tokenizer=None, **kwargs):
         if not isinstance(backbone, EncoderBackbone):
             raise ValueError(
                 "`backbone` must be an EncoderBackbone. "
@@ -63,6 +74,7 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
             )
         super().__init__(**kwargs)
         self.backbone = backbone
+        self.tokenizer = restore_tokenizer(tokenizer)
         # keras-hub's MaskedLMHead (autocast=False) adds its float32 bias to
         # logits cast to the compute dtype, which fails under a mixed policy;
         # there the head runs in float32, as the logits should anyway.
@@ -100,9 +112,151 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
         hidden = self.backbone(inputs, training=training)
         return self.mlm_head(hidden, mask_positions=mask_positions)
 
+    def _special_id(self, attribute, token):
+        value = getattr(self.tokenizer, attribute, None)
+        if isinstance(value, int | np.integer):
+            return int(value)
+        return special_token_id(self.tokenizer, (token,))
+
+    def _special_token_ids(self):
+        """The ids of a WordPiece tokenizer's special tokens, [UNK] included."""
+        if not isinstance(self.tokenizer, keras_hub.tokenizers.WordPieceTokenizer):
+            return set()
+        tokens = set(self.tokenizer.special_tokens or ())
+        tokens.update(self.tokenizer.get_config().get("special_tokens") or ())
+        tokens.add(self.tokenizer.oov_token)
+        vocabulary = self.tokenizer.get_vocabulary()
+        return {i for i, token in enumerate(vocabulary) if token in tokens}
+
+    def _encode_with_masks(self, text, mask_token):
+        """`[CLS] text [SEP]` ids, each literal `mask_token` as the mask id."""
+        mask_id = self._special_id("mask_token_id", "[MASK]")
+        if mask_id is None:
+            raise ValueError(
+                'The tokenizer has no "[MASK]" token. Received: a '
+                f"{type(self.tokenizer).__name__} without one"
+            )
+        parts = text.split(mask_token)
+        if len(parts) < 2:
+            raise ValueError(
+                f"The text must contain at least one {mask_token}. "
+                f"Received: text={text!r}"
+            )
+        # Tokenized piece by piece: a tokenizer that splits punctuation would
+        # cut "[MASK]" into "[", "mask", "]".
+        pieces = self.tokenizer([p for p in parts])
+        pieces = pieces.to_list() if hasattr(pieces, "to_list") else list(pieces)
+        ids = []
+        for i, piece in enumerate(pieces):
+            if i:
+                ids.append(mask_id)
+            ids.extend(int(t) for t in np.asarray(piece).reshape(-1))
+        cls_id = self._special_id("cls_token_id", "[CLS]")
+        sep_id = self._special_id("sep_token_id", "[SEP]")
+        ids = ([] if cls_id is None else [cls_id]) + ids
+        ids += [] if sep_id is None else [sep_id]
+        if len(ids) > self.backbone.max_sequence_length:
+            raise ValueError(
+                f"The text is {len(ids)} tokens long, more than the backbone's "
+                f"max_sequence_length={self.backbone.max_sequence_length}. "
+                f"Received: text={text[:80]!r}"
+            )
+        ids = np.asarray(ids, "int32")
+        return ids, np.flatnonzero(ids == mask_id), (cls_id, sep_id)
+
+    def fill_mask(self, texts, top_k=5, mask_token="[MASK]"):
+        """The most probable tokens for each mask of a text, with probabilities.
+
+        The classic demonstration of masked-LM pretraining, as HuggingFace's
+        "fill-mask" pipeline: each `[MASK]` is predicted from both sides of
+        its context, all masks of a text in one forward pass.
+
+        Special tokens (`[PAD]`, `[CLS]`, `[MASK]`, `[UNK]`, ...) are never
+        candidates; the probabilities are the model's softmax over the whole
+        vocabulary.
+
+        Args:
+            texts: a string, or a list of strings, each with at least one
+                `mask_token`.
+            top_k: how many candidates per mask, best first.
+            mask_token: the placeholder written in the text.
+
+        Returns:
+            For a text with one mask, a list of `top_k` dicts
+            `{"token", "token_id", "probability", "text"}`, where "text" is
+            the input with that token in the mask's place; for a text with
+            several masks, one such list per mask (in order); for a list of
+            texts, a list of those.
+
+        Example:
+        >>> import keras_hub
+        >>> tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
+        ...     vocabulary=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the",
+        ...                 "cat", "dog", "sat", "on", "mat", "."],
+        ...     special_tokens=["[PAD]", "[CLS]", "[SEP]", "[MASK]"],
+        ...     oov_token="[UNK]", lowercase=True)
+        >>> backbone = keras_tfm.models.EncoderBackbone(
+        ...     vocabulary_size=12, num_layers=1, num_heads=2, hidden_dim=16,
+        ...     intermediate_dim=32, max_sequence_length=16)
+        >>> mlm = keras_tfm.models.MaskedLanguageModel(backbone, tokenizer)
+        >>> candidates = mlm.fill_mask("The [MASK] sat on the mat.", top_k=3)
+        >>> len(candidates), sorted(candidates[0])
+        (3, ['probability', 'text', 'token', 'token_id'])
+        """
+        texts, single = text_list("texts", texts, self.tokenizer, self)
+        vocabulary_size = self.backbone.vocabulary_size
+        if (
+            isinstance(top_k, bool)
+            or not isinstance(top_k, int)
+            or not 1 <= top_k <= vocabulary_size
+        ):
+            raise ValueError(
+                f"`top_k` must be an int in [1, {vocabulary_size}]. "
+                f"Received: top_k={top_k!r}"
+            )
+        if not isinstance(mask_token, str) or not mask_token:
+            raise ValueError(
+                f"`mask_token` must be a non-empty string. Received: {mask_token!r}"
+            )
+        excluded = self._special_token_ids()
+        results = []
+        for text in texts:
+            ids, positions, ends = self._encode_with_masks(text, mask_token)
+            logits = self(
+                {"token_ids": ids[None], "mask_positions": positions[None]},
+                training=False,
+            )
+            logits = np.asarray(logits, "float64")[0]  # (num_masks, vocabulary)
+            probabilities = np.exp(logits - logits.max(axis=-1, keepdims=True))
+            probabilities /= probabilities.sum(axis=-1, keepdims=True)
+            inner = ids.tolist()
+            inner = inner[1 if ends[0] is not None else 0 :]
+            inner = inner[: -1 if ends[1] is not None else None]
+            offset = 1 if ends[0] is not None else 0
+            per_mask = []
+            for position, row in zip(positions, probabilities, strict=True):
+                ranked = np.argsort(-row, kind="stable")
+                best = [i for i in ranked if int(i) not in excluded][:top_k]
+                candidates = []
+                for token_id in best:
+                    filled = list(inner)
+                    filled[position - offset] = int(token_id)
+                    candidates.append(
+                        {
+                            "token": detokenize(self.tokenizer, [int(token_id)], False),
+                            "token_id": int(token_id),
+                            "probability": float(row[token_id]),
+                            "text": detokenize(self.tokenizer, filled, False),
+                        }
+                    )
+                per_mask.append(candidates)
+            results.append(per_mask[0] if len(per_mask) == 1 else per_mask)
+        return results[0] if single else results
+
     def get_config(self):
         config = super().get_config()
         config["backbone"] = keras.saving.serialize_keras_object(self.backbone)
+        config["tokenizer"] = serialize_tokenizer(self.tokenizer)
         return self._add_quantization_config(config)
 
     @classmethod

@@ -7,7 +7,12 @@ from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfm.models._common import TransformerModel, check_token_ids
-from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
+from keras_tfm.models.tokenizer_attachment import (
+    restore_tokenizer,
+    serialize_tokenizer,
+    tokenizer_end_id,
+    tokenizer_start_id,
+)
 from keras_tfm.validation import check_positive_int, check_rank
 
 
@@ -417,7 +422,7 @@ class Seq2SeqTransformer(TransformerModel):
         self,
         source_ids,
         max_new_tokens,
-        start_token_id,
+        start_token_id=None,
         stop_token_ids=None,
         num_beams=1,
         length_penalty=0.6,
@@ -436,9 +441,12 @@ class Seq2SeqTransformer(TransformerModel):
                 (batch, seq) int array padded with `padding_id`, or with a
                 tokenizer attached a string or a list of strings.
             max_new_tokens: the most tokens to generate per source.
-            start_token_id: the first decoder input.
+            start_token_id: the first decoder input. None: the attached
+                tokenizer's start token (`start_token_id`, or "[START]",
+                "<s>", "[CLS]" in its vocabulary).
             stop_token_ids: ids that end a hypothesis (kept in the output;
-                dropped from strings).
+                dropped from strings). None: the attached tokenizer's end
+                token ("[END]", "</s>", ...) if it has one; `[]` for none.
             num_beams: beam width; > 1 is beam search.
             length_penalty: alpha of the GNMT length penalty
                 ((5 + n) / 6) ** alpha of beam search (0: none).
@@ -448,7 +456,9 @@ class Seq2SeqTransformer(TransformerModel):
 
         Returns:
             Per source, the generated tokens (without the start token): a list
-            of id lists (one list for one source), or strings.
+            of id lists (one list for one source), or for string sources
+            clean strings, without "[START]", "[END]" or "[PAD]" and with
+            word pieces and punctuation rejoined by `keras_tfm.data.detokenize`.
         """
         rows, kind = gen.normalize_token_batch(
             "source_ids",
@@ -470,6 +480,14 @@ class Seq2SeqTransformer(TransformerModel):
                 f"{self.max_sequence_length}. Received: max_new_tokens="
                 f"{max_new_tokens}"
             )
+        if start_token_id is None:
+            start_token_id = tokenizer_start_id(self.tokenizer)
+            if start_token_id is None:
+                raise ValueError(
+                    "`start_token_id` is needed: pass it, or attach a tokenizer "
+                    'whose vocabulary has "[START]" (or "<s>"). Received: '
+                    f"start_token_id=None and tokenizer={self.tokenizer!r}"
+                )
         if (
             isinstance(start_token_id, bool)
             or not isinstance(start_token_id, (int, np.integer))
@@ -479,6 +497,8 @@ class Seq2SeqTransformer(TransformerModel):
                 f"`start_token_id` must be an id in [0, {self.vocabulary_size}). "
                 f"Received: start_token_id={start_token_id!r}"
             )
+        if stop_token_ids is None:
+            stop_token_ids = tokenizer_end_id(self.tokenizer)
         stop_token_ids = gen.check_stop_token_ids(stop_token_ids, self.vocabulary_size)
         sampler, key = gen.make_sampler(
             sampler, 1.0, None, None, num_beams, length_penalty, self.fill_id, seed

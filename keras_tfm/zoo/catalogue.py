@@ -5,7 +5,6 @@ A catalogue is a folder with one sub-folder per preset:
     <root>/<name>/config.json        {"class_name": "CausalLM", "config": {...}}
     <root>/<name>/README.md          the model card
     <root>/<name>/model.weights.h5   optional, loaded after building
-    <root>/<name>/labels.json        optional, a classifier's class names
     <root>/<name>/assets/<layer>/    optional, e.g. a tokenizer's vocabulary
     <root>/<name>/source.json        instead of config.json: weights from an
                                      installed pip package (installed_checkpoints)
@@ -38,7 +37,6 @@ from keras_tfm.zoo.installed_checkpoints import (
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
 WEIGHTS_FILE = "model.weights.h5"
-LABELS_FILE = "labels.json"
 ASSETS_DIR = "assets"
 PACKAGE = "keras_tfm"
 # What a preset's weights are, for `list_presets(weights=...)`.
@@ -147,16 +145,24 @@ def preset_card(name, root=None):
 
 
 def preset_labels(name, root=None):
-    """The class names of a classifier preset (its labels.json), by class index.
+    """The class names of a classifier preset, by class index, without building it.
+
+    They are the `class_names` of the classifier's config (what
+    `from_preset(name).class_names` holds).
 
     Example:
     >>> keras_tfm.zoo.preset_labels("fortunes_classifier")[:2]
     ['art', 'computers']
     """
-    path = preset_dir(name, root) / LABELS_FILE
-    if not path.is_file():
-        raise ValueError(f"Preset {name!r} has no class names: {path} is missing.")
-    return json.loads(path.read_text(encoding="utf-8"))
+    path = preset_dir(name, root) / CONFIG_FILE
+    names = _read_spec(path)["config"].get("class_names")
+    if not names:
+        raise ValueError(
+            f"Preset {name!r} has no class names: the config in {path} has no "
+            "`class_names` (build the classifier with class_names=... and save "
+            "it again)."
+        )
+    return list(names)
 
 
 def registered_classes():

@@ -19,6 +19,17 @@ from keras_tfm.zoo.catalogue import (
     check_preset_name,
 )
 
+LOAD_LINE = 'Load it with `keras_tfm.zoo.from_preset("{name}")`.'
+
+USAGE = """## Usage
+
+```python
+>>> import keras_tfm
+>>> model = keras_tfm.zoo.from_preset("{name}")
+>>> {expression}
+{output}
+```"""
+
 CARD = """# {name}
 
 {description}
@@ -29,7 +40,7 @@ CARD = """# {name}
 | Parameters | {parameters:,} |
 | Weights | {weights} |
 
-Load it with `keras_tfm.zoo.from_preset("{name}")`.
+{usage}
 
 ## Intended use
 
@@ -57,6 +68,7 @@ def save_preset(
     save_weights=True,
     overwrite=False,
     verify=True,
+    usage=None,
 ):
     """Writes `model` as a preset folder: config.json, weights, assets, card.
 
@@ -68,6 +80,10 @@ def save_preset(
     README.md states the parameter count and the given texts. With
     `verify=True` the folder is then loaded back and its weights compared.
 
+    With `usage`, the card shows how to use the preset in two lines, as a
+    doctest: loading it, then `usage` with its output, computed here on the
+    preset as loaded back (the test suite runs the cards' doctests).
+
     Args:
         model: a model whose class is registered under package "keras_tfm".
         directory: the preset folder to write, e.g. "zoo/gpt-tiny-shakespeare".
@@ -78,6 +94,9 @@ def save_preset(
         save_weights: whether to write the weights (False: a config-only preset).
         overwrite: whether to replace an existing non-empty folder.
         verify: whether to load the written preset back and compare weights.
+        usage: optional one-line Python expression on `model`, e.g.
+            `'model.classify("Real programmers use vi.")'`; the caller's own
+            code, evaluated (like a doctest) to write its output in the card.
 
     Returns:
         The folder, a `pathlib.Path`.
@@ -104,6 +123,12 @@ def save_preset(
     for key, text in texts.items():
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"`{key}` must be a non-empty string. Received: {text!r}")
+    if usage is not None and (
+        not isinstance(usage, str) or not usage.strip() or "\n" in usage.strip()
+    ):
+        raise ValueError(
+            f"`usage` must be None or a one-line expression. Received: {usage!r}"
+        )
     if save_weights and not model.built:
         raise ValueError(
             "`model` must be built (called once) to save its weights. "
@@ -138,17 +163,7 @@ def save_preset(
         assets = directory / ASSETS_DIR / layer.name
         assets.mkdir(parents=True, exist_ok=True)
         layer.save_assets(str(assets))
-    card = CARD.format(
-        name=name,
-        class_name=spec["class_name"],
-        parameters=model.count_params() if model.built else 0,
-        weights=f"{WEIGHTS_FILE} (model weights only, no optimizer state)"
-        if save_weights
-        else "none (config only)",
-        **{key: text.strip() for key, text in texts.items()},
-    )
-    (directory / CARD_FILE).write_text(card, encoding="utf-8")
-
+    loaded = None
     if verify:
         loaded = build_from_directory(directory, load_weights=save_weights)
         if save_weights:
@@ -161,4 +176,23 @@ def save_preset(
                         f"The preset written to {directory} does not reload to the "
                         f"same weights (first difference: {saved.path})."
                     )
+    if usage is None:
+        usage_text = LOAD_LINE.format(name=name)
+    else:
+        # The card's doctest output is what the expression gives on the preset.
+        output = eval(usage.strip(), {"model": model if loaded is None else loaded})
+        usage_text = USAGE.format(
+            name=name, expression=usage.strip(), output=repr(output)
+        )
+    card = CARD.format(
+        name=name,
+        usage=usage_text,
+        class_name=spec["class_name"],
+        parameters=model.count_params() if model.built else 0,
+        weights=f"{WEIGHTS_FILE} (model weights only, no optimizer state)"
+        if save_weights
+        else "none (config only)",
+        **{key: text.strip() for key, text in texts.items()},
+    )
+    (directory / CARD_FILE).write_text(card, encoding="utf-8")
     return directory

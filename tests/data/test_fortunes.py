@@ -143,7 +143,9 @@ def test_docstring_examples():
     import doctest
 
     import keras_tfm
-    from keras_tfm.models import text_classification
+    from keras_tfm.models import encoder_classifier
 
-    result = doctest.testmod(text_classification, extraglobs={"keras_tfm": keras_tfm})
+    result = doctest.testmod(
+        encoder_classifier, extraglobs={"keras_tfm": keras_tfm, "np": np}
+    )
     assert result.attempted > 0 and result.failed == 0

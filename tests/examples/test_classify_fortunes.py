@@ -9,7 +9,6 @@ from sklearn.metrics import accuracy_score, f1_score
 
 import keras_tfm
 from keras_tfm.datasets.fortunes import fortune_splits
-from keras_tfm.models.text_classification import classify_texts
 from tests.conftest import requires_debian_package
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "classify_fortunes.py"
@@ -33,7 +32,7 @@ def test_quick_run_writes_results_history_and_model(tmp_path, capsys):
     written = json.loads((tmp_path / "results.json").read_text())
     assert written["results"] == summary["results"]
     # The reported scores of our model are those of the model it saved, on
-    # the test slice, recomputed here through the library's classify_texts
+    # the test slice, recomputed here through the saved model's classify()
     # and scikit-learn (not the example's bucketed prediction loop).
     config = {**example.CONFIG, **example.QUICK}
     splits = fortune_splits(seed=config["seed"])
@@ -41,7 +40,8 @@ def test_quick_run_writes_results_history_and_model(tmp_path, capsys):
         *splits["test"], config["evaluation_examples"], 3
     )
     saved = keras.models.load_model(tmp_path / "fortunes_classifier.keras")
-    predictions, _ = classify_texts(saved, texts)
+    names = saved.classify(texts)
+    predictions = [saved.class_names.index(name) for name in names]
     ours = summary["results"]["Transformer encoder (ours)"]
     assert ours["accuracy"] == pytest.approx(accuracy_score(labels, predictions))
     assert ours["macro_f1"] == pytest.approx(
@@ -63,12 +63,14 @@ def test_the_preset_classifies_held_out_entries_offline():
     sample = json.loads((directory / "test_sample.json").read_text())
     texts = [row["text"] for row in sample]
     labels = np.array([row["label"] for row in sample])
-    predictions, probabilities = classify_texts(model, texts)
-    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
-    accuracy = float(np.mean(predictions == labels))
+    assert model.class_names == names
+    predictions = model.classify(texts)
+    accuracy = float(
+        np.mean([p == names[y] for p, y in zip(predictions, labels, strict=True)])
+    )
     # 27 classes: chance is under 0.04 and the majority class about 0.09.
     assert accuracy >= 0.3, accuracy
-    named, _ = classify_texts(model, texts[:2], names)
-    assert all(name in names for name in named)
-    with pytest.raises(ValueError, match="tokenizer"):
-        classify_texts(model.backbone, texts[:1])
+    ranked = model.classify(texts[:2], top_k=3)
+    for row, best in zip(ranked, predictions[:2], strict=True):
+        assert row[0][0] == best and all(name in names for name, _ in row)
+        assert 0.0 < row[1][1] <= row[0][1] <= 1.0

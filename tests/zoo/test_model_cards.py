@@ -1,0 +1,112 @@
+"""The model cards' usage snippets run as doctests; task presets answer strings."""
+
+import doctest
+import re
+
+import keras_hub
+import pytest
+
+import keras_tfm
+from keras_tfm import zoo
+
+TRAINED_TASKS = ("fortunes_classifier", "kjv_gpt", "translator_de_en")
+_PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+
+def card_examples(name):
+    """The doctest examples of the ```python blocks of a preset's card."""
+    blocks = _PYTHON_BLOCK.findall(zoo.preset_card(name))
+    parser = doctest.DocTestParser()
+    return [
+        parser.get_doctest(block, {}, f"{name}/README.md", None, 0)
+        for block in blocks
+        if ">>>" in block
+    ]
+
+
+def run(test):
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    return runner.summarize(verbose=False)
+
+
+@pytest.mark.parametrize("name", TRAINED_TASKS)
+def test_the_card_of_a_trained_preset_uses_it_in_two_lines_that_run(name):
+    tests = card_examples(name)
+    assert len(tests) == 1
+    lines = [example.source for example in tests[0].examples]
+    assert lines[0] == "import keras_tfm\n"
+    assert lines[1] == f'model = keras_tfm.zoo.from_preset("{name}")\n'
+    assert len(lines) == 3 and lines[2].startswith("model.")
+    result = run(tests[0])
+    assert result.attempted == 3 and result.failed == 0
+
+
+def test_every_card_with_examples_runs():
+    names = [name for name in zoo.list_presets() if card_examples(name)]
+    assert set(TRAINED_TASKS) <= set(names)
+    for name in sorted(set(names) - set(TRAINED_TASKS)):
+        for test in card_examples(name):
+            assert run(test).failed == 0, name
+
+
+def test_the_classifier_preset_answers_a_string_with_a_label_name():
+    model = zoo.from_preset("fortunes_classifier")
+    labels = zoo.preset_labels("fortunes_classifier")
+    assert labels == model.class_names and len(labels) == model.num_classes
+    assert model.classify("A penny saved is a penny earned.") in labels
+    assert model.predict(["A penny saved is a penny earned."], verbose=0).shape == (
+        1,
+        len(labels),
+    )
+
+
+def test_the_translator_preset_answers_a_string_with_clean_text():
+    model = zoo.from_preset("translator_de_en")
+    text = model.generate("Ich habe einen Hund.", max_new_tokens=24)
+    assert isinstance(text, str) and text.strip()
+    for special in ("[START]", "[END]", "[PAD]"):
+        assert special not in text
+    # WordPiece splits punctuation off; the string puts it back.
+    assert not re.search(r" [.,!?’']", text), text
+
+
+def test_the_generator_preset_continues_the_prompt():
+    model = zoo.from_preset("kjv_gpt")
+    prompt = "And the LORD said unto Moses"
+    text = model.generate(prompt, max_new_tokens=16)
+    assert text.startswith(prompt) and len(text) > len(prompt)
+
+
+def test_preset_labels_of_a_preset_without_class_names_raises():
+    with pytest.raises(ValueError, match="class_names"):
+        zoo.preset_labels("kjv_gpt")
+
+
+def test_save_preset_writes_a_usage_doctest_that_runs(tmp_path):
+    model = keras_tfm.models.CausalLM(
+        vocabulary_size=256,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=32,
+        tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
+    )
+    directory = zoo.save_preset(
+        model,
+        tmp_path / "tiny_gpt",
+        "A test model.",
+        "Tests only.",
+        "None: random weights.",
+        "pytest tests/zoo",
+        usage='model.generate("Hi", max_new_tokens=3)',
+    )
+    card = (directory / "README.md").read_text()
+    assert '>>> model = keras_tfm.zoo.from_preset("tiny_gpt")' in card
+    expected = repr(model.generate("Hi", max_new_tokens=3))
+    assert f'>>> model.generate("Hi", max_new_tokens=3)\n{expected}\n' in card
+    with pytest.raises(ValueError, match="usage"):
+        zoo.save_preset(
+            model, tmp_path / "x", "d", "u", "t", "c", usage="a\nb", overwrite=True
+        )
