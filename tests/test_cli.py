@@ -234,7 +234,7 @@ def test_the_stderr_filter_drops_only_absl_lines():
 
 def test_generate_prints_the_streamed_sample_equal_to_the_whole(trained, capsys):
     """Greedy: the pieces printed as they come join into `generate`'s output."""
-    model, _ = trained
+    model, *_ = trained
     cli.main(
         ["generate", str(model), "--prompt", "In the", "--max-new-tokens", "6",
          "--sampler", "greedy"]
