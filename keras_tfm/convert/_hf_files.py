@@ -121,3 +121,16 @@ def assign_weights(model, weights):
 def model_weights(model):
     """Our weight path -> float32 NumPy array."""
     return {w.path: np.asarray(w.numpy(), "float32") for w in model.weights}
+
+
+def check_format_settings(format_name, checks):
+    """Raises if a model setting differs from what `format_name` can hold.
+
+    `checks` maps each setting's name to `(wanted, got)`.
+    """
+    for name, (wanted, got) in checks.items():
+        if got != wanted:
+            raise ValueError(
+                f"A {format_name} checkpoint needs {name}={wanted!r}. "
+                f"Received: {name}={got!r}"
+            )

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from keras_tfm.convert._hf_files import check_format_settings
 from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer
 from keras_tfm.models.encoder_backbone import EncoderBackbone
 
@@ -291,11 +292,7 @@ def _check_saveable(backbone, tokenizer):
             attention.effective_num_key_value_heads,
         ),
     }
-    for name, (wanted, got) in checks.items():
-        if got != wanted:
-            raise ValueError(
-                f"A BERT checkpoint needs {name}={wanted!r}. Received: {name}={got!r}"
-            )
+    check_format_settings("BERT", checks)
     if backbone.activation not in ACTIVATIONS.values():
         raise ValueError(
             f"A BERT checkpoint needs activation in {list(ACTIVATIONS)}. Received: "

@@ -19,6 +19,7 @@ from keras_tfm.convert._hf_bpe import (
 from keras_tfm.convert._hf_files import (
     assign_weights,
     check_directory,
+    check_format_settings,
     model_weights,
     read_json,
     read_safetensors,
@@ -251,11 +252,7 @@ def _check_saveable(model, tokenizer):
             attention.effective_num_key_value_heads,
         ),
     }
-    for name, (wanted, got) in checks.items():
-        if got != wanted:
-            raise ValueError(
-                f"A GPT-2 checkpoint needs {name}={wanted!r}. Received: {name}={got!r}"
-            )
+    check_format_settings("GPT-2", checks)
     if model.activation not in ACTIVATIONS.values():
         raise ValueError(
             "A GPT-2 checkpoint needs activation 'gelu_approximate', 'gelu' or "

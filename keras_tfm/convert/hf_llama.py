@@ -14,6 +14,7 @@ from keras_tfm.convert._hf_bpe import read_vocab_and_merges, write_tokenizer_jso
 from keras_tfm.convert._hf_files import (
     assign_weights,
     check_directory,
+    check_format_settings,
     model_weights,
     read_json,
     read_safetensors,
@@ -223,11 +224,7 @@ def _saveable_config(model, tokenizer):
         "position_encoding": ("rotary", model.position_encoding),
         "activation": ("swiglu", model.activation),
     }
-    for name, (wanted, got) in checks.items():
-        if got != wanted:
-            raise ValueError(
-                f"A Llama checkpoint needs {name}={wanted!r}. Received: {name}={got!r}"
-            )
+    check_format_settings("Llama", checks)
     if not isinstance(tokenizer, GGUFBytePairTokenizer):
         raise ValueError(
             "`tokenizer` must be a GGUFBytePairTokenizer (as load_hf_llama "
