@@ -299,30 +299,48 @@ def test_llama_mapping_docstring_examples():
 
 
 @pytest.mark.parametrize("untied", [False, True])
-def test_the_gguf_loader_could_use_this_mapping(tmp_path, untied):
-    # GGUF tensors renamed to HuggingFace names (q/k rows un-permuted) give,
-    # through llama_weights, exactly what gguf_llama's own mapping gives: the
-    # two file formats can share one Llama mapping.
+def test_the_gguf_loader_goes_through_this_mapping(tmp_path, untied, monkeypatch):
+    # The GGUF loader hands llama.llama_weights the file's tensors under
+    # HuggingFace names: renamed by hand here, q/k rows un-permuted.
     from keras_tfm.convert import gguf_llama
-    from keras_tfm.convert.gguf_reader import open_gguf
     from tests.convert.tiny_gguf import Q, write_tiny_llama
 
     path = tmp_path / "tiny.gguf"
     stored = write_tiny_llama(
         path, untied=untied, linear_type=Q.F32, embedding_type=Q.F32
     )
-    reader = open_gguf(path)
-    config = gguf_llama.llama_config(reader)
-    theirs = gguf_llama.llama_weights(reader, config)
-    hf = {}
+    renamed = {"token_embd": "model.embed_tokens", "output_norm": "model.norm"}
+    renamed["output"] = "lm_head"
+    layer = {
+        "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+        "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+        "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
+        "ffn_norm": "post_attention_layernorm",
+    }  # fmt: skip
+    want = {}
     for name, value in stored.items():
-        value = np.asarray(value, "float32")
-        if ".attn_q." in name:
-            value = gguf_llama.unpermute_rows(value, config["num_heads"])
-        elif ".attn_k." in name:
-            value = gguf_llama.unpermute_rows(value, config["num_key_value_heads"])
-        hf[llama.hf_name_from_gguf(name)] = value
-    ours = llama.llama_weights(hf, config)
-    assert sorted(ours) == sorted(theirs)
-    for key, value in theirs.items():
-        np.testing.assert_array_equal(ours[key], value)
+        parts = name.split(".")
+        if parts[0] == "blk":
+            hf = f"model.layers.{parts[1]}.{layer[parts[2]]}.weight"
+        else:
+            hf = f"{renamed[parts[0]]}.weight"
+        if parts[-2] in ("attn_q", "attn_k"):
+            heads = 4 if parts[-2] == "attn_q" else 2
+            value = gguf_llama.unpermute_rows(value, heads)
+        want[hf] = value
+    seen = []
+    real = llama.llama_weights
+
+    def spy(tensors, config, source="the checkpoint"):
+        seen.append(tensors)
+        return real(tensors, config, source)
+
+    monkeypatch.setattr(gguf_llama, "llama_weights", spy)
+    model = gguf_llama.load_gguf_llama(path)
+    (tensors,) = seen
+    assert sorted(tensors) == sorted(want)
+    for key, value in want.items():
+        np.testing.assert_array_equal(tensors[key], value)
+    embedding = model.get_layer("token_embedding").embeddings.numpy()
+    np.testing.assert_array_equal(embedding, stored["token_embd.weight"])
