@@ -130,7 +130,7 @@ def _token(value):
 
 
 def _load_tokenizer(directory, vocabulary_size):
-    vocabulary, merges, special, kind = read_vocab_and_merges(directory)
+    vocabulary, merges, special, options = read_vocab_and_merges(directory)
     if len(vocabulary) != vocabulary_size:
         raise ValueError(
             "The tokenizer and config.json disagree on the vocabulary size. "
@@ -149,9 +149,9 @@ def _load_tokenizer(directory, vocabulary_size):
     return GGUFBytePairTokenizer(
         vocabulary=vocabulary,
         merges=merges,
-        pre_tokenizer=kind,
         unsplittable_tokens=special,
         chat_template=settings.get("chat_template"),
+        **options,
         **roles,
     )
 
