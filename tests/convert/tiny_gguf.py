@@ -35,6 +35,8 @@ def write_tiny_llama(
     skip_tensor=None,
     bad_shape_tensor=None,
     extra=None,
+    pre="smollm",
+    tokenizer_model="gpt2",
 ):
     """Writes a random 2-layer Llama; returns {tensor name: stored array}.
 
@@ -55,8 +57,8 @@ def write_tiny_llama(
     writer.add_rope_freq_base(c["base"])
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("smollm")
+    writer.add_tokenizer_model(tokenizer_model)
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
     writer.add_token_merges(MERGES)
