@@ -61,6 +61,12 @@ def llama_config(reader):
             "Only RoPE over whole heads is supported. Received: "
             f"llama.rope.dimension_count={rope_dims}, head size {head_dim}"
         )
+    scaling = metadata(reader, "llama.rope.scaling.type", "none", False)
+    if scaling != "none":
+        raise ValueError(
+            "RoPE scaling is not supported. Received: "
+            f"llama.rope.scaling.type={scaling!r}"
+        )
     vocabulary = metadata(reader, "tokenizer.ggml.tokens")
     names = tensor_table(reader)
     return dict(

@@ -134,3 +134,10 @@ def test_a_tensor_with_no_llama_place_is_named(tmp_path):
     reader = gguf_reader.open_gguf(path)
     with pytest.raises(ValueError, match="GGUF tensor 'rope_freqs.weight'"):
         gguf_llama.hf_tensors(reader, gguf_llama.llama_config(reader))
+
+
+def test_rope_scaling_is_refused(tmp_path):
+    path = tmp_path / "yarn.gguf"
+    write_tiny_llama(path, rope_scaling="yarn")
+    with pytest.raises(ValueError, match="llama.rope.scaling.type='yarn'"):
+        gguf_llama.llama_config(gguf_reader.open_gguf(path))
