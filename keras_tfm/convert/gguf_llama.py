@@ -161,7 +161,7 @@ def hf_tensors(reader, config):
         elif hf_name.endswith("k_proj.weight"):
             value = unpermute_rows(value, config["num_key_value_heads"])
         tensors[hf_name] = value
-    if names:  # e.g. an output.weight in a file the metadata calls tied.
+    if names:  # e.g. layers beyond llama.block_count.
         raise ValueError(
             f"The GGUF file has tensors this Llama model has no place for: "
             f"{sorted(names.values())[:4]}"
@@ -175,9 +175,11 @@ def load_gguf_llama(path, max_sequence_length=None):
     The weights are dequantised to float32 (supported types:
     `gguf_reader.SUPPORTED_TYPES`: F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0 and
     the K-quants); the query/key rows are put back in the half-split order
-    of our rotary embedding. The model is pre-norm with RMSNorm, SwiGLU,
-    grouped-query attention, RoPE with the file's base and no biases; the
-    head is the embedding unless the file has an `output.weight`. The
+    of our rotary embedding, and the tensors, renamed to HuggingFace's
+    names, go through llama.py's mapping as `load_hf_llama`'s do. The model
+    is pre-norm with RMSNorm, SwiGLU, grouped-query attention, RoPE with the
+    file's base (RoPE scaling is refused) and no biases; the head is the
+    embedding unless the file has an `output.weight`. The
     tokenizer (a `GGUFBytePairTokenizer` with the file's vocabulary, merges,
     pre-tokenizer, special tokens and ChatML chat template) is attached, so
     `generate` takes strings.

@@ -134,6 +134,13 @@ def test_a_tensor_with_no_llama_place_is_named(tmp_path):
     reader = gguf_reader.open_gguf(path)
     with pytest.raises(ValueError, match="GGUF tensor 'rope_freqs.weight'"):
         gguf_llama.hf_tensors(reader, gguf_llama.llama_config(reader))
+    # A layer beyond llama.block_count (2) has a name but no place.
+    path = tmp_path / "layer.gguf"
+    extra = {"blk.2.attn_norm.weight": (np.ones(32, np.float32), Q.F32)}
+    write_tiny_llama(path, linear_type=Q.F32, extra=extra)
+    reader = gguf_reader.open_gguf(path)
+    with pytest.raises(ValueError, match=r"no place for: \['blk.2.attn_norm"):
+        gguf_llama.hf_tensors(reader, gguf_llama.llama_config(reader))
 
 
 def test_rope_scaling_is_refused(tmp_path):
