@@ -208,3 +208,13 @@ def test_docstring_examples():
         optionflags=doctest.NORMALIZE_WHITESPACE,
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_tokenizer_gpt2_files_cannot_hold_is_refused(model, tmp_path):
+    config = model.tokenizer.get_config()
+    split = GGUFBytePairTokenizer.from_config(
+        {**config, "pre_tokenizer": "split", "split_pattern": r"\p{N}"}
+    )
+    split.set_vocabulary_and_merges(model.tokenizer.vocabulary, model.tokenizer.merges)
+    with pytest.raises(ValueError, match="pre_tokenizer='split'"):
+        save_hf_gpt2(model, tmp_path, tokenizer=split)
