@@ -17,6 +17,8 @@ SOURCE_FILE, TARGET_FILE, VOCABULARY_FILE = "source.spm", "target.spm", "vocab.j
 def _read_proto(proto):
     if proto is None or isinstance(proto, bytes):
         return proto
+    if isinstance(proto, str) and len(proto) > 2048:
+        return proto  # base64, as keras-hub serializes a proto
     if isinstance(proto, str | os.PathLike):
         with open(proto, "rb") as file:
             return file.read()
@@ -61,8 +63,8 @@ class MarianTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
             default the source one.
         vocabulary: dict piece -> id (vocab.json's contents) or its path.
         unk_token, eos_token, pad_token: those tokens of the vocabulary.
-        **kwargs: other `keras_hub.tokenizers.SentencePieceTokenizer`
-            arguments (not `dtype`: pieces are looked up as strings).
+        **kwargs: other `keras_hub.tokenizers.Tokenizer` arguments (not
+            `dtype`, `sequence_length`, `add_bos` or `add_eos`).
 
     Example:
     >>> folder = FIXTURES / "tiny_marian_hf"
@@ -86,11 +88,20 @@ class MarianTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
         **kwargs,
     ):
         kwargs.pop("dtype", None)
+        for name in ("sequence_length", "add_bos", "add_eos"):
+            value = kwargs.pop(name, None)
+            if value:
+                raise ValueError(
+                    f"MarianTokenizer has no `{name}`: it always appends "
+                    f'"</s>" and never pads. Received: {name}={value!r}'
+                )
         self.unk_token, self.eos_token, self.pad_token = unk_token, eos_token, pad_token
         self._pieces = None
         self._set_vocabulary(vocabulary)
         self.target_proto = None
         self._set_target_proto(target_proto)
+        # Read here, closing the file (keras-hub's set_proto leaves it open).
+        proto = _read_proto(proto)
         super().__init__(proto=proto, dtype="string", **kwargs)
         self.file_assets = [SOURCE_FILE, TARGET_FILE, VOCABULARY_FILE]
 
