@@ -7,6 +7,9 @@ Run once, with a Python that has PyTorch, transformers and sentencepiece
     pip install transformers==5.23.0 sentencepiece==0.2.3 safetensors
     python tools/make_hf_marian_fixture.py
 
+(the committed fixture was made with `/work/torchenv/bin/python`: torch
+2.13.0+cpu, transformers 5.23.0, sentencepiece 0.2.3, without sacremoses).
+
 It needs the Debian package trans-de-en (/usr/share/trans/de-en): German and
 English sentences from it train one small SentencePiece unigram model per
 side (source.spm on German, target.spm on English, as an opus-mt-de-en
