@@ -236,6 +236,9 @@ CATALOGUE = [
     Row("convert", "`load_hf_gpt2` of a config that disagrees with the weights",
         "ValueError", "shape", lambda d:
         convert.load_hf_gpt2(hf_copy(d, "gpt2", n_inner=64))),
+    Row("convert", "`load_hf_marian` of a pre-LN Marian config", "ValueError",
+        "normalize_before=True", lambda d:
+        convert.load_hf_marian(hf_copy(d, "marian", normalize_before=True))),
     # The command line (SystemExit: a one-line message, no traceback).
     Row("cli", "`train --data` a missing file", "SystemExit", "no such file",
         lambda d: cli.main(["train", "--data", str(d / "missing.txt")])),

@@ -52,6 +52,16 @@ def _activate(hidden, activation):
             return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
 
         return ops.cast(0.5 * h * (1.0 + t), hidden.dtype), derivative
+    if activation == "silu":
+        h = ops.cast(hidden, "float32")
+        sigmoid = ops.sigmoid(h)
+
+        def derivative(d_out):
+            # d/dh of h sigmoid(h).
+            slope = sigmoid * (1.0 + h * (1.0 - sigmoid))
+            return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
+
+        return ops.cast(h * sigmoid, hidden.dtype), derivative
     # swiglu: silu(gate) * up.
     gate, up = ops.split(hidden, 2, axis=-1)
     g = ops.cast(gate, "float32")
@@ -88,8 +98,8 @@ def chunked_feed_forward(
         intermediate_bias: (width,).
         output_kernel: (intermediate_dim, hidden_dim).
         output_bias: (hidden_dim,).
-        activation: "relu", "gelu" (exact), "gelu_approximate" (tanh) or
-            "swiglu".
+        activation: "relu", "gelu" (exact), "gelu_approximate" (tanh),
+            "silu" or "swiglu".
         chunk_size: tokens per chunk; any number of tokens works.
 
     Returns:

@@ -15,10 +15,12 @@ class FeedForward(keras.layers.Layer):
         relu:   FFN(x) = max(0, x W1 + b1) W2 + b2          (the paper)
         gelu:   FFN(x) = GELU(x W1 + b1) W2 + b2            (BERT)
         gelu_approximate: GELU's tanh approximation         (GPT-2)
+        silu:   FFN(x) = SiLU(x W1 + b1) W2 + b2            (Marian's swish)
         swiglu: FFN(x) = (SiLU(x W_gate) * (x W1)) W2       (PaLM, LLaMA)
 
     "gelu" is the exact (erf) form; "gelu_approximate" is
-    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), HuggingFace's "gelu_new".
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), HuggingFace's "gelu_new";
+    "silu" is x sigmoid(x), also called swish.
     The output has the input's last dimension.
     Sequences of `CHUNKED_FEED_FORWARD_MIN_LENGTH` (1024) tokens or more run
     through `chunked_feed_forward` (same numbers; the backward pass
@@ -27,7 +29,7 @@ class FeedForward(keras.layers.Layer):
 
     Args:
         intermediate_dim: the inner width (2048 in the paper's base model).
-        activation: "relu", "gelu", "gelu_approximate" or "swiglu".
+        activation: "relu", "gelu", "gelu_approximate", "silu" or "swiglu".
         use_bias: whether the projections have biases.
         kernel_initializer, bias_initializer: initializers of the projections.
 
@@ -99,6 +101,8 @@ class FeedForward(keras.layers.Layer):
             hidden = ops.gelu(hidden, approximate=False)
         elif self.activation == "gelu_approximate":
             hidden = ops.gelu(hidden, approximate=True)
+        elif self.activation == "silu":
+            hidden = ops.silu(hidden)
         else:
             gate, up = ops.split(hidden, 2, axis=-1)
             hidden = ops.silu(gate) * up

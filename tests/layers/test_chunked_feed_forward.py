@@ -39,7 +39,9 @@ def _chunked(ffn, chunk_size):
     return fn
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_approximate", "swiglu"])
+@pytest.mark.parametrize(
+    "activation", ["relu", "gelu", "gelu_approximate", "silu", "swiglu"]
+)
 @pytest.mark.parametrize(
     "shape, chunk_size",
     [((2, 9, 8), 4), ((1, 16, 8), 16), ((3, 5, 8), 64), ((2, 7, 8), 1)],
