@@ -90,6 +90,16 @@ def require_data(debian=(), pip=()):
     pytest.skip(reason)
 
 
+def pytest_collection_modifyitems(config, items):
+    # Under pytest-xdist's --dist loadgroup (the README's test command), every
+    # test of the real SmolLM2 runs in one worker, which loads it once.
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if "smollm2" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("smollm2"))
+
+
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("requires_data"):
         require_data(**mark.kwargs)

@@ -19,13 +19,19 @@ def reference(name):
 
 
 def check_token_ids(model, ref):
-    """transformers' ids (without the special tokens its post-processor
-    adds, which our tokenizers leave out) and its decoded text."""
+    """transformers' ids on the reference texts (without the special tokens
+    its post-processor adds, which our decoder tokenizers leave out)."""
+    for i, text in enumerate(ref["texts"]):
+        got = np.asarray(model.tokenizer(str(text))).tolist()
+        assert got == ref[f"ids_{i}"].tolist(), str(text)
+
+
+def check_decoder_tokenizer(model, ref):
+    """A decoder's ids as above, its decoded text, and the BOS difference."""
+    check_token_ids(model, ref)
     tokenizer = model.tokenizer
     for i, text in enumerate(ref["texts"]):
         want = ref[f"ids_{i}"].tolist()
-        got = np.asarray(tokenizer(str(text))).tolist()
-        assert got == want, str(text)
         assert tokenizer.detokenize(want) == str(ref[f"decoded_{i}"]), str(text)
         # transformers adds nothing, or the BOS token our tokenizer names.
         added = ref[f"added_ids_{i}"].tolist()

@@ -81,7 +81,7 @@ def test_configs_are_the_checkpoints():
 
 def test_token_ids_equal_transformers(case):
     _, model, reference = case
-    checks.check_token_ids(model, reference)
+    checks.check_decoder_tokenizer(model, reference)
 
 
 def test_logits_equal_transformers(case):
@@ -122,7 +122,7 @@ def test_save_then_load_is_exact(case, tmp_path):
         k: v for k, v in model.get_config().items() if k != "name"
     }
     checks.check_same_weights(model, loaded)
-    checks.check_token_ids(loaded, reference)
+    checks.check_decoder_tokenizer(loaded, reference)
     # The same tensors as transformers wrote, under the same names.
     saved = load_file(str(folder / "model.safetensors"))
     original = load_file(str(checks.FIXTURES / f"tiny_{name}_hf" / "model.safetensors"))
