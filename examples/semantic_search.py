@@ -34,7 +34,14 @@ CPU); the probes use float32 embeddings.
 Measured (docs/results.md; 10,730 train, 1,342 validation, 1,342 test
 fortunes, 27 classes, 128 tokens; 2-core AMD EPYC shared with other jobs):
 
-RESULTS_PLACEHOLDER
+    test split, 1,342 fortunes                      accuracy  macro-F1  trainable
+    frozen MiniLM + logistic regression (baseline)     0.534     0.532          -
+    probe head + full fine-tuning, 3 epochs, 3e-5      0.610     0.606  22,575,771
+    probe head + LoRA r8 (alpha 16), 2 epochs, 3e-4    0.593     0.586     323,739
+
+Wall time 74 min for the first command (stopped after full fine-tuning), 58
+min for LoRA in a second process beside it (`--no-full --epochs 2`), at
+load average 6-14; LoRA comes within 1.7 points of full fine-tuning.
 
     python examples/semantic_search.py            # about an hour on 2 busy cores
     python examples/semantic_search.py --no-full  # LoRA only (a second process)
