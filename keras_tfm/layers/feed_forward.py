@@ -23,7 +23,11 @@ class FeedForward(keras.layers.Layer):
     Sequences of `CHUNKED_FEED_FORWARD_MIN_LENGTH` (1024) tokens or more run
     through `chunked_feed_forward` (same numbers; the backward pass
     recomputes the hidden activations a chunk at a time instead of keeping
-    them), unless the layer is quantized.
+    them), unless the layer is quantized or the length is unknown when the
+    graph is traced. (Unlike attention's, the plain path's memory is linear
+    in the length, and a run-time switch would cost short lengths a
+    recomputation under XLA, where a `tf.cond`'s gradient cannot keep
+    length-dependent intermediates.)
 
     Args:
         intermediate_dim: the inner width (2048 in the paper's base model).
