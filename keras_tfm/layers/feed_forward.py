@@ -25,7 +25,9 @@ class FeedForward(keras.layers.Layer):
     Sequences of `CHUNKED_FEED_FORWARD_MIN_LENGTH` (1024) tokens or more run
     through `chunked_feed_forward` (same numbers; the backward pass
     recomputes the hidden activations a chunk at a time instead of keeping
-    them), unless the layer is quantized.
+    them), unless the layer is quantized; when the length is unknown at
+    trace time (a `tf.function` with a `None` length) the choice is made
+    when the graph runs.
 
     Args:
         intermediate_dim: the inner width (2048 in the paper's base model).
@@ -85,7 +87,8 @@ class FeedForward(keras.layers.Layer):
         self.output_dense.build(inner_shape)
 
     def call(self, inputs):
-        if self._use_chunked_path(inputs):
+        chunked, plain_below = self._chunked_path(inputs)
+        if chunked:
             return chunked_feed_forward(
                 inputs,
                 self.intermediate_dense.kernel,
@@ -93,6 +96,7 @@ class FeedForward(keras.layers.Layer):
                 self.output_dense.kernel,
                 self._bias(self.output_dense),
                 activation=self.activation,
+                plain_below=plain_below,
             )
         hidden = self.intermediate_dense(inputs)
         if self.activation == "relu":
@@ -108,14 +112,19 @@ class FeedForward(keras.layers.Layer):
             hidden = ops.silu(gate) * up
         return self.output_dense(hidden)
 
-    def _use_chunked_path(self, inputs):
-        length = inputs.shape[-2] if len(inputs.shape) >= 3 else None
-        return (
-            length is not None
-            and length >= CHUNKED_FEED_FORWARD_MIN_LENGTH
-            and self.intermediate_dense.quantization_mode is None
-            and self.output_dense.quantization_mode is None
-        )
+    def _chunked_path(self, inputs):
+        """`(chunked, plain_below)`: a known length decides now, an unknown
+        one when the graph runs (`plain_below` for `chunked_feed_forward`)."""
+        if (
+            len(inputs.shape) < 3
+            or self.intermediate_dense.quantization_mode is not None
+            or self.output_dense.quantization_mode is not None
+        ):
+            return False, None
+        length = inputs.shape[-2]
+        if length is None:
+            return True, CHUNKED_FEED_FORWARD_MIN_LENGTH
+        return length >= CHUNKED_FEED_FORWARD_MIN_LENGTH, None
 
     def _bias(self, dense):
         if dense.use_bias:
