@@ -27,16 +27,23 @@ at the end, everything as JSON with --json):
   keras-tfm in float32, weight-only int8 and bfloat16, keras-hub's
   LlamaCausalLM at the same configuration (random weights, XLA) and
   transformers on the same GGUF file (eager and torch.compile, in the
-  PyTorch env TORCH_PYTHON, default /work/torchenv/bin/python, by
-  benchmarks/smollm2_torch.py), beside the memory-bandwidth ceiling (NumPy
-  copy GB/s over the bytes of weights one token reads), with checks that the
-  greedy tokens equal the uncached pass's argmax and the int8/bfloat16 drift.
+  Python given by --torch-python, by benchmarks/smollm2_torch.py), beside
+  the memory-bandwidth ceiling (NumPy copy GB/s over the bytes of weights
+  one token reads), with checks that the greedy tokens equal the uncached
+  pass's argmax and of the int8/bfloat16 drift.
 - memory: one encoder block's forward+backward (batch 1, XLA for Keras) at
   1k..16k tokens, each in a fresh process: the peak of the framework's
   allocator above its level before the step (TensorFlow's memory info;
   PyTorch's profiler events, replayed), the peak resident memory above the
   resident memory after a warm-up step (glibc told to return large blocks to
   the system), and the median time of the step.
+- long: one encoder block's forward+backward (batch 1, float32, XLA for
+  Keras) at 4,096 and 16,384 tokens, traced with the length static and with
+  it unknown (`input_signature` with `None`, as `model.fit` on bucketed data
+  traces), first call (tracing and compilation included) and second call,
+  each case in a fresh process: seconds and peak-RSS growth over the call;
+  PyTorch eager beside it (benchmarks/torch_block.py, run by --torch-python
+  if that Python imports torch, else "-").
 """
 
 import argparse
@@ -67,6 +74,9 @@ GEN = dict(
     new_tokens=112,
 )
 MEMORY_LENGTHS = [1024, 2048, 4096, 8192, 16384]
+LONG_LENGTHS = [4096, 16384]
+# The quadratic path with a dynamic length needs 21 GB at 16k (issue 19).
+LONG_QUADRATIC_LIMIT = 4096
 # Quadratic implementations beyond this many tokens would need several GB.
 QUADRATIC_LIMIT = 8192
 
@@ -400,7 +410,6 @@ def _greedy_equals_uncached(model, outputs, prompt_length):
 # Decoding the real SmolLM2-135M.
 
 SMOLLM2 = dict(prompt=16, new_tokens=64, ttft_prompt=512)
-TORCH_PYTHON = os.environ.get("TORCH_PYTHON", "/work/torchenv/bin/python")
 
 
 def copy_bandwidth(megabytes=256, repeats=5):
@@ -497,9 +506,9 @@ def _smollm2_keras_tfm(model, batches, cfg, repeats):
     return results
 
 
-def _smollm2_torch(path, cfg, repeats, compiled):
+def _smollm2_torch(torch_python, path, cfg, repeats, compiled):
     command = [
-        TORCH_PYTHON,
+        torch_python,
         str(Path(__file__).with_name("smollm2_torch.py")),
         str(path),
         str(cfg["prompt"]),
@@ -518,7 +527,7 @@ def _smollm2_torch(path, cfg, repeats, compiled):
     return json.loads(process.stdout.strip().splitlines()[-1])
 
 
-def bench_smollm2(quick):
+def bench_smollm2(quick, torch_python):
     """SmolLM2-135M-Instruct greedy decoding: keras-tfm (float32, weight-only
     int8, bfloat16) against keras-hub and transformers, beside the ceiling."""
     import keras
@@ -594,7 +603,7 @@ def bench_smollm2(quick):
     keras.backend.clear_session()
     for compiled in (False, True):
         before = load()
-        torch_results = _smollm2_torch(path, cfg, repeats, compiled)
+        torch_results = _smollm2_torch(torch_python, path, cfg, repeats, compiled)
         label = "transformers" + (" torch.compile" if compiled else " eager")
         if "error" in torch_results:
             rows.append([label, "float32", torch_results["error"], "", "", "", before])
@@ -755,15 +764,176 @@ def bench_memory(quick):
     return table(header, rows), rows
 
 
+# Long sequences, static and dynamic length.
+
+
+def long_worker(impl, length, shape, hidden_dim=256, num_heads=4, ffn=1024):
+    """Runs in a fresh process; prints a JSON line (see `bench_long`)."""
+    import tensorflow as tf
+
+    from keras_tfm.layers import TransformerEncoderBlock
+
+    def rss(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) / 1024  # MB
+
+    if impl.endswith("plain"):  # the quadratic path, as before issue 19
+        import keras_tfm.layers.multi_head_self_attention as mhsa
+
+        mhsa.CHUNKED_ATTENTION_MIN_LENGTH = 10**9
+    if impl.startswith("prefill"):
+        return prefill_worker(length, hidden_dim, num_heads, ffn, rss)
+    block = TransformerEncoderBlock(num_heads, ffn)
+    x = tf.random.normal((1, length, hidden_dim))
+    block(x[:, :8])
+    weights = block.trainable_weights
+    spec = tf.TensorSpec([1, None if shape == "dynamic" else length, hidden_dim])
+
+    @tf.function(jit_compile=True, input_signature=[spec])
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = block(x)
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, [x] + weights)
+
+    result = {}
+    for call in ("first", "second"):
+        base = rss("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets the peak (VmHWM) to the current RSS
+        start = time.perf_counter()
+        for g in step(x):
+            g.numpy()
+        result[f"{call}_s"] = time.perf_counter() - start
+        result[f"{call}_rss_mb"] = rss("VmHWM") - base
+        if call == "first":
+            tf.config.experimental.reset_memory_stats("CPU:0")
+            allocator_base = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    # TensorFlow's allocator keeps the first call's memory, so the second
+    # call's RSS hardly grows: its allocator peak is the comparable figure.
+    peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+    result["second_allocator_mb"] = (peak - allocator_base) / 2**20
+    print(json.dumps(result))
+
+
+def prefill_worker(length, hidden_dim, num_heads, ffn, rss):
+    """Time to first token of `CausalLM.generate` for a `length`-token prompt."""
+    import numpy as np
+
+    from keras_tfm.models import CausalLM
+
+    model = CausalLM(
+        vocabulary_size=1000, num_layers=2, num_heads=num_heads,
+        hidden_dim=hidden_dim, intermediate_dim=ffn,
+        max_sequence_length=length + 8,
+    )  # fmt: skip
+    prompt = np.random.default_rng(0).integers(1, 1000, length).tolist()
+    result = {}
+    for call in ("first", "second"):
+        base = rss("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        start = time.perf_counter()
+        model.generate(prompt, max_new_tokens=1)
+        result[f"{call}_s"] = time.perf_counter() - start
+        result[f"{call}_rss_mb"] = rss("VmHWM") - base
+    print(json.dumps(result))
+
+
+def _torch_python(candidate):
+    """`candidate` if that Python imports torch, else None."""
+    try:
+        process = subprocess.run(
+            [candidate, "-c", "import torch"], capture_output=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return candidate if process.returncode == 0 else None
+
+
+def bench_long(quick, torch_python):
+    lengths = [1024] if quick else LONG_LENGTHS
+    torch_python = _torch_python(torch_python)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="0")
+    cases = []
+    for length in lengths:
+        cases += [(length, "keras-tfm", "static"), (length, "keras-tfm", "dynamic"),
+                  (length, "keras-tfm plain", "dynamic"),
+                  (length, "PyTorch eager", None)]  # fmt: skip
+    for length in lengths:
+        cases += [(length, "prefill", None), (length, "prefill plain", None)]
+    rows = []
+    for length, impl, shape in cases:
+        label = impl if shape is None else f"{impl}, {shape} length"
+        if impl == "prefill":
+            label = "keras-tfm CausalLM.generate, time to first token"
+        if impl == "prefill plain":
+            label = "the same, attention's quadratic path"
+        if impl.endswith("plain") and length > LONG_QUADRATIC_LIMIT:
+            rows.append([length, label, "not run: quadratic (21 GB at 16k)",
+                         "", "", "", "", ""])  # fmt: skip
+            continue
+        if impl == "PyTorch eager":
+            if torch_python is None:
+                rows.append([length, label, "-", "-", "-", "-", "-", load()])
+                continue
+            command = [torch_python, os.path.join(here, "torch_block.py"), str(length)]
+        else:
+            command = [sys.executable, __file__, "--long-worker", impl, str(length),
+                       shape or "-"]  # fmt: skip
+        before = load()
+        process = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=3600
+        )
+        if process.returncode:
+            tail = " ".join(process.stderr.strip().splitlines()[-1:])[:80]
+            rows.append([length, label, "failed: " + tail, "", "", "", "", before])
+            continue
+        r = json.loads(process.stdout.strip().splitlines()[-1])
+        allocator = r.get("second_allocator_mb")
+        rows.append([length, label, f"{r['first_s']:.2f}", f"{r['first_rss_mb']:.0f}",
+                     f"{r['second_s']:.2f}", f"{r['second_rss_mb']:.0f}",
+                     "-" if allocator is None else f"{allocator:.0f}",
+                     before])  # fmt: skip
+    header = ["tokens", "implementation", "1st call s", "1st call RSS growth MB",
+              "2nd call s", "2nd call RSS growth MB", "2nd call allocator peak MB",
+              "load before"]  # fmt: skip
+    note = (
+        "keras-tfm: XLA, float32; the first call includes tracing and compiling."
+        " Time to first token: a 2-layer CausalLM (the block's sizes), one"
+        " prompt of that many tokens, generate(max_new_tokens=1)."
+        " PyTorch frees to the system between calls (glibc told to), so its"
+        " second call's RSS growth is its peak; TensorFlow keeps the first"
+        " call's memory, so its allocator peak is the comparable figure."
+    )
+    return table(header, rows) + "\n\n" + note, rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default="ceiling,train,generate,smollm2,memory")
+    parser.add_argument(
+        "--sections", default="ceiling,train,generate,smollm2,memory,long"
+    )
+    parser.add_argument(
+        "--torch-python",
+        default=os.environ.get("TORCH_PYTHON", sys.executable),
+        help="a Python with torch, for the PyTorch peers (sections smollm2, long)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--memory-worker", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--long-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_worker:
         memory_worker(args.memory_worker[0], int(args.memory_worker[1]))
+        return
+    if args.long_worker:
+        impl, length, shape = args.long_worker
+        long_worker(impl, int(length), shape)
         return
     sections = args.sections.split(",")
     started = time.perf_counter()
@@ -775,8 +945,11 @@ def main():
     print(table(list(ceiling), [[f"{v:.0f}" for v in ceiling.values()]]), flush=True)
     for section, fn in (("train", lambda: bench_train(args.quick)),
                         ("generate", lambda: bench_generate(args.quick)),
-                        ("smollm2", lambda: bench_smollm2(args.quick)),
-                        ("memory", lambda: bench_memory(args.quick))):  # fmt: skip
+                        ("smollm2", lambda: bench_smollm2(args.quick,
+                                                          args.torch_python)),
+                        ("memory", lambda: bench_memory(args.quick)),
+                        ("long", lambda: bench_long(args.quick,
+                                                    args.torch_python))):  # fmt: skip
         if section not in sections:
             continue
         start = time.perf_counter()

@@ -6,8 +6,8 @@ than as a NaN or a silent broadcast three layers later.
 """
 
 # "gelu" is the exact erf form (BERT); "gelu_approximate" the tanh form
-# (GPT-2's "gelu_new").
-ACTIVATIONS = ("relu", "gelu", "gelu_approximate", "swiglu")
+# (GPT-2's "gelu_new"); "silu" is x * sigmoid(x) (swish, Marian's).
+ACTIVATIONS = ("relu", "gelu", "gelu_approximate", "silu", "swiglu")
 NORMALIZATIONS = ("layer_norm", "rms_norm")
 
 

@@ -77,6 +77,18 @@ def hf_copy(folder, name, **config_changes):
     return target
 
 
+def sentencepiece_copy(folder):
+    """The Llama fixture with a Llama 2-style (SentencePiece BPE) tokenizer."""
+    import json
+
+    target = hf_copy(folder, "llama_gqa")
+    spec = json.loads((target / "tokenizer.json").read_text())
+    spec["model"]["byte_fallback"] = True
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581"}
+    (target / "tokenizer.json").write_text(json.dumps(spec))
+    return target
+
+
 def x(*shape, dtype="float32", fill=0):
     return np.full(shape, fill, dtype)
 
@@ -215,9 +227,18 @@ CATALOGUE = [
     Row("convert", "`load_hf_llama` with RoPE scaling", "ValueError",
         "rope_parameters.rope_type='llama3'", lambda d: convert.load_hf_llama(
             hf_copy(d, "llama_gqa", rope_parameters={"rope_type": "llama3"}))),
+    Row("convert", "`load_hf_llama` of a SentencePiece-style (Llama 2) tokenizer",
+        "ValueError", "SentencePiece-style BPE tokenizers", lambda d:
+        convert.load_hf_llama(sentencepiece_copy(d))),
+    Row("convert", "a GGUF file with a SentencePiece tokenizer", "ValueError",
+        "tokenizer.ggml.model='llama'", lambda d:
+        convert.load_gguf_llama(tiny_gguf(d, tokenizer_model="llama"))),
     Row("convert", "`load_hf_gpt2` of a config that disagrees with the weights",
         "ValueError", "shape", lambda d:
         convert.load_hf_gpt2(hf_copy(d, "gpt2", n_inner=64))),
+    Row("convert", "`load_hf_marian` of a pre-LN Marian config", "ValueError",
+        "normalize_before=True", lambda d:
+        convert.load_hf_marian(hf_copy(d, "marian", normalize_before=True))),
     # The command line (SystemExit: a one-line message, no traceback).
     Row("cli", "`train --data` a missing file", "SystemExit", "no such file",
         lambda d: cli.main(["train", "--data", str(d / "missing.txt")])),

@@ -14,9 +14,14 @@ runpy.run_path('tools/make_hf_decoder_fixtures.py', run_name='__main__')"`).
 
 For each family it writes tests/fixtures/tiny_<name>_hf/ (config.json,
 model.safetensors and tokenizer files, made by transformers with random
-weights and a byte-level BPE trained on TRAINING_TEXT by `tokenizers`) and
+weights and a byte-level BPE trained on TRAINING_TEXT by `tokenizers`, with
+the pre-tokenizer of GPT-2 (gpt2, mistral), SmolLM (llama_tied), Llama 3
+(llama_gqa: Meta's Split regex, ignore_merges, a BOS post-processor) or
+Qwen2 (qwen2: its Split regex and NFC)) and
 tests/fixtures/tiny_<name>_reference.npz with
-- `texts` and their token ids by transformers' tokenizer (`ids_<i>`);
+- `texts`, their token ids by transformers' tokenizer without special
+  tokens (`ids_<i>`) and with the ones it adds by default (`added_ids_<i>`,
+  Llama 3's BOS), and its decoding of `ids_<i>` (`decoded_<i>`);
 - `token_ids` (a random batch) and transformers' float32 `logits` for it;
 - `prompt` ids and transformers' greedy continuation `greedy`;
 - `reload_logits_gap`: the largest logit difference when the checkpoint is
@@ -25,6 +30,7 @@ tests/fixtures/tiny_<name>_reference.npz with
   `keras_logits_gap`, keras_tfm's own difference from transformers.
 """
 
+import json
 import os
 import sys
 import tempfile
@@ -56,6 +62,10 @@ TRAINING_TEXT = [
     "It's 3:45pm on 2023-11-23; we'll meet at 221B Baker Street, won't we?",
     "Numbers like 1,000,000 and 3.14159 and 42 appear in text too.",
     "    indented code: def f(x):\n        return x * 2\n",
+    # Symbols before words, punctuation before newlines: where Llama 3's and
+    # Qwen2's splits cut differently from GPT-2's.
+    "(hello) [world] {code}; it's THE DOG'S: 12345, 67890.\n",
+    "x=(a+b)*(c-d);\nprint(f(x))\n",
 ]
 # Words, punctuation, contractions, numbers, whitespace runs, newlines,
 # non-ASCII letters and emoji (bytes the merges never saw).
@@ -70,7 +80,31 @@ TEXTS = [
     "東京は日本の首都です。 Emoji: 😀👍",
     "trailing spaces   ",
     f"two texts{END_OF_TEXT}joined",
+    "12345 and 1234567 and 0.5",
+    "I'M SURE YOU'LL SEE, WE'D GO",
+    "many      spaces\n\n\n   and\r\nnewlines  \n",
+    "def f(x):\n    return {'a': x ** 2}  # code",
+    "cafe\u0301 and e\u0301te\u0301: combining accents",
+    "👩\u200d💻 🎉🎉 ½ Ⅻ",
 ]
+# The pre-tokenizers of real checkpoints' tokenizer.json: Meta's Llama 3
+# (Meta-Llama-3-8B) and transformers' Qwen2Tokenizer (with an NFC normalizer).
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# Special tokens and (bos, eos) of each tokenizer style.
+SPECIALS = {
+    "llama3": (
+        ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"],
+        ("<|begin_of_text|>", "<|end_of_text|>"),
+    ),
+    "qwen2": (["<|endoftext|>", "<|im_start|>", "<|im_end|>"], (None, "<|im_end|>")),
+}
+SMOLLM_SPECIALS = (
+    ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    ("<|im_start|>", "<|im_end|>"),
+)
 
 
 def train_tokenizer(directory, vocab_size):
@@ -88,25 +122,50 @@ def train_tokenizer(directory, vocab_size):
     return transformers.AutoTokenizer.from_pretrained(directory)
 
 
-def train_llama_tokenizer(directory, vocab_size, split_digits):
-    """A byte-level BPE with SmolLM2's special tokens (and digit split)."""
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    bpe = tokenizers.ByteLevelBPETokenizer()
-    if split_digits:
-        bpe.pre_tokenizer = tokenizers.pre_tokenizers.Sequence(
+def train_llama_tokenizer(directory, vocab_size, style):
+    """A byte-level BPE with one of four pre-tokenizers (`style`): "gpt2",
+    "smollm" (digits split first), "llama3" (Llama 3's regex split,
+    ignore_merges and a BOS-adding post-processor, as Meta's tokenizer.json)
+    or "qwen2" (Qwen2's regex split and NFC normalizer)."""
+    from tokenizers import Regex, normalizers, pre_tokenizers, processors
+
+    special, (bos, eos) = SPECIALS.get(style, SMOLLM_SPECIALS)
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if style == "gpt2":
+        bpe.pre_tokenizer = byte_level
+    elif style == "smollm":
+        digits = pre_tokenizers.Digits(individual_digits=True)
+        bpe.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level])
+    else:
+        split = LLAMA3_SPLIT
+        if style == "qwen2":
+            from transformers.models.qwen2 import tokenization_qwen2
+
+            split = tokenization_qwen2.PRETOKENIZE_REGEX
+            bpe.normalizer = normalizers.NFC()
+        bpe.pre_tokenizer = pre_tokenizers.Sequence(
             [
-                tokenizers.pre_tokenizers.Digits(individual_digits=True),
-                tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False),
+                pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )
-    bpe.train_from_iterator(
-        TRAINING_TEXT, vocab_size=vocab_size, special_tokens=special
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
+    bpe.train_from_iterator(TRAINING_TEXT, trainer=trainer)
+    if style == "llama3":
+        spec = json.loads(bpe.to_str())
+        spec["model"]["ignore_merges"] = True
+        bpe = tokenizers.Tokenizer.from_str(json.dumps(spec))
+        bpe.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, bpe.token_to_id(bos))]
+        )
     tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=bpe._tokenizer,
-        bos_token="<|im_start|>",
-        eos_token="<|im_end|>",
-        unk_token=None,
+        tokenizer_object=bpe, bos_token=bos, eos_token=eos, unk_token=None
     )
     tokenizer.save_pretrained(directory)
     return transformers.AutoTokenizer.from_pretrained(directory)
@@ -157,15 +216,21 @@ def references(name, model, tokenizer, directory, load, save, seed):
         reload_gap = float(np.abs(hf_logits(again, token_ids) - logits).max())
         hf_again = transformers.AutoTokenizer.from_pretrained(tmp)
         for text in TEXTS:
-            want = tokenizer(text)["input_ids"]
-            if hf_again(text)["input_ids"] != want:
+            # Without the post-processor's BOS, which our tokenizers leave out.
+            want = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if hf_again(text, add_special_tokens=False)["input_ids"] != want:
                 raise AssertionError(f"saved tokenizer differs on {text!r}")
     print(f"{name}: saved by keras_tfm, run by transformers: {reload_gap:.2e}")
     if max(keras_gap, reload_gap) > 1e-4:
         raise AssertionError((keras_gap, reload_gap))
 
-    ids = {f"ids_{i}": np.array(tokenizer(t)["input_ids"], "int32")
-           for i, t in enumerate(TEXTS)}  # fmt: skip
+    ids = {}
+    for i, text in enumerate(TEXTS):
+        plain = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids[f"ids_{i}"] = np.array(plain, "int32")
+        # With the special tokens transformers adds by default (a BOS).
+        ids[f"added_ids_{i}"] = np.array(tokenizer(text)["input_ids"], "int32")
+        ids[f"decoded_{i}"] = np.array(tokenizer.decode(plain))
     np.savez_compressed(
         FIXTURES / f"tiny_{name}_reference.npz",
         texts=np.array(TEXTS),
@@ -208,10 +273,10 @@ def make_gpt2():
     )
 
 
-def make_llama(name, split_digits, seed, config_class=None, **options):
+def make_llama(name, style, seed, config_class=None, **options):
     directory = FIXTURES / f"tiny_{name}_hf"
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_llama_tokenizer(directory, 320, split_digits)
+    tokenizer = train_llama_tokenizer(directory, 320, style)
     config_class = config_class or transformers.LlamaConfig
     config = config_class(
         vocab_size=len(tokenizer),
@@ -243,10 +308,10 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     make_gpt2()
     # Untied head, grouped-query attention (4 query heads, 2 key/value
-    # heads), no biases, a RoPE base from the config, GPT-2's split.
+    # heads), no biases, a RoPE base from the config, Llama 3's tokenizer.
     make_llama(
         "llama_gqa",
-        split_digits=False,
+        style="llama3",
         seed=10,
         num_key_value_heads=2,
         tie_word_embeddings=False,
@@ -257,7 +322,7 @@ def main():
     # biases on every projection, SmolLM's digit split.
     make_llama(
         "llama_tied",
-        split_digits=True,
+        style="smollm",
         seed=20,
         num_key_value_heads=1,
         head_dim=16,
@@ -271,7 +336,7 @@ def main():
     # window (32 here) that caps our max_sequence_length.
     make_llama(
         "mistral",
-        split_digits=False,
+        style="gpt2",
         seed=30,
         config_class=transformers.MistralConfig,
         num_key_value_heads=2,
@@ -279,10 +344,11 @@ def main():
         sliding_window=32,
         rope_theta=10000.0,
     )
-    # Qwen2: biases on the query, key and value projections only.
+    # Qwen2: biases on the query, key and value projections only; Qwen2's
+    # tokenizer (its regex split, NFC).
     make_llama(
         "qwen2",
-        split_digits=False,
+        style="qwen2",
         seed=40,
         config_class=transformers.Qwen2Config,
         num_key_value_heads=2,

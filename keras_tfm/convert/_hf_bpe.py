@@ -2,10 +2,12 @@
 
 HuggingFace keeps a byte-level BPE as vocab.json (token -> id) and
 merges.txt (one "left right" pair a line, after a "#version" line), or
-inside tokenizer.json (`model.vocab`, `model.merges`); keras-hub's
-`BytePairTokenizer` takes the same vocabulary and merges.
+inside tokenizer.json (`model.vocab`, `model.merges`, with the
+normalizer and pre-tokenizer); keras-hub's `BytePairTokenizer` takes the
+same vocabulary and merges, `GGUFBytePairTokenizer` the pre-tokenization.
 """
 
+import json
 from pathlib import Path
 
 from keras_tfm.convert._hf_files import read_json, write_json
@@ -16,54 +18,93 @@ def read_merges_txt(path):
     return [line for line in lines if line and not line.startswith("#version")]
 
 
-def _pre_tokenizer_kind(pre, path):
-    """ "gpt2" or "smollm" (see `GGUFBytePairTokenizer`), from tokenizer.json."""
+SENTENCEPIECE_STYLE = (
+    "SentencePiece-style BPE tokenizers (Llama 2, Mistral v0.1: spaces "
+    "written as '\u2581', byte fallback) are not supported, only byte-level "
+    "BPE (GPT-2, Llama 3, Qwen2, SmolLM)."
+)
+
+
+def _sentencepiece_style(spec):
+    """True for a tokenizer.json of a SentencePiece BPE (Llama 2's kind)."""
+    parts = [spec.get("normalizer"), spec.get("pre_tokenizer"), spec.get("decoder")]
+    text = json.dumps(parts, ensure_ascii=False)
+    return bool((spec.get("model") or {}).get("byte_fallback")) or any(
+        sign in text for sign in ("Metaspace", "\u2581", "ByteFallback")
+    )
+
+
+def _pre_tokenizer_options(pre, path):
+    """`GGUFBytePairTokenizer` pre-tokenizer arguments from tokenizer.json's
+    `pre_tokenizer`: ByteLevel alone ("gpt2"), Digits(individual_digits)
+    then ByteLevel ("smollm"), or Split(a regex, Isolated) then ByteLevel
+    without its regex ("split", Llama 3 and Qwen2)."""
     pre = pre or {}
     steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]
     steps = [step or {} for step in steps or []]
     kinds = [step.get("type") for step in steps]
-    byte_level = steps[-1] if kinds and kinds[-1] == "ByteLevel" else None
-    if byte_level is not None and byte_level.get("use_regex", True):
-        if kinds == ["ByteLevel"]:
-            return "gpt2"
-        if kinds == ["Digits", "ByteLevel"] and steps[0].get("individual_digits"):
-            return "smollm"
+    last = steps[-1] if kinds and kinds[-1] == "ByteLevel" else None
+    if last is not None and not last.get("add_prefix_space", False):
+        if last.get("use_regex", True):
+            if kinds == ["ByteLevel"]:
+                return {"pre_tokenizer": "gpt2"}
+            if kinds == ["Digits", "ByteLevel"] and steps[0].get("individual_digits"):
+                return {"pre_tokenizer": "smollm"}
+        elif kinds == ["Split", "ByteLevel"]:
+            split = steps[0]
+            pattern = (split.get("pattern") or {}).get("Regex")
+            isolated = split.get("behavior") == "Isolated"
+            if pattern is not None and isolated and not split.get("invert"):
+                return {"pre_tokenizer": "split", "split_pattern": pattern}
     raise ValueError(
-        "Only byte-level BPE tokenizers with GPT-2's split (pre_tokenizer "
-        "ByteLevel) or SmolLM's (Digits(individual_digits) then ByteLevel) are "
-        "supported; Llama 3's regex split and SentencePiece-style BPE (Llama "
-        f"2, Mistral) are not. Received: pre_tokenizer={pre!r} in {path}"
+        "Only byte-level BPE pre-tokenizers are supported: ByteLevel (GPT-2), "
+        "Digits(individual_digits) then ByteLevel (SmolLM), or Split(regex, "
+        "Isolated) then ByteLevel(use_regex=False) (Llama 3, Qwen2), without "
+        f"add_prefix_space. Received: pre_tokenizer={pre!r} in {path}"
     )
 
 
+def tokenizer_options(spec, path):
+    """`GGUFBytePairTokenizer` arguments (pre-tokenizer, split regex,
+    normalizer, ignore_merges) for a parsed tokenizer.json."""
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE":
+        raise ValueError(
+            "Only BPE tokenizers are supported. Received: model.type="
+            f"{model.get('type')!r} in {path}"
+        )
+    if _sentencepiece_style(spec):
+        raise ValueError(
+            f"{SENTENCEPIECE_STYLE} Received: model.byte_fallback="
+            f"{model.get('byte_fallback')!r}, normalizer="
+            f"{spec.get('normalizer')!r}, pre_tokenizer="
+            f"{spec.get('pre_tokenizer')!r} in {path}"
+        )
+    normalizer = spec.get("normalizer")
+    if normalizer is not None and normalizer != {"type": "NFC"}:
+        raise ValueError(
+            "Only the NFC normalizer (Qwen2's) is supported. Received: "
+            f"normalizer={normalizer!r} in {path}"
+        )
+    options = _pre_tokenizer_options(spec.get("pre_tokenizer"), path)
+    options["normalizer"] = None if normalizer is None else "NFC"
+    options["ignore_merges"] = bool(model.get("ignore_merges", False))
+    return options
+
+
 def read_vocab_and_merges(directory):
-    """`(vocabulary, merges, special tokens, pre-tokenizer)` of a directory.
+    """`(vocabulary, merges, special tokens, options)` of a directory.
 
     tokenizer.json is preferred; vocab.json with merges.txt (GPT-2's split)
-    is the fallback. The pre-tokenizer is "gpt2" or "smollm".
+    is the fallback. `options` are the `GGUFBytePairTokenizer` arguments of
+    `tokenizer_options`.
     """
     directory = Path(directory)
     path = directory / "tokenizer.json"
     if path.exists():
         spec = read_json(path)
-        model = spec.get("model") or {}
-        if model.get("type") != "BPE":
-            raise ValueError(
-                "Only BPE tokenizers are supported. Received: model.type="
-                f"{model.get('type')!r} in {path}"
-            )
-        for key in ("normalizer",):
-            if spec.get(key) is not None:
-                raise ValueError(
-                    f"Tokenizers with a {key} are not supported. Received: "
-                    f"{key}={spec[key]!r} in {path}"
-                )
-        for key in ("ignore_merges", "byte_fallback"):
-            if model.get(key):
-                raise ValueError(
-                    f"BPE option model.{key}=True is not supported. Received in {path}"
-                )
-        kind = _pre_tokenizer_kind(spec.get("pre_tokenizer"), path)
+        options = tokenizer_options(spec, path)
+        model = spec["model"]
         merges = [
             m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])
         ]
@@ -73,7 +114,7 @@ def read_vocab_and_merges(directory):
             vocabulary.setdefault(token["content"], token["id"])
             if token.get("special"):
                 special.append(token["content"])
-        return vocabulary, merges, special, kind
+        return vocabulary, merges, special, options
     for name in ("vocab.json", "merges.txt"):
         if not (directory / name).exists():
             raise ValueError(
@@ -85,21 +126,30 @@ def read_vocab_and_merges(directory):
         read_json(directory / "vocab.json"),
         read_merges_txt(directory / "merges.txt"),
         [],
-        "gpt2",
+        {"pre_tokenizer": "gpt2"},
     )
 
 
 def write_tokenizer_json(directory, tokenizer):
     """tokenizer.json for a `GGUFBytePairTokenizer`, built by `tokenizers`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers
+    from tokenizers import pre_tokenizers as pre
 
     vocabulary = tokenizer_vocabulary(tokenizer)
     merges = [tuple(merge.split(" ")) for merge in tokenizer.merges]
-    hf = Tokenizer(models.BPE(vocab=vocabulary, merges=merges))
-    steps = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
-    if getattr(tokenizer, "pre_tokenizer", "gpt2") == "smollm":
-        steps.insert(0, pre_tokenizers.Digits(individual_digits=True))
-    hf.pre_tokenizer = steps[0] if len(steps) == 1 else pre_tokenizers.Sequence(steps)
+    ignore_merges = bool(getattr(tokenizer, "ignore_merges", False))
+    hf = Tokenizer(
+        models.BPE(vocab=vocabulary, merges=merges, ignore_merges=ignore_merges)
+    )
+    kind = getattr(tokenizer, "pre_tokenizer", "gpt2")
+    steps = [pre.ByteLevel(add_prefix_space=False, use_regex=kind != "split")]
+    if kind == "smollm":
+        steps.insert(0, pre.Digits(individual_digits=True))
+    elif kind == "split":
+        steps.insert(0, pre.Split(Regex(tokenizer.split_pattern), "isolated"))
+    hf.pre_tokenizer = steps[0] if len(steps) == 1 else pre.Sequence(steps)
+    if getattr(tokenizer, "normalizer", None) == "NFC":
+        hf.normalizer = normalizers.NFC()
     hf.decoder = decoders.ByteLevel()
     special = list(tokenizer.unsplittable_tokens or [])
     if special:

@@ -2,7 +2,9 @@
 
 The metadata gives the sizes (`llama.*` keys) and the tokenizer
 (`tokenizer.ggml.*`, `tokenizer.chat_template`); the tensors are read and
-dequantised to float32 by `gguf` (see gguf_reader.py).
+dequantised to float32 by `gguf` (see gguf_reader.py), renamed to
+HuggingFace's names and mapped by llama.py, the one Llama mapping that
+`load_hf_llama` uses too.
 
 llama.cpp's converter reorders the rows of each query and key head: ggml's
 Llama RoPE rotates adjacent pairs (2i, 2i + 1), HuggingFace's and ours rotate
@@ -12,13 +14,21 @@ them back (transformers does the same when it loads a GGUF file, and
 tests/convert checks the result against its weights).
 """
 
-import numpy as np
+import re
 
+from keras_tfm.convert._hf_files import assign_weights
 from keras_tfm.convert.gguf_reader import dequantize, metadata, open_gguf, tensor_table
-from keras_tfm.convert.gguf_tokenizer import PRE_TOKENIZERS, GGUFBytePairTokenizer
+from keras_tfm.convert.gguf_tokenizer import GGUF_PRE_TOKENIZERS, GGUFBytePairTokenizer
+from keras_tfm.convert.llama import (
+    GGUF_TO_HF,
+    hf_name_from_gguf,
+    llama_hf_shapes,
+    llama_weights,
+)
 from keras_tfm.models.causal_lm import CausalLM
 
 CONTROL_TOKEN = 3  # llama.cpp's LLAMA_TOKEN_TYPE_CONTROL in tokenizer.ggml.token_type
+_HF_TO_GGUF = {hf: gguf for gguf, hf in GGUF_TO_HF.items()}
 
 
 def unpermute_rows(weight, num_heads):
@@ -43,12 +53,19 @@ def llama_config(reader):
         )
     num_heads = metadata(reader, "llama.attention.head_count")
     hidden_dim = metadata(reader, "llama.embedding_length")
-    head_dim = hidden_dim // num_heads
+    head_dim = metadata(reader, "llama.attention.key_length", None, False)
+    head_dim = head_dim or hidden_dim // num_heads
     rope_dims = metadata(reader, "llama.rope.dimension_count", head_dim, False)
     if rope_dims != head_dim:
         raise ValueError(
             "Only RoPE over whole heads is supported. Received: "
             f"llama.rope.dimension_count={rope_dims}, head size {head_dim}"
+        )
+    scaling = metadata(reader, "llama.rope.scaling.type", "none", False)
+    if scaling != "none":
+        raise ValueError(
+            "RoPE scaling is not supported. Received: "
+            f"llama.rope.scaling.type={scaling!r}"
         )
     vocabulary = metadata(reader, "tokenizer.ggml.tokens")
     names = tensor_table(reader)
@@ -60,6 +77,7 @@ def llama_config(reader):
         intermediate_dim=metadata(reader, "llama.feed_forward_length"),
         max_sequence_length=metadata(reader, "llama.context_length"),
         num_key_value_heads=metadata(reader, "llama.attention.head_count_kv"),
+        head_dim=head_dim,
         activation="swiglu",
         normalize_first=True,
         normalization="rms_norm",
@@ -82,14 +100,15 @@ def llama_tokenizer(reader):
     model = metadata(reader, "tokenizer.ggml.model")
     if model != "gpt2":
         raise ValueError(
-            "Only GPT-2-style byte-level BPE tokenizers are supported. "
+            "Only byte-level BPE tokenizers (tokenizer.ggml.model 'gpt2') are "
+            "supported, not SentencePiece ones (Llama 2, Mistral v0.1: 'llama'). "
             f"Received: tokenizer.ggml.model={model!r}"
         )
     pre = metadata(reader, "tokenizer.ggml.pre", "gpt2", False)
-    if pre not in PRE_TOKENIZERS:
+    if pre not in GGUF_PRE_TOKENIZERS:
         raise ValueError(
-            f"Only the pre-tokenizers {list(PRE_TOKENIZERS)} are supported. "
-            f"Received: tokenizer.ggml.pre={pre!r}"
+            f"Only the pre-tokenizers {sorted(GGUF_PRE_TOKENIZERS)} are "
+            f"supported. Received: tokenizer.ggml.pre={pre!r}"
         )
     tokens = metadata(reader, "tokenizer.ggml.tokens")
     types = metadata(reader, "tokenizer.ggml.token_type", [1] * len(tokens), False)
@@ -101,7 +120,7 @@ def llama_tokenizer(reader):
     return GGUFBytePairTokenizer(
         vocabulary={t: i for i, t in enumerate(tokens)},
         merges=metadata(reader, "tokenizer.ggml.merges"),
-        pre_tokenizer=pre,
+        **GGUF_PRE_TOKENIZERS[pre],
         unsplittable_tokens=[
             t for t, k in zip(tokens, types, strict=True) if k == CONTROL_TOKEN
         ],
@@ -112,65 +131,42 @@ def llama_tokenizer(reader):
     )
 
 
-def llama_weights(reader, config):
-    """Our weight path -> float32 array, from the GGUF tensors.
+def _gguf_name(hf_name):
+    pattern = re.sub(r"^model\.layers\.(\d+)\.", "model.layers.{i}.", hf_name)
+    layer = re.match(r"^model\.layers\.(\d+)\.", hf_name)
+    return _HF_TO_GGUF[pattern].format(i=layer.group(1) if layer else "")
 
-    GGUF matrices are (out, in) as in PyTorch; Keras kernels are (in, out).
+
+def hf_tensors(reader, config):
+    """The GGUF tensors under HuggingFace Llama names, as float32 arrays.
+
+    Each tensor is renamed (`llama.hf_name_from_gguf`; a tensor with no
+    HuggingFace name is refused), dequantised with the shape `config` needs
+    and, for q and k, put back in HuggingFace's row order. GGUF matrices are
+    (out, in), as in PyTorch.
     """
-    tensors = tensor_table(reader)
-    hidden, inner = config["hidden_dim"], config["intermediate_dim"]
-    heads, kv_heads = config["num_heads"], config["num_key_value_heads"]
-    head_dim = hidden // heads
-
-    def get(name, shape):
-        if name not in tensors:
+    table = tensor_table(reader)
+    names = {hf_name_from_gguf(name): name for name in table}
+    tensors = {}
+    for hf_name, shape in llama_hf_shapes(config).items():
+        if hf_name not in names:
             raise ValueError(
-                f"The GGUF file has no tensor {name!r}, which a Llama model "
-                f"with this metadata needs. Received tensors such as "
-                f"{sorted(tensors)[:4]}"
+                f"The GGUF file has no tensor {_gguf_name(hf_name)!r}, which a "
+                "Llama model with this metadata needs. Received tensors such "
+                f"as {sorted(table)[:4]}"
             )
-        return dequantize(tensors[name], shape)
-
-    vocabulary = config["vocabulary_size"]
-    weights = {
-        "token_embedding/embeddings": get("token_embd.weight", (vocabulary, hidden)),
-        "final_norm/scale": get("output_norm.weight", (hidden,)),
-    }
-    if not config["tie_word_embeddings"]:
-        weights["lm_head/kernel"] = get("output.weight", (vocabulary, hidden)).T
-    for i in range(config["num_layers"]):
-        b, ours = f"blk.{i}.", f"transformer_layer_{i}/"
-        query = unpermute_rows(get(b + "attn_q.weight", (hidden, hidden)), heads)
-        key = unpermute_rows(
-            get(b + "attn_k.weight", (kv_heads * head_dim, hidden)), kv_heads
+        value = dequantize(table[names.pop(hf_name)], shape)
+        if hf_name.endswith("q_proj.weight"):
+            value = unpermute_rows(value, config["num_heads"])
+        elif hf_name.endswith("k_proj.weight"):
+            value = unpermute_rows(value, config["num_key_value_heads"])
+        tensors[hf_name] = value
+    if names:  # e.g. layers beyond llama.block_count.
+        raise ValueError(
+            f"The GGUF file has tensors this Llama model has no place for: "
+            f"{sorted(names.values())[:4]}"
         )
-        value = get(b + "attn_v.weight", (kv_heads * head_dim, hidden))
-        gate = get(b + "ffn_gate.weight", (inner, hidden))
-        up = get(b + "ffn_up.weight", (inner, hidden))
-        weights.update(
-            {
-                ours + "self_attention/query/kernel": query.T,
-                # Our fused projection: all key heads, then all value heads.
-                ours + "self_attention/key_value/kernel": np.concatenate(
-                    [key.T, value.T], axis=1
-                ),
-                ours + "self_attention/attention_output/kernel": get(
-                    b + "attn_output.weight", (hidden, hidden)
-                ).T,
-                ours + "self_attention_norm/scale": get(
-                    b + "attn_norm.weight", (hidden,)
-                ),
-                # SwiGLU's fused input projection: gate, then up.
-                ours + "feed_forward/intermediate/kernel": np.concatenate(
-                    [gate.T, up.T], axis=1
-                ),
-                ours + "feed_forward/output/kernel": get(
-                    b + "ffn_down.weight", (hidden, inner)
-                ).T,
-                ours + "feed_forward_norm/scale": get(b + "ffn_norm.weight", (hidden,)),
-            }
-        )
-    return weights
+    return tensors
 
 
 def load_gguf_llama(path, max_sequence_length=None):
@@ -179,9 +175,11 @@ def load_gguf_llama(path, max_sequence_length=None):
     The weights are dequantised to float32 (supported types:
     `gguf_reader.SUPPORTED_TYPES`: F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0 and
     the K-quants); the query/key rows are put back in the half-split order
-    of our rotary embedding. The model is pre-norm with RMSNorm, SwiGLU,
-    grouped-query attention, RoPE with the file's base and no biases; the
-    head is the embedding unless the file has an `output.weight`. The
+    of our rotary embedding, and the tensors, renamed to HuggingFace's
+    names, go through llama.py's mapping as `load_hf_llama`'s do. The model
+    is pre-norm with RMSNorm, SwiGLU, grouped-query attention, RoPE with the
+    file's base (RoPE scaling is refused) and no biases; the head is the
+    embedding unless the file has an `output.weight`. The
     tokenizer (a `GGUFBytePairTokenizer` with the file's vocabulary, merges,
     pre-tokenizer, special tokens and ChatML chat template) is attached, so
     `generate` takes strings.
@@ -216,20 +214,7 @@ def load_gguf_llama(path, max_sequence_length=None):
             f"Received: {tokenizer.vocabulary_size()} tokens and "
             f"llama.vocab_size={config['vocabulary_size']}"
         )
-    weights = llama_weights(reader, config)
+    weights = llama_weights(hf_tensors(reader, config), config, f"The GGUF file {path}")
     model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
-    ours = {w.path: w for w in model.weights}
-    if set(ours) != set(weights):
-        raise ValueError(
-            "The CausalLM's weights do not match the Llama mapping. Unmapped: "
-            f"{sorted(set(ours) - set(weights))[:4]}; unknown: "
-            f"{sorted(set(weights) - set(ours))[:4]}"
-        )
-    for name, value in weights.items():
-        if tuple(ours[name].shape) != value.shape:
-            raise ValueError(
-                f"Weight {name} has shape {tuple(ours[name].shape)} but the "
-                f"GGUF file's has {value.shape}"
-            )
-        ours[name].assign(value)
+    assign_weights(model, weights)
     return model

@@ -4,16 +4,63 @@ import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
-from tokenizers import pre_tokenizers
+from keras_hub.src.tokenizers.byte_pair_tokenizer import SPLIT_PATTERN_TOKENIZERS
+from tokenizers import Regex, models, normalizers, pre_tokenizers
 
 from keras_tfm.convert.chat_template import apply_chatml, parse_chatml_template
 
-# GGUF `tokenizer.ggml.pre` values handled here. "gpt2": GPT-2's byte-level
+# How text is cut into pieces before the merges. "gpt2": GPT-2's byte-level
 # regex. "smollm" (also StarCoder's): every Unicode numeral (\p{N}) is first
 # cut out on its own, then GPT-2's regex applies to the pieces (llama.cpp's
 # llama-vocab.cpp; SmolLM2's own tokenizer.json: Digits(individual_digits)
-# then ByteLevel).
-PRE_TOKENIZERS = ("gpt2", "smollm")
+# then ByteLevel). "split": the pieces are the matches of `split_pattern`
+# and the text between them (a tokenizer.json Split(Isolated) step, then
+# ByteLevel without its own regex: Llama 3, Qwen2).
+PRE_TOKENIZERS = ("gpt2", "smollm", "split")
+NORMALIZERS = (None, "NFC")
+
+# Llama 3's split (Meta's tokenizer.json), which keras-hub's BytePairTokenizer
+# applies: digits in runs of up to three, a letter run may take one leading
+# symbol, contractions in any case.
+LLAMA3_SPLIT_PATTERN = SPLIT_PATTERN_TOKENIZERS
+# Qwen2's (transformers' Qwen2Tokenizer): Llama 3's with single digits.
+QWEN2_SPLIT_PATTERN = LLAMA3_SPLIT_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+
+# GGUF `tokenizer.ggml.pre` values -> the tokenizer's arguments, as
+# llama.cpp's llama-vocab.cpp reads them (it ignores merges for Llama 3:
+# a piece that is a whole vocabulary token is that token).
+_LLAMA3 = dict(
+    pre_tokenizer="split", split_pattern=LLAMA3_SPLIT_PATTERN, ignore_merges=True
+)
+_QWEN2 = dict(pre_tokenizer="split", split_pattern=QWEN2_SPLIT_PATTERN)
+GGUF_PRE_TOKENIZERS = {
+    "gpt2": dict(pre_tokenizer="gpt2"),
+    "gpt-2": dict(pre_tokenizer="gpt2"),
+    "smollm": dict(pre_tokenizer="smollm"),
+    "llama-bpe": _LLAMA3,
+    "llama3": _LLAMA3,
+    "llama-v3": _LLAMA3,
+    "qwen2": _QWEN2,
+    "deepseek-r1-qwen": _QWEN2,
+}
+
+
+def _check_split_pattern(pre_tokenizer, split_pattern):
+    if (pre_tokenizer == "split") != (split_pattern is not None):
+        raise ValueError(
+            "`split_pattern` is needed with pre_tokenizer='split' and only "
+            f"then. Received: pre_tokenizer={pre_tokenizer!r}, "
+            f"split_pattern={split_pattern!r}"
+        )
+    if split_pattern is None:
+        return
+    try:
+        Regex(split_pattern)
+    except Exception as error:  # tokenizers raises a bare Exception.
+        raise ValueError(
+            f"`split_pattern` is not a valid regex ({error}). Received: "
+            f"split_pattern={split_pattern!r}"
+        ) from None
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -21,19 +68,27 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
     """keras-hub's `BytePairTokenizer` with a GGUF checkpoint's
     pre-tokenization, special tokens and chat template.
 
-    keras-hub's byte-pair tokenizer splits text before merging with Llama 3's
-    regex (digits in runs of up to three, a letter run may take one leading
-    symbol). GPT-2-style checkpoints split with GPT-2's regex instead, and
-    SmolLM2 ("smollm") also cuts out every numeral, so the split is replaced
-    by the checkpoint's, in the `tokenizers` library that keras-hub's eager
-    calls use (in `tf.data` and `tf.function` too, see `_tokenize_tf`).
-    Merging, special tokens (`unsplittable_tokens`: never split, one id
-    each) and the byte-level decoding are keras-hub's.
+    keras-hub's byte-pair tokenizer splits text before merging with one
+    fixed regex, Llama 3's (`LLAMA3_SPLIT_PATTERN`). GPT-2-style checkpoints
+    split with GPT-2's regex instead, SmolLM2 ("smollm") also cuts out every
+    numeral, Qwen2 splits digits singly (`QWEN2_SPLIT_PATTERN`), so the split
+    is replaced by the checkpoint's, in the `tokenizers` library that
+    keras-hub's eager calls use (in `tf.data` and `tf.function` too, see
+    `_tokenize_tf`); so are an NFC normalizer (Qwen2) and Llama 3's
+    `ignore_merges`. Merging, special tokens (`unsplittable_tokens`: never
+    split, one id each) and the byte-level decoding are keras-hub's.
 
     Args:
         vocabulary: dict token -> id, or the path of a vocabulary.json.
         merges: list of "a b" merge rules, or the path of a merges.txt.
-        pre_tokenizer: "smollm" (default) or "gpt2".
+        pre_tokenizer: "smollm" (default), "gpt2" or "split" (see
+            `PRE_TOKENIZERS`).
+        split_pattern: with pre_tokenizer="split", the regex whose matches
+            (and the text between them) are the pieces merged separately,
+            e.g. `LLAMA3_SPLIT_PATTERN`; None otherwise.
+        normalizer: None, or "NFC" to compose characters first (Qwen2).
+        ignore_merges: if True, a piece that is a whole vocabulary token
+            becomes that token without merging (Llama 3).
         unsplittable_tokens: special tokens kept whole (e.g. "<|im_start|>").
         bos_token, eos_token, pad_token: the tokens of those roles
             (`start_token_id`, `end_token_id`, `pad_token_id` then hold
@@ -51,6 +106,19 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
     [3, 5, 4, 4, 0]
     >>> tokenizer.detokenize([3, 5, 4, 4, 0])
     'ab 11<|im_end|>'
+
+    Llama 3's split cuts digit runs into pieces of three ("121", "2"), which
+    are merged separately; GPT-2's keeps "1212" whole:
+
+    >>> llama3 = GGUFBytePairTokenizer(
+    ...     {"1": 0, "2": 1, "12": 2}, ["1 2"], pre_tokenizer="split",
+    ...     split_pattern=LLAMA3_SPLIT_PATTERN)
+    >>> [llama3.id_to_token(int(i)) for i in llama3("1212")]
+    ['12', '1', '2']
+    >>> gpt2 = GGUFBytePairTokenizer(
+    ...     {"1": 0, "2": 1, "12": 2}, ["1 2"], pre_tokenizer="gpt2")
+    >>> [gpt2.id_to_token(int(i)) for i in gpt2("1212")]
+    ['12', '12']
     """
 
     def __init__(
@@ -58,6 +126,9 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
         vocabulary=None,
         merges=None,
         pre_tokenizer="smollm",
+        split_pattern=None,
+        normalizer=None,
+        ignore_merges=False,
         unsplittable_tokens=None,
         bos_token=None,
         eos_token=None,
@@ -70,12 +141,21 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
                 f"`pre_tokenizer` must be one of {list(PRE_TOKENIZERS)}. "
                 f"Received: pre_tokenizer={pre_tokenizer!r}"
             )
+        _check_split_pattern(pre_tokenizer, split_pattern)
+        if normalizer not in NORMALIZERS:
+            raise ValueError(
+                f"`normalizer` must be one of {list(NORMALIZERS)}. Received: "
+                f"normalizer={normalizer!r}"
+            )
         if chat_template is not None and not isinstance(chat_template, str):
             raise ValueError(
                 "`chat_template` must be a string or None. Received: "
                 f"chat_template={chat_template!r}"
             )
         self.pre_tokenizer = pre_tokenizer
+        self.split_pattern = split_pattern
+        self.normalizer = normalizer
+        self.ignore_merges = bool(ignore_merges)
         self.chat_template = chat_template
         self.bos_token, self.eos_token, self.pad_token = bos_token, eos_token, pad_token
         for token, role in (
@@ -96,13 +176,24 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
         # keras-hub's hook that builds the `tokenizers` pipeline of eager
         # calls (private: the only place its pre-tokenizer is chosen).
         super()._set_vocabulary_and_merges_tokenizers(vocabulary, merges)
-        steps = [
-            pre_tokenizers.ByteLevel(
-                add_prefix_space=self.add_prefix_space, use_regex=True
+        if self.ignore_merges:
+            # keras-hub's BPE model has no `ignore_merges` argument.
+            pairs = [tuple(m.split(" ")) for m in self.merges if "#version:" not in m]
+            self._tokenizer.model = models.BPE(
+                vocab=self.vocabulary, merges=pairs, ignore_merges=True
             )
-        ]
+        if self.normalizer == "NFC":
+            self._tokenizer.normalizer = normalizers.NFC()
+        byte_level = pre_tokenizers.ByteLevel(
+            add_prefix_space=self.add_prefix_space,
+            use_regex=self.pre_tokenizer != "split",
+        )
+        steps = [byte_level]
         if self.pre_tokenizer == "smollm":
             steps.insert(0, pre_tokenizers.Digits(individual_digits=True))
+        elif self.pre_tokenizer == "split":
+            pattern = Regex(self.split_pattern)
+            steps.insert(0, pre_tokenizers.Split(pattern, behavior="isolated"))
         self._tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
 
     def _tokenize_tf(self, inputs):
@@ -172,6 +263,9 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
         config.update(
             {
                 "pre_tokenizer": self.pre_tokenizer,
+                "split_pattern": self.split_pattern,
+                "normalizer": self.normalizer,
+                "ignore_merges": self.ignore_merges,
                 "bos_token": self.bos_token,
                 "eos_token": self.eos_token,
                 "pad_token": self.pad_token,

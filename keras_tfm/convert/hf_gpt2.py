@@ -161,7 +161,7 @@ def gpt2_weights(tensors, num_layers, hidden_dim, directory="."):
 
 
 def _load_tokenizer(directory, vocabulary_size):
-    vocabulary, merges, special, kind = read_vocab_and_merges(directory)
+    vocabulary, merges, special, options = read_vocab_and_merges(directory)
     if END_OF_TEXT not in vocabulary:
         raise ValueError(
             f"A GPT-2 vocabulary needs the {END_OF_TEXT!r} token. Received "
@@ -177,10 +177,10 @@ def _load_tokenizer(directory, vocabulary_size):
     return GGUFBytePairTokenizer(
         vocabulary=vocabulary,
         merges=merges,
-        pre_tokenizer=kind,
         unsplittable_tokens=sorted({END_OF_TEXT, *special}),
         bos_token=END_OF_TEXT,
         eos_token=END_OF_TEXT,
+        **options,
     )
 
 
@@ -272,6 +272,14 @@ def _check_saveable(model, tokenizer):
         )
     if END_OF_TEXT not in tokenizer.vocabulary:
         raise ValueError(f"A GPT-2 vocabulary needs the {END_OF_TEXT!r} token.")
+    if isinstance(tokenizer, GGUFBytePairTokenizer):
+        # vocab.json and merges.txt hold no pre-tokenization: GPT-2's applies.
+        settings = {
+            "pre_tokenizer": ("gpt2", tokenizer.pre_tokenizer),
+            "normalizer": (None, tokenizer.normalizer),
+            "ignore_merges": (False, tokenizer.ignore_merges),
+        }
+        check_format_settings("GPT-2 tokenizer (vocab.json, merges.txt)", settings)
 
 
 def save_hf_gpt2(model, directory, tokenizer=None):

@@ -2,8 +2,8 @@
 
 A checkpoint directory holds config.json (`model_type` "llama", "mistral"
 or "qwen2"), the weights as safetensors (names and layout in llama.py, the
-one Llama mapping) and a byte-level BPE tokenizer.json with
-tokenizer_config.json (special tokens, chat template).
+one Llama mapping, which the GGUF loader uses too) and a byte-level BPE
+tokenizer.json with tokenizer_config.json (special tokens, chat template).
 """
 
 from pathlib import Path
@@ -130,7 +130,7 @@ def _token(value):
 
 
 def _load_tokenizer(directory, vocabulary_size):
-    vocabulary, merges, special, kind = read_vocab_and_merges(directory)
+    vocabulary, merges, special, options = read_vocab_and_merges(directory)
     if len(vocabulary) != vocabulary_size:
         raise ValueError(
             "The tokenizer and config.json disagree on the vocabulary size. "
@@ -149,9 +149,9 @@ def _load_tokenizer(directory, vocabulary_size):
     return GGUFBytePairTokenizer(
         vocabulary=vocabulary,
         merges=merges,
-        pre_tokenizer=kind,
         unsplittable_tokens=special,
         chat_template=settings.get("chat_template"),
+        **options,
         **roles,
     )
 
@@ -172,9 +172,13 @@ def load_hf_llama(directory, max_sequence_length=None):
     computation; `save_hf_llama` then writes a Llama with all biases).
     The tokenizer is attached: a `GGUFBytePairTokenizer` (keras-hub's
     byte-level BPE) with the vocabulary, merges and pre-tokenization of
-    tokenizer.json, the special tokens and chat template of
-    tokenizer_config.json. It adds no BOS token: prepend
-    `tokenizer.start_token_id` where the checkpoint expects one.
+    tokenizer.json (GPT-2's split, SmolLM's digit split, or the Split regex
+    of Llama 3 and Qwen2, with Qwen2's NFC normalizer and Llama 3's
+    `ignore_merges`), the special tokens and chat template of
+    tokenizer_config.json. SentencePiece-style BPE tokenizers (Llama 2,
+    Mistral v0.1) are refused. It adds no BOS token (Llama 3's
+    post-processor does): prepend `tokenizer.start_token_id` where the
+    checkpoint expects one.
 
     Args:
         directory: a folder with config.json, model.safetensors (or an index

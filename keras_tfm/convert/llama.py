@@ -87,6 +87,36 @@ def llama_hf_names(config):
     return names
 
 
+def llama_hf_shapes(config):
+    """HuggingFace name -> shape ((out, in) for matrices) of every tensor of a
+    Llama with `config` (our arguments, with `head_dim` and
+    `num_key_value_heads`)."""
+    hidden, inner = config["hidden_dim"], config["intermediate_dim"]
+    query = config["num_heads"] * config["head_dim"]
+    key = config["num_key_value_heads"] * config["head_dim"]
+    vocabulary = config["vocabulary_size"]
+    matrices = {
+        "q_proj": (query, hidden),
+        "k_proj": (key, hidden),
+        "v_proj": (key, hidden),
+        "o_proj": (hidden, query),
+        "gate_proj": (inner, hidden),
+        "up_proj": (inner, hidden),
+        "down_proj": (hidden, inner),
+    }
+    shapes = {}
+    for name in llama_hf_names(config):
+        leaf = name.split(".")[-2]
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            shapes[name] = (vocabulary, hidden)
+        elif leaf in matrices:
+            rows = matrices[leaf][0]
+            shapes[name] = matrices[leaf] if name.endswith("weight") else (rows,)
+        else:  # The RMSNorm scales.
+            shapes[name] = (hidden,)
+    return shapes
+
+
 def llama_weights(tensors, config, source="the checkpoint"):
     """Our weight path -> float32 array, from tensors under HuggingFace names.
 

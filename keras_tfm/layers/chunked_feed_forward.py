@@ -52,6 +52,16 @@ def _activate(hidden, activation):
             return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
 
         return ops.cast(0.5 * h * (1.0 + t), hidden.dtype), derivative
+    if activation == "silu":
+        h = ops.cast(hidden, "float32")
+        sigmoid = ops.sigmoid(h)
+
+        def derivative(d_out):
+            # d/dh of h sigmoid(h).
+            slope = sigmoid * (1.0 + h * (1.0 - sigmoid))
+            return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
+
+        return ops.cast(h * sigmoid, hidden.dtype), derivative
     # swiglu: silu(gate) * up.
     gate, up = ops.split(hidden, 2, axis=-1)
     g = ops.cast(gate, "float32")
@@ -75,6 +85,7 @@ def chunked_feed_forward(
     output_bias,
     activation="relu",
     chunk_size=DEFAULT_FEED_FORWARD_CHUNK,
+    plain_below=None,
 ):
     """`act(x W1 + b1) W2 + b2` over chunks of tokens, recomputed in backward.
 
@@ -88,9 +99,14 @@ def chunked_feed_forward(
         intermediate_bias: (width,).
         output_kernel: (intermediate_dim, hidden_dim).
         output_bias: (hidden_dim,).
-        activation: "relu", "gelu" (exact), "gelu_approximate" (tanh) or
-            "swiglu".
+        activation: "relu", "gelu" (exact), "gelu_approximate" (tanh),
+            "silu" or "swiglu".
         chunk_size: tokens per chunk; any number of tokens works.
+        plain_below: optional sequence length (the inputs' second-to-last
+            axis) under which the unchunked computation runs instead, chosen
+            when the graph runs (for lengths unknown when it is traced); it
+            keeps the hidden activations for its backward pass, as autodiff
+            would.
 
     Returns:
         A tensor of the inputs' shape and dtype.
@@ -117,45 +133,96 @@ def chunked_feed_forward(
     rows = ops.reshape(inputs, (-1, hidden_dim))
     num_rows = ops.shape(rows)[0]
     num_chunks = (num_rows + chunk_size - 1) // chunk_size
-    rows = ops.pad(rows, [[0, num_chunks * chunk_size - num_rows], [0, 0]])
-    chunks = ops.reshape(rows, (num_chunks, chunk_size, hidden_dim))
+    use_plain = False
+    if plain_below is not None:
+        check_positive_int("plain_below", plain_below)
+        use_plain = shape[-2] < plain_below
+
+    def to_chunks(tensor):
+        tensor = ops.pad(tensor, [[0, num_chunks * chunk_size - num_rows], [0, 0]])
+        return ops.reshape(tensor, (num_chunks, chunk_size, ops.shape(tensor)[-1]))
+
+    def from_chunks(tensor):
+        return ops.reshape(tensor, (-1, ops.shape(tensor)[-1]))[:num_rows]
 
     @ops.custom_gradient
-    def feed_forward(chunks, w1, b1, w2, b2):
-        def forward_step(j, outputs):
-            activated, _ = _activate(ops.matmul(chunks[j], w1) + b1, activation)
-            out = ops.matmul(activated, w2) + b2
-            return ops.slice_update(outputs, [j, 0, 0], out[None])
+    def feed_forward(rows, w1, b1, w2, b2):
+        def plain_forward():
+            hidden = ops.matmul(rows, w1) + b1
+            activated, _ = _activate(hidden, activation)
+            return ops.matmul(activated, w2) + b2, hidden
 
-        outputs = ops.fori_loop(0, num_chunks, forward_step, ops.zeros_like(chunks))
+        def chunked_forward(placeholder=True):
+            chunks = to_chunks(rows)
+
+            def forward_step(j, outputs):
+                activated, _ = _activate(ops.matmul(chunks[j], w1) + b1, activation)
+                out = ops.matmul(activated, w2) + b2
+                return ops.slice_update(outputs, [j, 0, 0], out[None])
+
+            outputs = ops.fori_loop(0, num_chunks, forward_step, ops.zeros_like(chunks))
+            # The run-time switch's branches return the same tensors: the
+            # plain one's hidden activations, unused here (and removed by
+            # XLA, which sees which branch runs).
+            width = ops.shape(w1)[-1]
+            hidden = ops.zeros((num_rows, width), dtype) if placeholder else None
+            return from_chunks(outputs), hidden
+
+        if plain_below is None:
+            outputs, hidden = chunked_forward(placeholder=False)
+        else:
+            outputs, hidden = ops.cond(use_plain, plain_forward, chunked_forward)
 
         def grad(upstream):
             upstream = ops.cast(upstream, dtype)
 
-            def backward_step(j, state):
-                d_chunks, d_w1, d_b1, d_w2, d_b2 = state
-                x, d_out = chunks[j], upstream[j]
-                activated, derivative = _activate(ops.matmul(x, w1) + b1, activation)
-                d_hidden = derivative(ops.matmul(d_out, ops.transpose(w2)))
-                d_x = ops.matmul(d_hidden, ops.transpose(w1))
-                d_chunks = ops.slice_update(d_chunks, [j, 0, 0], d_x[None])
-                f32 = "float32"
+            def plain_backward():
+                activated, derivative = _activate(hidden, activation)
+                d_hidden = derivative(ops.matmul(upstream, ops.transpose(w2)))
                 return (
-                    d_chunks,
-                    d_w1 + ops.cast(ops.matmul(ops.transpose(x), d_hidden), f32),
-                    d_b1 + ops.cast(ops.sum(d_hidden, axis=0), f32),
-                    d_w2 + ops.cast(ops.matmul(ops.transpose(activated), d_out), f32),
-                    d_b2 + ops.cast(ops.sum(d_out, axis=0), f32),
+                    ops.matmul(d_hidden, ops.transpose(w1)),
+                    ops.matmul(ops.transpose(rows), d_hidden),
+                    ops.sum(d_hidden, axis=0),
+                    ops.matmul(ops.transpose(activated), upstream),
+                    ops.sum(upstream, axis=0),
                 )
 
-            init = (ops.zeros_like(chunks),) + tuple(
-                ops.zeros(ops.shape(w), "float32") for w in (w1, b1, w2, b2)
-            )
-            d_chunks, *d_weights = ops.fori_loop(0, num_chunks, backward_step, init)
-            return (d_chunks, *(ops.cast(d, dtype) for d in d_weights))
+            def chunked_backward():
+                chunks, d_outputs = to_chunks(rows), to_chunks(upstream)
+
+                def backward_step(j, state):
+                    d_chunks, d_w1, d_b1, d_w2, d_b2 = state
+                    x, d_out = chunks[j], d_outputs[j]
+                    activated, derivative = _activate(
+                        ops.matmul(x, w1) + b1, activation
+                    )
+                    d_hidden = derivative(ops.matmul(d_out, ops.transpose(w2)))
+                    d_x = ops.matmul(d_hidden, ops.transpose(w1))
+                    d_chunks = ops.slice_update(d_chunks, [j, 0, 0], d_x[None])
+                    f32 = "float32"
+                    return (
+                        d_chunks,
+                        d_w1 + ops.cast(ops.matmul(ops.transpose(x), d_hidden), f32),
+                        d_b1 + ops.cast(ops.sum(d_hidden, axis=0), f32),
+                        d_w2
+                        + ops.cast(ops.matmul(ops.transpose(activated), d_out), f32),
+                        d_b2 + ops.cast(ops.sum(d_out, axis=0), f32),
+                    )
+
+                init = (ops.zeros_like(chunks),) + tuple(
+                    ops.zeros(ops.shape(w), "float32") for w in (w1, b1, w2, b2)
+                )
+                d_chunks, *d_weights = ops.fori_loop(0, num_chunks, backward_step, init)
+                return (
+                    from_chunks(d_chunks),
+                    *(ops.cast(d, dtype) for d in d_weights),
+                )
+
+            if plain_below is None:
+                return chunked_backward()
+            return ops.cond(use_plain, plain_backward, chunked_backward)
 
         return outputs, grad
 
-    outputs = feed_forward(chunks, *weights)
-    outputs = ops.reshape(outputs, (-1, hidden_dim))[:num_rows]
+    outputs = feed_forward(rows, *weights)
     return ops.reshape(outputs, shape)

@@ -15,19 +15,23 @@ class FeedForward(keras.layers.Layer):
         relu:   FFN(x) = max(0, x W1 + b1) W2 + b2          (the paper)
         gelu:   FFN(x) = GELU(x W1 + b1) W2 + b2            (BERT)
         gelu_approximate: GELU's tanh approximation         (GPT-2)
+        silu:   FFN(x) = SiLU(x W1 + b1) W2 + b2            (Marian's swish)
         swiglu: FFN(x) = (SiLU(x W_gate) * (x W1)) W2       (PaLM, LLaMA)
 
     "gelu" is the exact (erf) form; "gelu_approximate" is
-    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), HuggingFace's "gelu_new".
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), HuggingFace's "gelu_new";
+    "silu" is x sigmoid(x), also called swish.
     The output has the input's last dimension.
     Sequences of `CHUNKED_FEED_FORWARD_MIN_LENGTH` (1024) tokens or more run
     through `chunked_feed_forward` (same numbers; the backward pass
     recomputes the hidden activations a chunk at a time instead of keeping
-    them), unless the layer is quantized.
+    them), unless the layer is quantized; when the length is unknown at
+    trace time (a `tf.function` with a `None` length) the choice is made
+    when the graph runs.
 
     Args:
         intermediate_dim: the inner width (2048 in the paper's base model).
-        activation: "relu", "gelu", "gelu_approximate" or "swiglu".
+        activation: "relu", "gelu", "gelu_approximate", "silu" or "swiglu".
         use_bias: whether the projections have biases.
         kernel_initializer, bias_initializer: initializers of the projections.
 
@@ -83,7 +87,8 @@ class FeedForward(keras.layers.Layer):
         self.output_dense.build(inner_shape)
 
     def call(self, inputs):
-        if self._use_chunked_path(inputs):
+        chunked, plain_below = self._chunked_path(inputs)
+        if chunked:
             return chunked_feed_forward(
                 inputs,
                 self.intermediate_dense.kernel,
@@ -91,6 +96,7 @@ class FeedForward(keras.layers.Layer):
                 self.output_dense.kernel,
                 self._bias(self.output_dense),
                 activation=self.activation,
+                plain_below=plain_below,
             )
         hidden = self.intermediate_dense(inputs)
         if self.activation == "relu":
@@ -99,19 +105,26 @@ class FeedForward(keras.layers.Layer):
             hidden = ops.gelu(hidden, approximate=False)
         elif self.activation == "gelu_approximate":
             hidden = ops.gelu(hidden, approximate=True)
+        elif self.activation == "silu":
+            hidden = ops.silu(hidden)
         else:
             gate, up = ops.split(hidden, 2, axis=-1)
             hidden = ops.silu(gate) * up
         return self.output_dense(hidden)
 
-    def _use_chunked_path(self, inputs):
-        length = inputs.shape[-2] if len(inputs.shape) >= 3 else None
-        return (
-            length is not None
-            and length >= CHUNKED_FEED_FORWARD_MIN_LENGTH
-            and self.intermediate_dense.quantization_mode is None
-            and self.output_dense.quantization_mode is None
-        )
+    def _chunked_path(self, inputs):
+        """`(chunked, plain_below)`: a known length decides now, an unknown
+        one when the graph runs (`plain_below` for `chunked_feed_forward`)."""
+        if (
+            len(inputs.shape) < 3
+            or self.intermediate_dense.quantization_mode is not None
+            or self.output_dense.quantization_mode is not None
+        ):
+            return False, None
+        length = inputs.shape[-2]
+        if length is None:
+            return True, CHUNKED_FEED_FORWARD_MIN_LENGTH
+        return length >= CHUNKED_FEED_FORWARD_MIN_LENGTH, None
 
     def _bias(self, dense):
         if dense.use_bias:

@@ -4,10 +4,10 @@ import keras
 from keras import ops
 
 from keras_tfm.layers import masks as mask_utils
-from keras_tfm.layers.attention_kernel import (
+from keras_tfm.layers.attention_kernel import dot_product_attention
+from keras_tfm.layers.chunked_attention import (
     CHUNKED_ATTENTION_MIN_LENGTH,
     chunked_dot_product_attention,
-    dot_product_attention,
 )
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.validation import (
@@ -36,9 +36,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     softmax runs in float32 under every dtype policy; a query that may attend
     to nothing gets zero attention weights (its output is the output bias),
     never NaN. With keys of `CHUNKED_ATTENTION_MIN_LENGTH` (1024) or more,
-    and no cache, no returned scores and no active attention dropout, the
-    exact chunked kernel (`chunked_dot_product_attention`) is used, so memory
-    grows linearly with the length.
+    no returned scores and no active attention dropout, the exact tiled
+    kernel (`chunked_dot_product_attention`) is used, so memory grows
+    linearly with the length: in self- and cross-attention, and in a prefill
+    (a cache written at `cache_update_index=0`, where the queries attend to
+    their own keys). When the length is unknown at trace time (a
+    `tf.function` with a `None` length, as `model.fit` on bucketed data
+    traces) the choice is made when the graph runs.
 
     Masks (1 means attend, 0 means do not): `padding_mask` (batch, seq) marks
     the real tokens of the keys (of `inputs` in self-attention, of `context`
@@ -279,12 +283,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )  # (B, T, N, H)
         if self.rotary_embedding is not None:
             query = self.rotary_embedding(query, start_index=start_index)
+        prefill_key = prefill_value = None
         if cache is not None and cache_update_index is None:
             key, value = cache[:, 0], cache[:, 1]
         else:
             key, value = self._keys_and_values(
                 inputs if context is None else context, start_index
             )
+            prefill_key, prefill_value = key, value
             if cache is not None:
                 # One in-place update of the cache, rather than two updates
                 # and a stack, which copied the whole cache at every step.
@@ -308,28 +314,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )
         scale = 1.0 / math.sqrt(self.effective_head_dim)
         dropout_active = self.dropout > 0 and bool(training)
-        key_length = key.shape[1]
-        if (
-            cache is None
-            and not return_attention_scores
-            and not dropout_active
-            and key_length is not None
-            and key_length >= CHUNKED_ATTENTION_MIN_LENGTH
-            and (not use_causal_mask or inputs.shape[1] == key_length)
-        ):
-            # Long keys: memory linear in the length, same numbers.
-            outputs = chunked_dot_product_attention(
-                query,
-                key,
-                value,
-                key_mask=key_mask,
-                use_causal_mask=use_causal_mask,
-                mask=attention_mask,
-                scale=scale,
-            )
-            scores = None
-        else:
-            outputs, scores = dot_product_attention(
+        # A prefill (the whole prompt written at position 0) attends to its
+        # own keys only: the cache's later slots are masked anyway.
+        prefill = (
+            cache is not None
+            and cache_update_index is not None
+            and not isinstance(cache_update_index, bool)
+            and isinstance(cache_update_index, int)
+            and cache_update_index == 0
+        )
+
+        def plain():
+            return dot_product_attention(
                 query,
                 key,
                 value,
@@ -342,6 +338,45 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 dropout_layer=self.dropout_layer if self.dropout > 0 else None,
                 training=training,
             )
+
+        def chunked(plain_below=None):
+            own_key, own_value = key, value
+            tiled_key_mask, tiled_mask = key_mask, attention_mask
+            if prefill:
+                own_key, own_value = prefill_key, prefill_value
+                if key_mask is not None:
+                    tiled_key_mask = key_mask[:, :query_length]
+                if attention_mask is not None:
+                    tiled_mask = attention_mask[:, :, :query_length]
+            return chunked_dot_product_attention(
+                query,
+                own_key,
+                own_value,
+                key_mask=tiled_key_mask,
+                use_causal_mask=use_causal_mask,
+                mask=tiled_mask,
+                scale=scale,
+                causal_start=0,
+                plain_below=plain_below,
+            )
+
+        if (
+            return_attention_scores
+            or dropout_active
+            or (cache is not None and not prefill)
+        ):
+            outputs, scores = plain()
+        else:
+            # Long keys: memory linear in the length, same numbers. Decided
+            # now if the length is known, else when the graph runs.
+            scores = None
+            key_length = (prefill_key if prefill else key).shape[1]
+            if key_length is None:
+                outputs = chunked(plain_below=CHUNKED_ATTENTION_MIN_LENGTH)
+            elif key_length >= CHUNKED_ATTENTION_MIN_LENGTH:
+                outputs = chunked()
+            else:
+                outputs = plain()[0]
         outputs = ops.reshape(
             outputs, (batch, query_length, self.num_heads * self.effective_head_dim)
         )

@@ -16,13 +16,22 @@ class PositionalEncoding(keras.layers.Layer):
 
     (`hidden_dim` is the paper's d_model, the last dimension of the input.)
 
-    sine in the even dimensions and cosine in the odd ones, interleaved. It
-    has no weights and works at any sequence length. The Keras mask of the
-    input passes through.
+    sine in the even dimensions and cosine in the odd ones, interleaved. With
+    `interleave=False` the same sines fill the first half of the dimensions
+    and the cosines the second, [sin | cos], as tensor2tensor and Marian
+    (HuggingFace's `MarianSinusoidalPositionalEmbedding`) lay them out:
+
+        PE(pos, i) = sin(pos / max_wavelength^(2i / hidden_dim)),  i < h
+        PE(pos, h + i) = cos(pos / max_wavelength^(2i / hidden_dim))
+
+    with h = ceil(hidden_dim / 2). It has no weights and works at any
+    sequence length. The Keras mask of the input passes through.
 
     Args:
         max_wavelength: the base of the geometric progression of wavelengths,
             10000 in the paper.
+        interleave: sine and cosine in alternate dimensions (True, the
+            paper) or in two halves (False).
 
     Call arguments:
         inputs: a float tensor of shape (batch, seq, hidden_dim).
@@ -41,9 +50,15 @@ class PositionalEncoding(keras.layers.Layer):
     Reference: Vaswani et al., 2017, section 3.5.
     """
 
-    def __init__(self, max_wavelength=10000, **kwargs):
+    def __init__(self, max_wavelength=10000, interleave=True, **kwargs):
         super().__init__(**kwargs)
         self.max_wavelength = check_positive_float("max_wavelength", max_wavelength)
+        if not isinstance(interleave, bool):
+            raise ValueError(
+                "`interleave` must be True or False. Received: "
+                f"interleave={interleave!r}"
+            )
+        self.interleave = interleave
         self.supports_masking = True
 
     def call(self, inputs, start_index=0):
@@ -54,15 +69,19 @@ class PositionalEncoding(keras.layers.Layer):
         """The (seq, hidden_dim) float32 encoding for the positions of `inputs`."""
         hidden_dim = inputs.shape[-1]
         # Frequencies in float64 NumPy: exact to float32 rounding at any hidden_dim.
-        pair = (np.arange(hidden_dim) // 2) * 2
+        dims = np.arange(hidden_dim)
+        if self.interleave:
+            pair, is_sine = (dims // 2) * 2, dims % 2 == 0
+        else:
+            half = (hidden_dim + 1) // 2
+            pair, is_sine = 2 * np.where(dims < half, dims, dims - half), dims < half
         inverse_frequency = self.max_wavelength ** (-pair / hidden_dim)
         positions = ops.cast(ops.arange(ops.shape(inputs)[1]), "float32")
         positions = positions + ops.cast(start_index, "float32")
         angles = ops.expand_dims(positions, 1) * ops.convert_to_tensor(
             inverse_frequency.astype("float32")
         )
-        is_even = np.arange(hidden_dim) % 2 == 0
-        return ops.where(is_even, ops.sin(angles), ops.cos(angles))
+        return ops.where(is_sine, ops.sin(angles), ops.cos(angles))
 
     def compute_output_shape(self, input_shape):
         # `input_shape`: the name Keras records for layers without build().
@@ -70,5 +89,7 @@ class PositionalEncoding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"max_wavelength": self.max_wavelength})
+        config.update(
+            {"max_wavelength": self.max_wavelength, "interleave": self.interleave}
+        )
         return config

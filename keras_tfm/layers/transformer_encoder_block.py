@@ -22,8 +22,8 @@ class TransformerEncoderBlock(TransformerBlock):
         intermediate_dim: inner width of the feed-forward network.
         head_dim: size of each head, by default hidden_dim // num_heads.
         num_key_value_heads: fewer key/value heads for grouped-query attention.
-        activation: the FFN's "relu" (default), "gelu", "gelu_approximate"
-            or "swiglu".
+        activation: the FFN's "relu" (default), "gelu", "gelu_approximate",
+            "silu" or "swiglu".
         dropout: dropout rate of the attention weights and of each sublayer's
             output before the residual addition.
         normalize_first: pre-LN if True, post-LN (the paper) if False.

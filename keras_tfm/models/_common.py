@@ -27,8 +27,10 @@ from keras_tfm.validation import (
 )
 
 # Where positions enter: added to the embeddings ("learned" table,
-# "sinusoidal" formula) or rotated into queries and keys ("rotary").
-POSITION_ENCODINGS = ("learned", "sinusoidal", "rotary")
+# "sinusoidal" formula with sine and cosine interleaved, "sinusoidal_split"
+# with them in two halves as Marian has them) or rotated into queries and
+# keys ("rotary").
+POSITION_ENCODINGS = ("learned", "sinusoidal", "sinusoidal_split", "rotary")
 
 # The constructor arguments every family takes, in `get_config` order.
 SHARED_ARGUMENTS = (
@@ -119,9 +121,27 @@ def make_position_embedding(
             name=name,
         )
     else:
-        layer = PositionalEncoding(dtype=dtype, name=name)
+        layer = PositionalEncoding(
+            interleave=position_encoding == "sinusoidal", dtype=dtype, name=name
+        )
     layer.build((None, None, hidden_dim))
     return layer
+
+
+class _LogitsBias(keras.layers.Layer):
+    """Adds one learned float32 bias per vocabulary entry to the logits."""
+
+    def __init__(self, vocabulary_size, **kwargs):
+        super().__init__(dtype="float32", **kwargs)
+        self.vocabulary_size = vocabulary_size
+
+    def build(self, inputs_shape=None):
+        self.bias = self.add_weight(
+            shape=(self.vocabulary_size,), initializer="zeros", name="bias"
+        )
+
+    def call(self, logits):
+        return logits + self.bias
 
 
 class TransformerModel(QuantizationMixin, keras.Model):
@@ -137,8 +157,8 @@ class TransformerModel(QuantizationMixin, keras.Model):
             which must then divide evenly.
         num_key_value_heads: fewer key/value heads for grouped-query
             attention; must divide `num_heads`. None: `num_heads`.
-        activation: the feed-forward's "relu", "gelu", "gelu_approximate"
-            or "swiglu".
+        activation: the feed-forward's "relu", "gelu", "gelu_approximate",
+            "silu" or "swiglu".
         dropout: dropout rate of the embeddings, attention and sublayers.
         normalize_first: pre-LN blocks (with a final norm) or post-LN.
         normalization: "layer_norm" or "rms_norm".
@@ -275,6 +295,14 @@ class TransformerModel(QuantizationMixin, keras.Model):
         )
         head.build((None, None, self.hidden_dim))
         return head
+
+    def _make_logits_bias(self, use_logits_bias):
+        """None, or the layer adding a bias (`logits_bias/bias`) to the logits."""
+        if not use_logits_bias:
+            return None
+        layer = _LogitsBias(self.vocabulary_size, name="logits_bias")
+        layer.build()
+        return layer
 
     def get_config(self):
         config = super().get_config()

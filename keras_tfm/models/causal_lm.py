@@ -45,12 +45,13 @@ class CausalLM(TransformerModel):
         head_dim: size of each head; by default `hidden_dim // num_heads`.
         num_key_value_heads: fewer key/value heads for grouped-query attention.
         activation: "gelu" (default, exact), "gelu_approximate"
-            (tanh, GPT-2's), "relu" or "swiglu".
+            (tanh, GPT-2's), "relu", "silu" or "swiglu".
         dropout: dropout rate of the embeddings, attention and sublayers.
         normalize_first: pre-LN (default, as GPT-2) or post-LN.
         normalization: "layer_norm" or "rms_norm".
         layer_norm_epsilon: epsilon of the normalization layers.
-        position_encoding: "learned" (default), "sinusoidal" or "rotary".
+        position_encoding: "learned" (default), "sinusoidal",
+            "sinusoidal_split" (sines and cosines in two halves) or "rotary".
         rotary_max_wavelength: the RoPE base with rotary positions (10000;
             100000 in SmolLM2).
         use_bias: whether the attention and feed-forward projections have

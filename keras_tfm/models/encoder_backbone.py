@@ -70,12 +70,14 @@ class EncoderBackbone(TransformerModel):
         num_segments: number of segment (token type) ids; 0 for none.
         head_dim: size of each head; by default `hidden_dim // num_heads`.
         num_key_value_heads: fewer key/value heads for grouped-query attention.
-        activation: the FFN's "gelu" (exact erf, BERT's), "relu" or "swiglu".
+        activation: the FFN's "gelu" (exact erf, BERT's), "relu", "silu" or
+            "swiglu".
         dropout: dropout rate of the embeddings, attention and sublayers.
         normalize_first: pre-LN blocks with a final norm if True.
         normalization: "layer_norm" or "rms_norm".
         layer_norm_epsilon: epsilon of every normalization layer.
-        position_encoding: "learned" (BERT), "sinusoidal" or "rotary".
+        position_encoding: "learned" (BERT), "sinusoidal",
+            "sinusoidal_split" (sines and cosines in two halves) or "rotary".
         rotary_max_wavelength: the RoPE base with rotary positions.
         use_bias: whether the attention and feed-forward projections have
             biases.

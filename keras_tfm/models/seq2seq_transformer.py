@@ -22,7 +22,7 @@ class Seq2SeqTransformer(TransformerModel):
 
         memory = Encoder(E[source] * sqrt(d) + PE)
         h      = Decoder(E[target] * sqrt(d) + PE, memory)   causal + cross
-        logits = h E^T
+        logits = h E^T  (+ b with `use_logits_bias`)
 
     One embedding matrix E is shared by the source, the target and the
     pre-softmax projection (section 3.4). Post-LN by default, as in the
@@ -38,8 +38,9 @@ class Seq2SeqTransformer(TransformerModel):
     `encoder_transformer_layer_{i}` (TransformerEncoderBlock),
     `decoder_transformer_layers[i]` named `decoder_transformer_layer_{i}`
     (DecoderBlock with cross-attention), `encoder_final_norm` and
-    `decoder_final_norm` (only when `normalize_first`), and `lm_head` (only
-    with `tie_word_embeddings=False`).
+    `decoder_final_norm` (only when `normalize_first`), `lm_head` (only
+    with `tie_word_embeddings=False`) and `logits_bias` (only with
+    `use_logits_bias=True`).
 
     Args:
         vocabulary_size: the shared source/target vocabulary size.
@@ -58,13 +59,19 @@ class Seq2SeqTransformer(TransformerModel):
         normalize_first: pre-LN if True, post-LN (the paper) if False.
         normalization: "layer_norm" or "rms_norm".
         layer_norm_epsilon: epsilon of the normalization layers.
-        position_encoding: "sinusoidal" (default), "learned" or "rotary"
-            (rotary in self-attention only; cross-attention has no positions).
+        position_encoding: "sinusoidal" (default), "sinusoidal_split"
+            (sines and cosines in two halves, as Marian), "learned" or
+            "rotary" (rotary in self-attention only; cross-attention has no
+            positions).
         rotary_max_wavelength: the RoPE base with rotary positions.
         use_bias: whether the attention and feed-forward projections have
             biases.
         tie_word_embeddings: project to logits with the shared embedding
             (default, the paper) or with a separate `lm_head`.
+        scale_embeddings: multiply the token embeddings by sqrt(hidden_dim)
+            (default, the paper) before positions are added.
+        use_logits_bias: add a learned bias per vocabulary entry to the
+            logits (sublayer `logits_bias`; Marian's `final_logits_bias`).
         padding_id: the id of padding tokens, or None if no id is padding.
         tokenizer: optional keras-hub tokenizer, saved with the model;
             `generate` then also takes and returns strings.
@@ -118,6 +125,8 @@ class Seq2SeqTransformer(TransformerModel):
         rotary_max_wavelength=10000,
         use_bias=True,
         tie_word_embeddings=True,
+        scale_embeddings=True,
+        use_logits_bias=False,
         padding_id=0,
         tokenizer=None,
         **kwargs,
@@ -148,6 +157,8 @@ class Seq2SeqTransformer(TransformerModel):
             "num_decoder_layers", num_decoder_layers
         )
         self.tie_word_embeddings = bool(tie_word_embeddings)
+        self.scale_embeddings = bool(scale_embeddings)
+        self.use_logits_bias = bool(use_logits_bias)
         self.tokenizer = restore_tokenizer(tokenizer)
 
         # All weights exist from construction: saving needs no build config.
@@ -155,7 +166,7 @@ class Seq2SeqTransformer(TransformerModel):
         self.token_embedding = TokenEmbedding(
             self.vocabulary_size,
             self.hidden_dim,
-            scale_embeddings=True,
+            scale_embeddings=self.scale_embeddings,
             dtype=self.dtype_policy,
             name="token_embedding",
         )
@@ -191,6 +202,7 @@ class Seq2SeqTransformer(TransformerModel):
             self.encoder_final_norm = self._make_norm("encoder_final_norm")
             self.decoder_final_norm = self._make_norm("decoder_final_norm")
         self.lm_head = self._make_lm_head(self.tie_word_embeddings)
+        self.logits_bias = self._make_logits_bias(self.use_logits_bias)
         self.built = True
 
     @staticmethod
@@ -262,8 +274,12 @@ class Seq2SeqTransformer(TransformerModel):
         if self.decoder_final_norm is not None:
             x = self.decoder_final_norm(x)
         if self.lm_head is None:
-            return self.token_embedding(x, reverse=True)
-        return ops.cast(self.lm_head(x), "float32")
+            logits = self.token_embedding(x, reverse=True)
+        else:
+            logits = ops.cast(self.lm_head(x), "float32")
+        if self.logits_bias is not None:
+            logits = self.logits_bias(logits)
+        return logits
 
     def call(self, inputs, training=None, return_attention_scores=False):
         if not isinstance(inputs, dict) or set(inputs) != {"source_ids", "target_ids"}:
@@ -531,6 +547,8 @@ class Seq2SeqTransformer(TransformerModel):
                 "num_encoder_layers": self.num_encoder_layers,
                 "num_decoder_layers": self.num_decoder_layers,
                 "tie_word_embeddings": self.tie_word_embeddings,
+                "scale_embeddings": self.scale_embeddings,
+                "use_logits_bias": self.use_logits_bias,
                 "tokenizer": serialize_tokenizer(self.tokenizer),
             }
         )

@@ -19,9 +19,24 @@ def reference(name):
 
 
 def check_token_ids(model, ref):
+    """transformers' ids on the reference texts (without the special tokens
+    its post-processor adds, which our decoder tokenizers leave out)."""
     for i, text in enumerate(ref["texts"]):
         got = np.asarray(model.tokenizer(str(text))).tolist()
         assert got == ref[f"ids_{i}"].tolist(), str(text)
+
+
+def check_decoder_tokenizer(model, ref):
+    """A decoder's ids as above, its decoded text, and the BOS difference."""
+    check_token_ids(model, ref)
+    tokenizer = model.tokenizer
+    for i, text in enumerate(ref["texts"]):
+        want = ref[f"ids_{i}"].tolist()
+        assert tokenizer.detokenize(want) == str(ref[f"decoded_{i}"]), str(text)
+        # transformers adds nothing, or the BOS token our tokenizer names.
+        added = ref[f"added_ids_{i}"].tolist()
+        bos = getattr(tokenizer, "start_token_id", None)
+        assert added in (want, [bos, *want]), str(text)
 
 
 def check_logits(model, ref, atol=1e-4):

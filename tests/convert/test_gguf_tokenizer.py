@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_hub.src.tokenizers.byte_pair_tokenizer import bytes_to_unicode
 
 from keras_tfm.convert import (
     GGUFBytePairTokenizer,
@@ -16,8 +17,15 @@ from keras_tfm.convert import (
 )
 from keras_tfm.convert.chat_template import apply_chatml, parse_chatml_template
 from keras_tfm.convert.gguf_llama import llama_tokenizer
+from keras_tfm.convert.gguf_tokenizer import LLAMA3_SPLIT_PATTERN, QWEN2_SPLIT_PATTERN
 from keras_tfm.models import CausalLM
-from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
+from tests.convert.tiny_gguf import (
+    MERGES,
+    SPECIALS,
+    TEMPLATE,
+    tiny_vocabulary,
+    write_tiny_llama,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 AB = {"a": 0, "b": 1, "ab": 2}
@@ -91,6 +99,14 @@ def test_tf_data_path_gives_the_eager_ids(tiny):
 def test_bad_pre_tokenizer_and_template_are_refused():
     with pytest.raises(ValueError, match="pre_tokenizer='llama3'"):
         GGUFBytePairTokenizer(AB, ["a b"], pre_tokenizer="llama3")
+    with pytest.raises(ValueError, match="split_pattern=None"):
+        GGUFBytePairTokenizer(AB, ["a b"], pre_tokenizer="split")
+    with pytest.raises(ValueError, match="split_pattern='x'"):
+        GGUFBytePairTokenizer(AB, ["a b"], pre_tokenizer="gpt2", split_pattern="x")
+    with pytest.raises(ValueError, match=r"not a valid regex.*split_pattern='\(\('"):
+        GGUFBytePairTokenizer(AB, ["a b"], pre_tokenizer="split", split_pattern="((")
+    with pytest.raises(ValueError, match="normalizer='NFKC'"):
+        GGUFBytePairTokenizer(AB, ["a b"], normalizer="NFKC")
     # Another template loads (the tokenizer works) but cannot format chats.
     other = GGUFBytePairTokenizer(AB, ["a b"], chat_template="[INST] {{ x }}")
     with pytest.raises(ValueError, match="Only ChatML chat templates"):
@@ -174,3 +190,93 @@ def test_docstring_examples():
     for module in (gguf_tokenizer, chat_template):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0
+
+
+DIGITS = {"1": 0, "2": 1, "3": 2, "4": 3, "12": 4, "34": 5, "123": 6}
+
+
+@pytest.mark.parametrize(
+    "options, want",
+    [
+        # By hand. GPT-2: "1234" is one piece; merge ranks: 1 2, 3 4, 12 3.
+        ({"pre_tokenizer": "gpt2"}, ["12", "34"]),
+        # Llama 3: digit runs of up to three, "123" and "4" merge apart.
+        (
+            {"pre_tokenizer": "split", "split_pattern": LLAMA3_SPLIT_PATTERN},
+            ["123", "4"],
+        ),
+        # Qwen2: every digit alone.
+        (
+            {"pre_tokenizer": "split", "split_pattern": QWEN2_SPLIT_PATTERN},
+            ["1", "2", "3", "4"],
+        ),
+    ],
+)
+def test_the_split_decides_which_pieces_merge(options, want):
+    tokenizer = GGUFBytePairTokenizer(DIGITS, ["1 2", "3 4", "12 3"], **options)
+    assert names(tokenizer, tokenizer("1234")) == want
+    assert tokenizer.detokenize(tokenizer("1234")) == "1234"
+
+
+def test_ignore_merges_takes_whole_vocabulary_tokens():
+    # By hand: "a b" merges first, then no "ab c" merge exists, so the
+    # merges give ab, c; with ignore_merges the whole piece is a token.
+    vocab = {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5}
+    merges = ["a b", "b c"]
+    plain = GGUFBytePairTokenizer(vocab, merges)
+    assert [int(i) for i in plain("abc")] == [3, 2]
+    whole = GGUFBytePairTokenizer(vocab, merges, ignore_merges=True)
+    assert [int(i) for i in whole("abc")] == [5]
+
+
+def test_nfc_composes_before_the_merges():
+    # "e" + U+0301 (bytes CC 81) becomes "\u00e9" (bytes C3 A9, byte symbols
+    # "Ã©"), one merged token, only with the NFC normalizer.
+    byte_symbols = list(bytes_to_unicode()[1])
+    vocab = {t: i for i, t in enumerate([*byte_symbols, "Ã©"])}
+    text = "e\u0301"
+    plain = GGUFBytePairTokenizer(vocab, ["Ã ©"], pre_tokenizer="gpt2")
+    nfc = GGUFBytePairTokenizer(vocab, ["Ã ©"], pre_tokenizer="gpt2", normalizer="NFC")
+    assert len(plain(text)) == 3 and plain.detokenize(plain(text)) == text
+    assert names(nfc, nfc(text)) == ["Ã©"]
+    assert nfc.detokenize(nfc(text)) == "\u00e9"
+
+
+def test_split_settings_survive_get_config():
+    tokenizer = GGUFBytePairTokenizer(
+        DIGITS, ["1 2", "3 4", "12 3"], pre_tokenizer="split",
+        split_pattern=QWEN2_SPLIT_PATTERN, normalizer="NFC", ignore_merges=True,
+    )  # fmt: skip
+    again = GGUFBytePairTokenizer.from_config(tokenizer.get_config())
+    again.set_vocabulary_and_merges(tokenizer.vocabulary, tokenizer.merges)
+    for key in ("pre_tokenizer", "split_pattern", "normalizer", "ignore_merges"):
+        assert getattr(again, key) == getattr(tokenizer, key)
+    assert names(again, again("1234")) == ["1", "2", "3", "4"]
+
+
+@pytest.mark.parametrize(
+    "pre, want",
+    [
+        ("llama-bpe", ("split", LLAMA3_SPLIT_PATTERN, True)),
+        ("qwen2", ("split", QWEN2_SPLIT_PATTERN, False)),
+        ("gpt-2", ("gpt2", None, False)),
+        ("smollm", ("smollm", None, False)),
+    ],
+)
+def test_gguf_pre_tokenizer_names(tmp_path, pre, want):
+    path = tmp_path / "tiny.gguf"
+    write_tiny_llama(path, pre=pre)
+    tokenizer = llama_tokenizer(gguf_reader.open_gguf(path))
+    got = (tokenizer.pre_tokenizer, tokenizer.split_pattern, tokenizer.ignore_merges)
+    assert got == want
+
+
+def test_unsupported_gguf_tokenizers_are_named(tmp_path):
+    path = tmp_path / "sp.gguf"
+    write_tiny_llama(path, tokenizer_model="llama")
+    with pytest.raises(ValueError, match="SentencePiece.*tokenizer.ggml.model='llama'"):
+        llama_tokenizer(gguf_reader.open_gguf(path))
+    path = tmp_path / "pre.gguf"
+    write_tiny_llama(path, pre="deepseek-coder")
+    with pytest.raises(ValueError, match="tokenizer.ggml.pre='deepseek-coder'"):
+        llama_tokenizer(gguf_reader.open_gguf(path))

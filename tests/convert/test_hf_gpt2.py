@@ -44,7 +44,7 @@ def test_config_is_the_checkpoints(model):
 
 
 def test_token_ids_equal_transformers(model, reference):
-    checks.check_token_ids(model, reference)
+    checks.check_decoder_tokenizer(model, reference)
 
 
 def test_logits_equal_transformers(model, reference):
@@ -88,7 +88,7 @@ def test_save_then_load_is_exact(model, reference, tmp_path):
         k: v for k, v in model.get_config().items() if k != "name"
     }
     checks.check_same_weights(model, loaded)
-    checks.check_token_ids(loaded, reference)
+    checks.check_decoder_tokenizer(loaded, reference)
     np.testing.assert_array_equal(
         loaded(reference["token_ids"]), model(reference["token_ids"])
     )
@@ -208,3 +208,13 @@ def test_docstring_examples():
         optionflags=doctest.NORMALIZE_WHITESPACE,
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_tokenizer_gpt2_files_cannot_hold_is_refused(model, tmp_path):
+    config = model.tokenizer.get_config()
+    split = GGUFBytePairTokenizer.from_config(
+        {**config, "pre_tokenizer": "split", "split_pattern": r"\p{N}"}
+    )
+    split.set_vocabulary_and_merges(model.tokenizer.vocabulary, model.tokenizer.merges)
+    with pytest.raises(ValueError, match="pre_tokenizer='split'"):
+        save_hf_gpt2(model, tmp_path, tokenizer=split)

@@ -1,11 +1,20 @@
 import doctest
+import json
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from safetensors.numpy import load_file
 
 import keras_tfm
-from keras_tfm.convert import hf_llama, llama, load_hf_llama, save_hf_llama
+from keras_tfm.convert import (
+    GGUFBytePairTokenizer,
+    gguf_tokenizer,
+    hf_llama,
+    llama,
+    load_hf_llama,
+    save_hf_llama,
+)
 from keras_tfm.models import CausalLM
 from tests.convert import decoder_checks as checks
 
@@ -72,7 +81,7 @@ def test_configs_are_the_checkpoints():
 
 def test_token_ids_equal_transformers(case):
     _, model, reference = case
-    checks.check_token_ids(model, reference)
+    checks.check_decoder_tokenizer(model, reference)
 
 
 def test_logits_equal_transformers(case):
@@ -113,7 +122,7 @@ def test_save_then_load_is_exact(case, tmp_path):
         k: v for k, v in model.get_config().items() if k != "name"
     }
     checks.check_same_weights(model, loaded)
-    checks.check_token_ids(loaded, reference)
+    checks.check_decoder_tokenizer(loaded, reference)
     # The same tensors as transformers wrote, under the same names.
     saved = load_file(str(folder / "model.safetensors"))
     original = load_file(str(checks.FIXTURES / f"tiny_{name}_hf" / "model.safetensors"))
@@ -147,12 +156,67 @@ def test_mapping_round_trips_on_its_own(case):
         np.testing.assert_array_equal(back[key], value)
 
 
+SPECIAL_TOKENS = {
+    "llama_gqa": ("<|begin_of_text|>", "<|end_of_text|>"),
+    "llama_tied": ("<|im_start|>", "<|im_end|>"),
+    "mistral": ("<|im_start|>", "<|im_end|>"),
+    "qwen2": (None, "<|im_end|>"),
+}
+
+
 def test_tokenizer_special_tokens(case):
-    _, model, _ = case
+    name, model, reference = case
     tokenizer = model.tokenizer
-    assert (tokenizer.bos_token, tokenizer.eos_token) == ("<|im_start|>", "<|im_end|>")
-    ids = np.asarray(tokenizer("hi<|im_end|>")).tolist()
+    bos, eos = SPECIAL_TOKENS[name]
+    assert (tokenizer.bos_token, tokenizer.eos_token) == (bos, eos)
+    ids = np.asarray(tokenizer(f"hi{eos}")).tolist()
     assert ids[-1] == tokenizer.end_token_id
+    # Llama 3's post-processor prepends the BOS; ours does not (documented).
+    added = [reference[f"added_ids_{i}"][0] for i in range(len(reference["texts"]))]
+    bos_id = getattr(tokenizer, "start_token_id", None)
+    if name == "llama_gqa":
+        assert set(added) == {bos_id}
+    else:
+        assert bos_id not in added
+
+
+@pytest.mark.parametrize(
+    "name, pattern, normalizer, ignore_merges",
+    [
+        ("llama_gqa", gguf_tokenizer.LLAMA3_SPLIT_PATTERN, None, True),
+        ("qwen2", gguf_tokenizer.QWEN2_SPLIT_PATTERN, "NFC", False),
+    ],
+)
+def test_regex_split_tokenizers(name, pattern, normalizer, ignore_merges):
+    # The fixtures carry Meta's Llama 3 split and transformers' Qwen2 split:
+    # the patterns the GGUF names "llama-bpe" and "qwen2" stand for.
+    tokenizer = load_hf_llama(checks.FIXTURES / f"tiny_{name}_hf").tokenizer
+    assert (tokenizer.pre_tokenizer, tokenizer.split_pattern) == ("split", pattern)
+    assert (tokenizer.normalizer, tokenizer.ignore_merges) == (
+        normalizer,
+        ignore_merges,
+    )
+    # Each setting matters: GPT-2's split, or no NFC, misses the reference.
+    reference = checks.reference(name)
+    config = tokenizer.get_config()
+    changed = [{"pre_tokenizer": "gpt2", "split_pattern": None}]
+    if normalizer:
+        changed.append({"normalizer": None})
+    for change in changed:
+        other = GGUFBytePairTokenizer.from_config({**config, **change})
+        other.set_vocabulary_and_merges(tokenizer.vocabulary, tokenizer.merges)
+        texts = [str(text) for text in reference["texts"]]
+        differ = [
+            text
+            for i, text in enumerate(texts)
+            if np.asarray(other(text)).tolist() != reference[f"ids_{i}"].tolist()
+        ]
+        assert differ, change
+    # tf.data runs the same pipeline.
+    texts = [str(text) for text in reference["texts"]]
+    dataset = tf.data.Dataset.from_tensor_slices(texts).map(tokenizer)
+    for i, ids in enumerate(dataset):
+        assert ids.numpy().tolist() == reference[f"ids_{i}"].tolist()
 
 
 @pytest.mark.parametrize(
@@ -213,14 +277,50 @@ def test_a_tied_checkpoint_with_a_different_head_raises(tmp_path):
         load_hf_llama(folder)
 
 
-def test_unsupported_tokenizers_raise(tmp_path):
+# tokenizer.json parts of SentencePiece-style BPE checkpoints: Llama 2's
+# (spaces replaced by "\u2581" in a normalizer, byte fallback) and Mistral
+# v0.1's as transformers writes it now (a Metaspace pre-tokenizer).
+LLAMA2_STYLE = dict(
+    normalizer={
+        "type": "Sequence",
+        "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+        ],
+    },
+    pre_tokenizer=None,
+)
+MISTRAL_V01_STYLE = dict(
+    normalizer=None,
+    pre_tokenizer={"type": "Metaspace", "replacement": "\u2581", "split": False},
+)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (LLAMA2_STYLE, "SentencePiece-style BPE.*Llama 2"),
+        (MISTRAL_V01_STYLE, "SentencePiece-style BPE.*Metaspace"),
+        ({"normalizer": {"type": "Lowercase"}}, "NFC normalizer.*Lowercase"),
+        (
+            {"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a"}}},
+            "byte-level BPE pre-tokenizers.*'Split'",
+        ),
+    ],
+)
+def test_unsupported_tokenizers_raise(tmp_path, edit, message):
     folder = checks.copy_fixture("llama_gqa", tmp_path)
-    checks.edit_json(
-        folder,
-        "tokenizer.json",
-        pre_tokenizer={"type": "Metaspace", "replacement": "\u2581"},
-    )
-    with pytest.raises(ValueError, match="Metaspace"):
+    checks.edit_json(folder, "tokenizer.json", **edit)
+    with pytest.raises(ValueError, match=message):
+        load_hf_llama(folder)
+
+
+def test_byte_fallback_is_refused_and_a_missing_tokenizer_named(tmp_path):
+    folder = checks.copy_fixture("llama_gqa", tmp_path)
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    spec["model"]["byte_fallback"] = True
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="SentencePiece-style.*byte_fallback=True"):
         load_hf_llama(folder)
     (folder / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="neither tokenizer.json"):
@@ -299,30 +399,48 @@ def test_llama_mapping_docstring_examples():
 
 
 @pytest.mark.parametrize("untied", [False, True])
-def test_the_gguf_loader_could_use_this_mapping(tmp_path, untied):
-    # GGUF tensors renamed to HuggingFace names (q/k rows un-permuted) give,
-    # through llama_weights, exactly what gguf_llama's own mapping gives: the
-    # two file formats can share one Llama mapping.
+def test_the_gguf_loader_goes_through_this_mapping(tmp_path, untied, monkeypatch):
+    # The GGUF loader hands llama.llama_weights the file's tensors under
+    # HuggingFace names: renamed by hand here, q/k rows un-permuted.
     from keras_tfm.convert import gguf_llama
-    from keras_tfm.convert.gguf_reader import open_gguf
     from tests.convert.tiny_gguf import Q, write_tiny_llama
 
     path = tmp_path / "tiny.gguf"
     stored = write_tiny_llama(
         path, untied=untied, linear_type=Q.F32, embedding_type=Q.F32
     )
-    reader = open_gguf(path)
-    config = gguf_llama.llama_config(reader)
-    theirs = gguf_llama.llama_weights(reader, config)
-    hf = {}
+    renamed = {"token_embd": "model.embed_tokens", "output_norm": "model.norm"}
+    renamed["output"] = "lm_head"
+    layer = {
+        "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+        "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+        "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
+        "ffn_norm": "post_attention_layernorm",
+    }  # fmt: skip
+    want = {}
     for name, value in stored.items():
-        value = np.asarray(value, "float32")
-        if ".attn_q." in name:
-            value = gguf_llama.unpermute_rows(value, config["num_heads"])
-        elif ".attn_k." in name:
-            value = gguf_llama.unpermute_rows(value, config["num_key_value_heads"])
-        hf[llama.hf_name_from_gguf(name)] = value
-    ours = llama.llama_weights(hf, config)
-    assert sorted(ours) == sorted(theirs)
-    for key, value in theirs.items():
-        np.testing.assert_array_equal(ours[key], value)
+        parts = name.split(".")
+        if parts[0] == "blk":
+            hf = f"model.layers.{parts[1]}.{layer[parts[2]]}.weight"
+        else:
+            hf = f"{renamed[parts[0]]}.weight"
+        if parts[-2] in ("attn_q", "attn_k"):
+            heads = 4 if parts[-2] == "attn_q" else 2
+            value = gguf_llama.unpermute_rows(value, heads)
+        want[hf] = value
+    seen = []
+    real = llama.llama_weights
+
+    def spy(tensors, config, source="the checkpoint"):
+        seen.append(tensors)
+        return real(tensors, config, source)
+
+    monkeypatch.setattr(gguf_llama, "llama_weights", spy)
+    model = gguf_llama.load_gguf_llama(path)
+    (tensors,) = seen
+    assert sorted(tensors) == sorted(want)
+    for key, value in want.items():
+        np.testing.assert_array_equal(tensors[key], value)
+    embedding = model.get_layer("token_embedding").embeddings.numpy()
+    np.testing.assert_array_equal(embedding, stored["token_embd.weight"])

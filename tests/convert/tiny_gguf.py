@@ -35,6 +35,9 @@ def write_tiny_llama(
     skip_tensor=None,
     bad_shape_tensor=None,
     extra=None,
+    pre="smollm",
+    tokenizer_model="gpt2",
+    rope_scaling=None,
 ):
     """Writes a random 2-layer Llama; returns {tensor name: stored array}.
 
@@ -54,9 +57,11 @@ def write_tiny_llama(
     writer.add_head_count_kv(c["num_kv_heads"])
     writer.add_rope_freq_base(c["base"])
     writer.add_rope_dimension_count(head_dim)
+    if rope_scaling is not None:
+        writer.add_rope_scaling_type(gguf.RopeScalingType(rope_scaling))
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("smollm")
+    writer.add_tokenizer_model(tokenizer_model)
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
     writer.add_token_merges(MERGES)

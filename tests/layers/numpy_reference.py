@@ -113,6 +113,8 @@ def feed_forward(x, w1, b1, w2, b2, activation):
     elif activation == "gelu_approximate":
         inner = math.sqrt(2.0 / math.pi) * (h + 0.044715 * h**3)
         h = 0.5 * h * (1.0 + np.tanh(inner))
+    elif activation == "silu":
+        h = h / (1.0 + np.exp(-h))
     else:  # swiglu: first half gate, second half up
         gate, up = np.split(h, 2, axis=-1)
         h = gate / (1.0 + np.exp(-gate)) * up

@@ -39,7 +39,9 @@ def _chunked(ffn, chunk_size):
     return fn
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_approximate", "swiglu"])
+@pytest.mark.parametrize(
+    "activation", ["relu", "gelu", "gelu_approximate", "silu", "swiglu"]
+)
 @pytest.mark.parametrize(
     "shape, chunk_size",
     [((2, 9, 8), 4), ((1, 16, 8), 16), ((3, 5, 8), 64), ((2, 7, 8), 1)],
@@ -122,6 +124,49 @@ def test_layer_switches_to_the_chunked_path_for_long_inputs(monkeypatch):
     assert len(calls) == 1
     for actual, expected in zip(chunked, plain, strict=True):
         np.testing.assert_allclose(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "swiglu"])
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_unknown_length_chooses_when_run(monkeypatch, activation, jit_compile):
+    """One trace with a `None` length: chunked at 13 tokens, plain at 6,
+    both equal to the plain layer, gradients included."""
+    monkeypatch.setattr(feed_forward_module, "CHUNKED_FEED_FORWARD_MIN_LENGTH", 10)
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["plain_below"])
+        return chunked_feed_forward(*args, chunk_size=4, **kwargs)
+
+    monkeypatch.setattr(feed_forward_module, "chunked_feed_forward", spy)
+    keras.utils.set_random_seed(0)
+    ffn = FeedForward(16, activation=activation)
+    x = tf.constant(np.random.default_rng(1).normal(size=(2, 13, 8)), "float32")
+    ffn(x[:, :4])
+    weights = ffn.trainable_weights
+    run = tf.function(
+        lambda x: _outputs_and_gradients_graph(ffn, x, weights),
+        input_signature=[tf.TensorSpec([2, None, 8])],
+        jit_compile=jit_compile,
+    )
+    for length in (13, 6):
+        actual = [t.numpy() for t in run(x[:, :length])]
+        monkeypatch.setattr(
+            feed_forward_module, "CHUNKED_FEED_FORWARD_MIN_LENGTH", 10**9
+        )
+        expected = _outputs_and_gradients(ffn, x[:, :length], weights)
+        monkeypatch.setattr(feed_forward_module, "CHUNKED_FEED_FORWARD_MIN_LENGTH", 10)
+        for a, e in zip(actual, expected, strict=True):
+            # XLA sums in another order: float32 rounding of sums of ~10.
+            np.testing.assert_allclose(a, e, atol=1e-4, rtol=1e-4)
+    assert calls == [10]  # traced once, the switch inside
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_bad_plain_below(bad):
+    x, w1, w2 = np.ones((1, 3, 4)), np.ones((4, 8)), np.ones((8, 4))
+    with pytest.raises(ValueError, match="plain_below"):
+        chunked_feed_forward(x, w1, np.zeros(8), w2, np.zeros(4), plain_below=bad)
 
 
 def test_lora_factors_get_gradients_through_the_chunked_path(monkeypatch):

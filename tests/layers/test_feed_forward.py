@@ -6,7 +6,9 @@ from tests.layers.block_reference import feed_forward_fn
 from tests.layers.layer_harness import randomize_weights, run_layer_test
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_approximate", "swiglu"])
+@pytest.mark.parametrize(
+    "activation", ["relu", "gelu", "gelu_approximate", "silu", "swiglu"]
+)
 def test_matches_reference(activation):
     layer = FeedForward(intermediate_dim=12, activation=activation)
     x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")

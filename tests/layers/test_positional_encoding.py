@@ -22,6 +22,29 @@ def test_even_dimensions_are_sine_and_odd_are_cosine():
     np.testing.assert_allclose(pe[:, 2], np.sin(np.arange(3) / 100.0), atol=1e-6)
 
 
+def marian_table(num_positions, dim):
+    """HuggingFace's MarianSinusoidalPositionalEmbedding.create_weight, in NumPy."""
+    position_enc = np.array(
+        [[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)]
+         for pos in range(num_positions)]
+    )  # fmt: skip
+    out = np.empty((num_positions, dim))
+    sentinel = dim // 2 if dim % 2 == 0 else dim // 2 + 1
+    out[:, :sentinel] = np.sin(position_enc[:, 0::2])
+    out[:, sentinel:] = np.cos(position_enc[:, 1::2])
+    return out
+
+
+@pytest.mark.parametrize("d_model", [8, 7, 32])
+def test_split_layout_is_marians_table(d_model):
+    layer = PositionalEncoding(interleave=False)
+    out = np.asarray(layer(np.zeros((1, 50, d_model), "float32")))[0]
+    np.testing.assert_allclose(out, marian_table(50, d_model), atol=1e-5, rtol=0)
+    step = np.asarray(layer(np.zeros((1, 1, d_model), "float32"), start_index=17))
+    np.testing.assert_allclose(step[0, 0], out[17], atol=1e-6)
+    assert PositionalEncoding.from_config(layer.get_config()).interleave is False
+
+
 def test_start_index_gives_the_later_positions():
     layer = PositionalEncoding()
     x = np.zeros((1, 10, 16), "float32")
@@ -59,7 +82,11 @@ def test_layer_contract(tmp_path):
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"max_wavelength": 0}, "max_wavelength=0"), ({"max_wavelength": "x"}, "'x'")],
+    [
+        ({"max_wavelength": 0}, "max_wavelength=0"),
+        ({"max_wavelength": "x"}, "'x'"),
+        ({"interleave": "no"}, "interleave='no'"),
+    ],
 )
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -74,7 +101,7 @@ def test_wrong_rank_is_refused():
 def test_summary_of_a_model_holding_position_layers():
     from keras_tfm.models import CausalLM
 
-    for encoding in ("sinusoidal", "rotary", "learned"):
+    for encoding in ("sinusoidal", "sinusoidal_split", "rotary", "learned"):
         model = CausalLM(32, 1, 2, 16, 32, 16, position_encoding=encoding)
         model(np.array([[3, 4]]))
         model.summary(print_fn=lambda *args, **kwargs: None)

@@ -130,14 +130,24 @@ def test_beam_width_one_equals_greedy():
 
 @pytest.mark.parametrize(
     "position_encoding, normalize_first",
-    [("sinusoidal", False), ("learned", True), ("rotary", False)],
+    [
+        ("sinusoidal", False),
+        ("sinusoidal_split", False),
+        ("learned", True),
+        ("rotary", False),
+    ],
 )
 def test_cached_logits_equal_full_forward(position_encoding, normalize_first):
     model = tiny(
         num_decoder_layers=2,
         position_encoding=position_encoding,
         normalize_first=normalize_first,
+        # Marian's options on the sinusoidal_split row; harmless elsewhere.
+        use_logits_bias=position_encoding == "sinusoidal_split",
+        activation="silu" if position_encoding == "sinusoidal_split" else "relu",
     )
+    if model.logits_bias is not None:
+        model.logits_bias.bias.assign(np.linspace(-1, 1, VOCAB))
     source = np.array([[3, 4, 5, 0], [6, 7, 8, 9]])
     target = np.array([[1, 5, 6, 7, 8], [1, 9, 10, 11, 3]])
     expected = keras.ops.convert_to_numpy(
@@ -162,6 +172,46 @@ def test_source_padding_is_ignored():
     short = model({"source_ids": np.array([[3, 4]]), "target_ids": target})
     padded = model({"source_ids": np.array([[3, 4, 0, 0]]), "target_ids": target})
     np.testing.assert_allclose(padded, short, atol=1e-6)
+
+
+def test_logits_bias_is_added_to_every_position():
+    plain = tiny()
+    biased = tiny(use_logits_bias=True)
+    assert len(biased.weights) == len(plain.weights) + 1
+    biased.set_weights(plain.get_weights() + [np.arange(VOCAB, dtype="float32")])
+    assert biased.logits_bias.bias.path == "logits_bias/bias"
+    inputs = {"source_ids": np.array([[3, 4, 0]]), "target_ids": np.array([[1, 5, 6]])}
+    np.testing.assert_allclose(
+        np.asarray(biased(inputs)),
+        np.asarray(plain(inputs)) + np.arange(VOCAB),
+        atol=1e-5,
+    )
+
+
+def test_scale_embeddings_off_adds_positions_to_the_raw_embedding():
+    scaled, raw = tiny(), tiny(scale_embeddings=False)
+    raw.set_weights(scaled.get_weights())
+    ids = np.array([[3, 4, 5]])
+    table = np.asarray(scaled.token_embedding.embeddings)[ids[0]]
+    positions = np.asarray(scaled._embed_target(ids))[0] - table * np.sqrt(16)
+    np.testing.assert_allclose(
+        np.asarray(raw._embed_target(ids))[0], table + positions, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"scale_embeddings": False, "use_logits_bias": True},
+        {"position_encoding": "sinusoidal_split", "activation": "silu"},
+    ],
+)
+def test_new_options_round_trip_through_the_config(options):
+    model = tiny(**options)
+    config = model.get_config()
+    assert {k: config[k] for k in options} == options
+    again = Seq2SeqTransformer.from_config(config)
+    assert again.get_config() == config
 
 
 def test_embeddings_are_shared_three_ways():
