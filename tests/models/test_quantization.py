@@ -205,3 +205,82 @@ def test_docstring_example():
         module, extraglobs={"np": np, "keras": keras, "keras_tfm": keras_tfm}
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+# Weight-only int8 (int8 weights, float activations) on a converted Llama.
+#
+# Drift: each weight is rounded to 1/254 of its output channel's largest
+# magnitude, so one matmul's output moves by at most sum_i |x_i| max_i |w_ij|
+# / 254 (checked exactly on the logits layer below). Through the fixture's two
+# blocks the logits stayed within 4.1% (tied fixture) and 7.0% (GQA fixture)
+# of the largest float logit, measured: WEIGHT_ONLY_DRIFT leaves room above
+# that; a dropped or doubled scale moves them by 50% or more.
+WEIGHT_ONLY_DRIFT = 0.1
+
+
+def assert_weight_only(model):
+    quantized = [x for x in model._flatten_layers() if x.quantization_mode]
+    assert quantized and all(x.inputs_quantizer is None for x in quantized)
+
+
+def tiny_llama(name="llama_tied"):
+    from keras_tfm.convert import load_hf_llama
+
+    from ..convert.decoder_checks import FIXTURES
+
+    return load_hf_llama(FIXTURES / f"tiny_{name}_hf")
+
+
+@pytest.mark.parametrize("name", ["llama_tied", "llama_gqa"])
+def test_int8_weight_only_logits_close_and_no_activation_quantizer(name):
+    model = tiny_llama(name)
+    x = np.random.default_rng(0).integers(3, model.vocabulary_size, (2, 12))
+    reference = np.asarray(model(x))
+    model.quantize("int8", config=keras_tfm.models.int8_weight_only_config())
+    assert model.quantized_to == "int8_weight_only"
+    assert_all_matrices_int8(model)
+    assert_weight_only(model)
+    error = np.max(np.abs(np.asarray(model(x)) - reference))
+    assert 0 < error <= WEIGHT_ONLY_DRIFT * np.max(np.abs(reference))
+
+
+def test_int8_weight_only_logits_layer_within_the_rounding_bound():
+    model = tiny_llama()
+    table = np.asarray(model.token_embedding.embeddings, "float64")  # (V, D)
+    hidden = np.random.default_rng(1).normal(size=(3, 1, table.shape[1]))
+    reference = hidden @ table.T
+    model.quantize("int8", config=keras_tfm.models.int8_weight_only_config())
+    logits = np.asarray(model.token_embedding(hidden.astype("float32"), reverse=True))
+    # Per token row: |w - dequantized w| <= max|row| / 254.
+    bound = np.abs(hidden).sum(-1, keepdims=True) * np.abs(table).max(axis=1) / 254
+    error = np.abs(logits - reference)
+    assert np.all(error <= bound + 1e-5)
+    assert error.max() > 0.05 * bound.max()  # it is rounding, not float
+
+
+def test_int8_weight_only_greedy_equal_on_the_fixture():
+    model = tiny_llama()
+    prompts = [[5, 17, 42, 9], [100, 7]]
+    expected = model.generate(prompts, max_new_tokens=10)
+    model.quantize("int8", config=keras_tfm.models.int8_weight_only_config())
+    assert model.generate(prompts, max_new_tokens=10) == expected
+
+
+def test_int8_weight_only_save_load_exact_and_file_smaller(tmp_path):
+    model = tiny_llama()
+    float_path = tmp_path / "float.keras"
+    model.save(float_path)
+    float_bytes = sum(w.numpy().nbytes for w in model.weights)
+    model.quantize("int8", config=keras_tfm.models.int8_weight_only_config())
+    int8_bytes = sum(w.numpy().nbytes for w in model.weights)
+    x = np.array([[5, 17, 42, 9, 3]])
+    logits = np.asarray(model(x))
+    restored = save_and_load(model, tmp_path)
+    assert restored.quantized_to == "int8_weight_only"
+    assert_weight_only(restored)
+    assert weight_dtypes(restored) == weight_dtypes(model)
+    np.testing.assert_array_equal(np.asarray(restored(x)), logits)
+    # The file shrinks by the weights' bytes saved (a 4-byte float becomes a
+    # 1-byte int8 plus one 4-byte scale per channel), beyond a fixed overhead.
+    saved = float_path.stat().st_size - (tmp_path / "model.keras").stat().st_size
+    assert saved >= 0.9 * (float_bytes - int8_bytes)
