@@ -13,8 +13,9 @@ import pytest  # noqa: E402
 import keras_tfm  # noqa: E402, F401  (with TensorFlow, keras-hub, scikit-learn)
 
 # `keras.backend.clear_session()` after each test runs a full `gc.collect()`,
-# which walks the ~400k objects the imports above made: about a second a test
-# (measured, 2-core EPYC). Frozen, they are skipped and a collection takes ms.
+# which walks the ~400k objects the imports above made: 0.3-1.2 s a test
+# (measured on a 2-core EPYC, idle to loaded). Frozen, they are skipped and
+# a collection takes milliseconds.
 gc.collect()
 gc.freeze()
 
