@@ -13,7 +13,11 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from keras_tfm.convert._hf_files import check_format_settings
+from keras_tfm.convert._hf_files import (
+    check_format_settings,
+    check_model_type,
+    config_choice,
+)
 from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer
 from keras_tfm.models.encoder_backbone import EncoderBackbone
 
@@ -43,24 +47,14 @@ def _read_json(path, required=True):
 
 
 def _backbone_config(config, directory):
-    model_type = config.get("model_type", "bert")
-    if model_type != "bert":
-        raise ValueError(
-            "Only BERT checkpoints (model_type 'bert') are supported. Received: "
-            f"model_type={model_type!r} in {directory}/config.json"
-        )
+    check_model_type({"model_type": "bert", **config}, ("bert",), "BERT", directory)
     position_type = config.get("position_embedding_type", "absolute")
     if position_type != "absolute":
         raise ValueError(
             "Only learned absolute positions are supported. Received: "
             f"position_embedding_type={position_type!r} in {directory}/config.json"
         )
-    hidden_act = config.get("hidden_act", "gelu")
-    if hidden_act not in ACTIVATIONS:
-        raise ValueError(
-            f"`hidden_act` must be one of {list(ACTIVATIONS)}. Received: "
-            f"hidden_act={hidden_act!r} in {directory}/config.json"
-        )
+    activation = config_choice(config, "hidden_act", ACTIVATIONS, "gelu", directory)
     return dict(
         vocabulary_size=config["vocab_size"],
         num_layers=config["num_hidden_layers"],
@@ -69,7 +63,7 @@ def _backbone_config(config, directory):
         intermediate_dim=config["intermediate_size"],
         max_sequence_length=config["max_position_embeddings"],
         num_segments=config.get("type_vocab_size", 2),
-        activation=ACTIVATIONS[hidden_act],
+        activation=activation,
         dropout=config.get("hidden_dropout_prob", 0.1),
         layer_norm_epsilon=config.get("layer_norm_eps", 1e-12),
         padding_id=config.get("pad_token_id", 0),

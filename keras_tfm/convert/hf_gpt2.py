@@ -20,10 +20,13 @@ from keras_tfm.convert._hf_files import (
     assign_weights,
     check_directory,
     check_format_settings,
+    check_model_type,
+    config_choice,
     model_weights,
     read_json,
     read_safetensors,
     refuse_unknown_tensors,
+    refuse_unsupported_options,
     require_tensors,
     write_json,
     write_safetensors,
@@ -52,24 +55,11 @@ BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 
 def gpt2_config(config, directory="."):
     """`CausalLM` arguments from a GPT-2 config.json dict."""
-    model_type = config.get("model_type")
-    if model_type != "gpt2":
-        raise ValueError(
-            "Only GPT-2 checkpoints (model_type 'gpt2') are supported. Received: "
-            f"model_type={model_type!r} in {directory}/config.json"
-        )
-    activation = config.get("activation_function", "gelu_new")
-    if activation not in ACTIVATIONS:
-        raise ValueError(
-            f"`activation_function` must be one of {list(ACTIVATIONS)}. Received: "
-            f"activation_function={activation!r} in {directory}/config.json"
-        )
-    for key, default in UNSUPPORTED.items():
-        if config.get(key, default) != default:
-            raise ValueError(
-                f"GPT-2 option {key}={config[key]!r} is not supported (only "
-                f"{key}={default!r}). Received in {directory}/config.json"
-            )
+    check_model_type(config, ("gpt2",), "GPT-2", directory)
+    activation = config_choice(
+        config, "activation_function", ACTIVATIONS, "gelu_new", directory
+    )
+    refuse_unsupported_options(config, UNSUPPORTED, "GPT-2", directory)
     hidden = config["n_embd"]
     return dict(
         vocabulary_size=config["vocab_size"],
@@ -78,7 +68,7 @@ def gpt2_config(config, directory="."):
         hidden_dim=hidden,
         intermediate_dim=config.get("n_inner") or 4 * hidden,
         max_sequence_length=config["n_positions"],
-        activation=ACTIVATIONS[activation],
+        activation=activation,
         dropout=config.get("resid_pdrop", 0.1),
         normalize_first=True,
         normalization="layer_norm",

@@ -15,6 +15,7 @@ from keras_tfm.convert._hf_files import (
     assign_weights,
     check_directory,
     check_format_settings,
+    check_model_type,
     model_weights,
     read_json,
     read_safetensors,
@@ -44,13 +45,9 @@ def _rope_theta(config, where):
 def llama_config(config, directory="."):
     """`CausalLM` arguments from a Llama/Mistral config.json dict."""
     where = f"{directory}/config.json"
-    model_type = config.get("model_type")
-    if model_type not in (*LLAMA_MODEL_TYPES, "qwen2"):
-        raise ValueError(
-            f"Only Llama-family checkpoints (model_type in "
-            f"{[*LLAMA_MODEL_TYPES, 'qwen2']}) are supported. Received: "
-            f"model_type={model_type!r} in {where}"
-        )
+    model_type = check_model_type(
+        config, (*LLAMA_MODEL_TYPES, "qwen2"), "Llama-family", directory
+    )
     if model_type == "qwen2" and config.get("use_sliding_window"):
         raise ValueError(
             "Qwen2's sliding-window attention is not supported. Received: "

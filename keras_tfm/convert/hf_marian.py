@@ -16,9 +16,12 @@ import numpy as np
 from keras_tfm.convert._hf_files import (
     assign_weights,
     check_directory,
+    check_model_type,
+    config_choice,
     read_json,
     read_safetensors,
     refuse_unknown_tensors,
+    refuse_unsupported_options,
     require_tensors,
 )
 from keras_tfm.convert.marian_tokenizer import MarianTokenizer
@@ -57,24 +60,11 @@ PREFIX = "model."
 def marian_config(config, directory="."):
     """`Seq2SeqTransformer` arguments from a Marian config.json dict."""
     where = f"{directory}/config.json"
-    model_type = config.get("model_type")
-    if model_type != "marian":
-        raise ValueError(
-            "Only Marian checkpoints (model_type 'marian') are supported. "
-            f"Received: model_type={model_type!r} in {where}"
-        )
-    activation = config.get("activation_function", "gelu")
-    if activation not in ACTIVATIONS:
-        raise ValueError(
-            f"`activation_function` must be one of {list(ACTIVATIONS)}. Received: "
-            f"activation_function={activation!r} in {where}"
-        )
-    for key, default in UNSUPPORTED.items():
-        if config.get(key, default) != default:
-            raise ValueError(
-                f"Marian option {key}={config[key]!r} is not supported (only "
-                f"{key}={default!r}). Received in {where}"
-            )
+    check_model_type(config, ("marian",), "Marian", directory)
+    activation = config_choice(
+        config, "activation_function", ACTIVATIONS, "gelu", directory
+    )
+    refuse_unsupported_options(config, UNSUPPORTED, "Marian", directory)
     for encoder_key, decoder_key in SAME:
         encoder, decoder = config[encoder_key], config.get(decoder_key)
         if decoder is not None and decoder != encoder:
@@ -95,7 +85,7 @@ def marian_config(config, directory="."):
         hidden_dim=config["d_model"],
         intermediate_dim=config["encoder_ffn_dim"],
         max_sequence_length=config["max_position_embeddings"],
-        activation=ACTIVATIONS[activation],
+        activation=activation,
         dropout=config.get("dropout", 0.1),
         normalize_first=False,
         normalization="layer_norm",
