@@ -57,30 +57,34 @@ def make_sampler(
             "`num_beams` > 1 means beam search, which does not sample. Received: "
             f"num_beams={num_beams}, sampler={sampler!r}"
         )
+    # The key holds only the options the sampler reads, so that e.g. greedy
+    # calls with different `top_p` share one compiled loop.
     if sampler == "beam" or num_beams > 1:
-        sampler = "beam"
         instance = BeamSearchSampler(
             num_beams=num_beams,
             length_penalty=length_penalty,
             padding_id=padding_id,
             temperature=temperature,
         )
-    elif sampler == "greedy":
-        instance = keras_hub.samplers.GreedySampler(temperature=temperature)
+        key = ("beam", temperature, num_beams, float(length_penalty))
+    elif sampler == "greedy":  # a temperature does not move the argmax
+        instance = keras_hub.samplers.GreedySampler()
+        key = ("greedy",)
     elif sampler == "random":
         instance = keras_hub.samplers.RandomSampler(seed=seed, temperature=temperature)
+        key = ("random", temperature)
     elif sampler == "top_k":
+        top_k = 5 if top_k is None else top_k
         instance = keras_hub.samplers.TopKSampler(
-            k=5 if top_k is None else top_k, seed=seed, temperature=temperature
+            k=top_k, seed=seed, temperature=temperature
         )
+        key = ("top_k", temperature, top_k)
     else:
+        top_p = 0.1 if top_p is None else float(top_p)
         instance = keras_hub.samplers.TopPSampler(
-            p=0.1 if top_p is None else float(top_p),
-            k=top_k,
-            seed=seed,
-            temperature=temperature,
+            p=top_p, k=top_k, seed=seed, temperature=temperature
         )
-    key = (sampler, temperature, top_k, top_p, num_beams, float(length_penalty))
+        key = ("top_p", temperature, top_p, top_k)
     return instance, key
 
 
@@ -118,6 +122,17 @@ def forget_cached_functions(owner):
 def compile_loop(function):
     """`function` as an XLA-compiled `tf.function`, retraced per input shape."""
     return tf.function(function, jit_compile=True)
+
+
+def previous_token(tokens, index):
+    """`tokens[:, index - 1 : index]` for a scalar tensor `index`, as a gather.
+
+    XLA compiles `tf.slice` (`ops.slice`) with its start as a compile-time
+    constant: called with a new `index`, a compiled step would be compiled
+    again (5 s a token for SmolLM2 on a 2-core CPU). A gather takes it at
+    run time.
+    """
+    return ops.take(tokens, ops.reshape(index - 1, [1]), axis=1)
 
 
 def bucket_length(length, multiple=8):

@@ -64,9 +64,12 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
                     f"{seq_len} with start_index={start_index}"
                 )
         seq_len = ops.shape(inputs)[1]
-        positions = ops.slice(
-            self.embeddings, (start_index, 0), (seq_len, self.embeddings.shape[-1])
-        )
+        if isinstance(start_index, int):
+            positions = ops.slice(
+                self.embeddings, (start_index, 0), (seq_len, self.embeddings.shape[-1])
+            )
+        else:  # XLA compiles a slice once per start value; a gather once.
+            positions = ops.take(self.embeddings, ops.arange(seq_len) + start_index, 0)
         return inputs + ops.cast(positions, inputs.dtype)
 
     def compute_output_shape(self, input_shape):

@@ -260,7 +260,7 @@ class CausalLM(TransformerModel):
                 )
 
             def next(prompt, cache, index):
-                token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
+                token = gen.previous_token(prompt, index)
                 padding_mask = self.padding_mask_of(prompt)
                 logits, cache = self._call_with_layer_caches(
                     token, cache, index - 1, padding_mask
@@ -294,7 +294,7 @@ class CausalLM(TransformerModel):
             return cache
 
         def step(tokens, cache, index):
-            token = ops.slice(tokens, [0, index - 1], [ops.shape(tokens)[0], 1])
+            token = gen.previous_token(tokens, index)
             logits, cache = self._call_with_layer_caches(
                 token, cache, index - 1, self.padding_mask_of(tokens)
             )

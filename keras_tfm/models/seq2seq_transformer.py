@@ -417,7 +417,7 @@ class Seq2SeqTransformer(TransformerModel):
             )
 
             def next(prompt, cache, index):
-                token = ops.slice(prompt, [0, index - 1], [ops.shape(prompt)[0], 1])
+                token = gen.previous_token(prompt, index)
                 logits, cache = self._call_with_layer_caches(
                     token, cache, index - 1, cross_caches, source_mask
                 )

@@ -121,3 +121,16 @@ def test_make_sampler_names_and_errors():
         make_sampler("top_p", top_p=1.5)
     with pytest.raises(ValueError, match="top_k=0"):
         make_sampler("top_k", top_k=0)
+
+
+def test_sampler_keys_hold_only_what_the_sampler_reads():
+    # The key picks the compiled loop: equal where the sampling is the same
+    # (an argmax is the same at any temperature, and ignores top_p)...
+    key = make_sampler("greedy")[1]
+    assert make_sampler("greedy", temperature=0.5, top_p=0.9, top_k=3)[1] == key
+    assert make_sampler("random", top_p=0.9)[1] == make_sampler("random")[1]
+    # ... and apart where it differs.
+    assert make_sampler("top_p", top_p=0.5)[1] != make_sampler("top_p", top_p=0.9)[1]
+    assert make_sampler("top_k", top_k=2)[1] != make_sampler("top_k", top_k=3)[1]
+    assert make_sampler("random", temperature=2.0)[1] != make_sampler("random")[1]
+    assert make_sampler("beam", num_beams=2)[1] != make_sampler("beam", num_beams=3)[1]

@@ -1,0 +1,54 @@
+"""A compiled decoding step is compiled once, whatever position it decodes.
+
+XLA compiles an input it needs as a constant (e.g. the start of `tf.slice`)
+into the program: the step would be compiled again for each new position
+(5 s a token for SmolLM2 on a 2-core CPU). The programs XLA builds for two
+positions must therefore be the same program.
+"""
+
+import numpy as np
+import pytest
+
+from keras_tfm import layers
+from keras_tfm.generation import generation_utils as gen
+from keras_tfm.models import CausalLM
+
+
+def program(function, *args):
+    return function.experimental_get_compiler_ir(*args)(stage="hlo")
+
+
+@pytest.mark.parametrize("position_encoding", ["learned", "rotary", "sinusoidal"])
+def test_the_streamed_step_is_one_program_for_every_position(position_encoding):
+    model = CausalLM(
+        vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=32,
+        position_encoding=position_encoding,
+    )  # fmt: skip
+    streamed = list(model.generate([1, 2, 3], 3, stream=True))
+    assert len(streamed) == 3
+    # A greedy stream at another temperature reuses the same compiled step.
+    assert list(model.generate([4, 5], 2, stream=True, temperature=3.0)) != []
+    (((prefill, step), _),) = model.__dict__["_tfm_generate_functions"].values()
+    tokens = np.ones((1, 8), "int32")
+    cache = prefill(tokens)
+    assert program(step, tokens, cache, np.int32(4)) == program(
+        step, tokens, cache, np.int32(6)
+    )
+
+
+def test_previous_token_and_learned_positions_take_the_index_at_run_time():
+    import tensorflow as tf
+
+    tokens = np.arange(12, dtype="int32").reshape(2, 6)
+    take = tf.function(gen.previous_token, jit_compile=True)
+    np.testing.assert_array_equal(take(tokens, np.int32(4)), tokens[:, 3:4])
+    assert program(take, tokens, np.int32(2)) == program(take, tokens, np.int32(5))
+
+    positions = layers.LearnedPositionalEmbedding(max_sequence_length=10)
+    x = np.zeros((1, 2, 4), "float32")
+    positions(x)
+    table = np.asarray(positions.embeddings)
+    shifted = tf.function(lambda x, i: positions(x, start_index=i), jit_compile=True)
+    np.testing.assert_allclose(shifted(x, np.int32(3)), table[None, 3:5])
+    assert program(shifted, x, np.int32(1)) == program(shifted, x, np.int32(7))
