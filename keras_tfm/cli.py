@@ -284,6 +284,8 @@ def train(args):
     print(f"{'validation bytes, model vs baseline':<36} nats/byte")
     print(f"{'model (' + args.preset + ')':<36} {validation_loss:9.4f}")
     print(f"{'bzip2 -9 given the training text':<36} {anchor:9.4f}")
+    if not args.samples:
+        return
     for prompt in args.prompt or ["And God said", "Moses went"]:
         room = model.max_sequence_length - len(model.tokenizer(prompt))
         sample = model.generate(
@@ -430,6 +432,12 @@ def build_parser():
     )
     p.add_argument("--prompt", action="append", help="prompts for the samples")
     p.add_argument("--max-new-tokens", type=_positive_int, default=120)
+    p.add_argument(
+        "--samples",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="print samples from the trained model (default: on)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--strategy",

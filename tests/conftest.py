@@ -12,10 +12,12 @@ import pytest  # noqa: E402
 
 import keras_tfm  # noqa: E402, F401  (with TensorFlow, keras-hub, scikit-learn)
 
-# `keras.backend.clear_session()` after each test runs a full `gc.collect()`,
-# which walks the ~400k objects the imports above made: 0.3-1.2 s a test
-# (measured on a 2-core EPYC, idle to loaded). Frozen, they are skipped and
-# a collection takes milliseconds.
+# Python's full collections walk every object not frozen: the ~400k of the
+# imports above, then whatever earlier tests left alive (models in caches,
+# traced functions). Keras collects once per variable it deletes (40 times in
+# one int8 quantization), so a collection that walked them all made a test
+# twice as slow after 250 others as alone. The imports are frozen here, and
+# what is still alive after each test below.
 gc.collect()
 gc.freeze()
 
@@ -27,7 +29,9 @@ def _fresh_keras_state():
     keras.utils.set_random_seed(1234)
     yield
     keras.config.set_dtype_policy("float32")
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)
+    gc.collect()  # the test's own garbage: only what it made is walked
+    gc.freeze()
 
 
 # The real data some tests read: what is installed where, and how to install it.

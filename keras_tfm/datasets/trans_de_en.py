@@ -19,6 +19,7 @@ hundred thousand pairs, e.g. `Das ist doch nicht möglich.` ->
 `That really isn't possible.`
 """
 
+import functools
 import re
 from pathlib import Path
 
@@ -123,6 +124,21 @@ def load_translation_pairs(path=None, sentence_like=True, min_words=3):
         raise ValueError(
             f"`min_words` must be a positive integer. Received: min_words={min_words!r}"
         )
+    file = Path(TRANS_DE_EN_PATH if path is None else path)
+    if not sentence_like:
+        return list(_read_pairs(file, False, min_words))
+    # Parsing the whole dictionary takes 6 s, its 20,000 sentence pairs 3 MB:
+    # they are kept per file version.
+    stamp = file.stat().st_mtime_ns if file.is_file() else None
+    return list(_read_sentence_pairs(str(file), stamp, min_words))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_sentence_pairs(path, stamp, min_words):
+    return _read_pairs(path, True, min_words)
+
+
+def _read_pairs(path, sentence_like, min_words):
     pairs, seen = [], set()
     for line in dictionary_lines(path):
         for de_synonyms, en_synonyms in parse_dictionary_line(line):
@@ -139,10 +155,8 @@ def load_translation_pairs(path=None, sentence_like=True, min_words=3):
                     pairs.append((de, en))
     if not pairs:
         kind = "sentence-like " if sentence_like else ""
-        raise ValueError(
-            f"{path or TRANS_DE_EN_PATH} holds no {kind}`German :: English` pairs."
-        )
-    return pairs
+        raise ValueError(f"{path} holds no {kind}`German :: English` pairs.")
+    return tuple(pairs)
 
 
 def split_translation_pairs(

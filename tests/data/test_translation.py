@@ -1,5 +1,7 @@
 """The trans-de-en loader: parsing, sentence filter, leak-free split, pipeline."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -62,6 +64,19 @@ def test_load_keeps_sentence_like_pairs_only(dictionary):
     assert len(pairs) == len(set(pairs)) == 9
     everything = trans_de_en.load_translation_pairs(dictionary, sentence_like=False)
     assert ("Aalsuppen", "eel soups") in everything and len(everything) > len(pairs)
+
+
+def test_loaded_pairs_are_the_files_own_and_the_callers_to_change(dictionary):
+    pairs = trans_de_en.load_translation_pairs(dictionary)
+    pairs.clear()  # the caller's copy
+    assert len(trans_de_en.load_translation_pairs(dictionary)) == 9
+    # A new version of the file is read again, not served from memory.
+    text = DICTIONARY + "Ich lese ein Buch. :: I am reading a book.\n"
+    dictionary.write_text(text, encoding="utf-8")
+    os.utime(dictionary, ns=(0, 10**18))  # a different modification time
+    pairs = trans_de_en.load_translation_pairs(dictionary)
+    assert ("Ich lese ein Buch.", "I am reading a book.") in pairs
+    assert len(pairs) == 10
 
 
 def test_missing_file_names_the_debian_package(tmp_path):
