@@ -44,10 +44,18 @@ def test_the_card_of_a_trained_preset_uses_it_in_two_lines_that_run(name):
 
 def test_every_card_with_examples_runs():
     names = [name for name in zoo.list_presets() if card_examples(name)]
-    assert set(TRAINED_TASKS) <= set(names)
-    for name in sorted(set(names) - set(TRAINED_TASKS)):
+    assert set(TRAINED_TASKS) | {"smollm2_135m_instruct"} <= set(names)
+    for name in sorted(set(names) - set(TRAINED_TASKS) - {"smollm2_135m_instruct"}):
         for test in card_examples(name):
             assert run(test).failed == 0, name
+
+
+def test_the_smollm2_card_runs(smollm2, monkeypatch):
+    # The session's SmolLM2 stands in for a second load of the same preset.
+    monkeypatch.setattr(zoo, "from_preset", lambda name: smollm2)
+    (test,) = card_examples("smollm2_135m_instruct")
+    assert test.examples[1].source.startswith("model = keras_tfm.zoo.from_preset(")
+    assert run(test).failed == 0
 
 
 def test_the_classifier_preset_answers_a_string_with_a_label_name():
