@@ -372,13 +372,7 @@ def bench_generate(quick):
             for peer, fn in (("keras-tfm CausalLM", run_ours),
                              ("keras-hub GPT2CausalLM", run_theirs)):  # fmt: skip
                 before = load()
-                out = fn()  # warm-up: tracing and XLA compilation
-                times = []
-                for _ in range(repeats):
-                    start = time.perf_counter()
-                    out = fn()
-                    times.append(time.perf_counter() - start)
-                seconds = statistics.median(times)
+                seconds, out = _time_calls(fn, repeats)
                 rows.append([
                     sampler, batch, peer, f"{batch * cfg['new_tokens'] / seconds:,.0f}",
                     f"{seconds:.2f}", before,
