@@ -80,6 +80,15 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def learning_curve(history):
+    """Train and validation loss per epoch, as a table."""
+    lines = [f"{'epoch':>5} {'train nats/byte':>16} {'val nats/byte':>14}"]
+    pairs = zip(history["loss"], history["val_loss"], strict=True)
+    for epoch, (train, val) in enumerate(pairs):
+        lines.append(f"{epoch + 1:>5} {train:>16.4f} {val:>14.4f}")
+    return "\n".join(lines)
+
+
 def baseline_table(results):
     """The model's validation loss beside the compressors', in nats and bits."""
     rows = {
@@ -153,11 +162,15 @@ def main(argv=None):
         train.repeat(),
         epochs=config["epochs"],
         steps_per_epoch=config["steps_per_epoch"],
+        validation_data=validation,  # each epoch: the learning curve
+        validation_steps=config["validation_steps"],
         callbacks=[TimeBudget(args.max_minutes)],
         shuffle=False,  # the dataset shuffles itself
         verbose=2,
     )
     print(f"Training: {time.time() - tick:.0f} s")
+    curve = learning_curve(history.history)
+    print(curve)
     loss, accuracy = model.evaluate(
         validation, steps=config["validation_steps"], verbose=0
     )
@@ -190,12 +203,12 @@ def main(argv=None):
 
     if args.save:
         config["epochs"] = len(history.history["loss"])  # as run (time budget)
-        save(model, config, args, text, results, samples)
+        save(model, config, args, text, results, samples, curve)
     print(f"\nTotal wall time: {time.time() - began:.0f} s")
     return results
 
 
-def save(model, config, args, text, results, samples):
+def save(model, config, args, text, results, samples, curve):
     from keras_tfm.zoo import save_preset
 
     # An uncompiled copy: save_weights of a compiled model also writes the
@@ -220,6 +233,7 @@ def save(model, config, args, text, results, samples):
             "sampler='top_k', top_k=10)` returns text.\n\n"
             "| validation (last 5% of the text, per byte) | value |\n|---|---|\n"
             + "\n".join(f"| {k} | {v} |" for k, v in results.items())
+            + f"\n\nLearning curve:\n\n```\n{curve}\n```"
             + "\n\nA sample (top-k 10):\n\n> "
             + samples[0].replace("\n", " ")
         ),
