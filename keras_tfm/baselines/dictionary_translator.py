@@ -50,16 +50,11 @@ class DictionaryTranslator:
         synonym listed fifth; "Hund" is "dog", not "mine car"), earlier
         sub-entries and lines first.
         """
-        from keras_tfm.datasets.trans_de_en import (
-            dictionary_lines,
-            parse_dictionary_line,
-        )
+        from keras_tfm.datasets.trans_de_en import parsed_dictionary
 
         ranked = {}
-        for line_number, line in enumerate(dictionary_lines(path)):
-            for entry_index, (german, english) in enumerate(
-                parse_dictionary_line(line)
-            ):
+        for line_number, entries in parsed_dictionary(path):
+            for entry_index, (german, english) in enumerate(entries):
                 for synonym_index, word in enumerate(german):
                     rank = (synonym_index, entry_index, line_number)
                     if " " in word or (word in ranked and rank >= ranked[word][0]):

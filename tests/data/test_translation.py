@@ -79,6 +79,29 @@ def test_loaded_pairs_are_the_files_own_and_the_callers_to_change(dictionary):
     assert len(pairs) == 10
 
 
+def test_the_pairs_and_the_lexicon_share_one_parse_per_file_version(
+    dictionary, monkeypatch
+):
+    from keras_tfm.baselines import DictionaryTranslator
+
+    parsed = []
+    parse = trans_de_en.parse_dictionary_line
+    monkeypatch.setattr(
+        trans_de_en,
+        "parse_dictionary_line",
+        lambda line: parsed.append(line) or parse(line),
+    )
+    trans_de_en.load_translation_pairs(dictionary)
+    trans_de_en.load_translation_pairs(dictionary, sentence_like=False)
+    translator = DictionaryTranslator.from_trans_de_en(dictionary)
+    assert len(parsed) == len(DICTIONARY.splitlines())  # each line once
+    assert translator.lexicon["Aalsuppe"] == "eel soup"
+    dictionary.write_text(DICTIONARY + "Buch {n} :: book\n", encoding="utf-8")
+    os.utime(dictionary, ns=(0, 10**18))  # a new version of the file
+    assert DictionaryTranslator.from_trans_de_en(dictionary).lexicon["Buch"] == "book"
+    assert len(parsed) == 2 * len(DICTIONARY.splitlines()) + 1
+
+
 def test_missing_file_names_the_debian_package(tmp_path):
     with pytest.raises(ValueError, match="trans-de-en"):
         trans_de_en.load_translation_pairs(tmp_path / "absent")
