@@ -21,7 +21,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 import sacrebleu  # noqa: E402
 
 from keras_tfm import baselines, training  # noqa: E402
@@ -337,36 +336,9 @@ def save(model, config, args, pairs, train, validation, test, results, history):
         ),
         overwrite=True,
         usage='model.generate("Ich habe einen Hund.", max_new_tokens=16)',
+        weights_dtype=storage,
     )
-    if storage == "float16":
-        _store_float16(args.save)
     print(f"Saved the preset to {args.save} ({storage} weights)")
-
-
-def _store_float16(directory):
-    """Rewrites the preset's weights file with its float32 arrays as float16.
-
-    Loading casts them back to the model's dtype (Keras assigns with a cast).
-    """
-    import h5py
-
-    path = os.path.join(directory, "model.weights.h5")
-    half = path + ".tmp"
-    with h5py.File(path, "r") as source, h5py.File(half, "w") as target:
-
-        def copy(name, item):
-            if isinstance(item, h5py.Group):
-                group = target.require_group(name)
-                group.attrs.update(item.attrs)
-            else:
-                values = item[()]
-                if values.dtype == np.float32:
-                    values = values.astype("float16")
-                target.create_dataset(name, data=values).attrs.update(item.attrs)
-
-        target.attrs.update(source.attrs)
-        source.visititems(copy)
-    os.replace(half, path)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,9 @@ CARD = """# {name}
 """
 
 
+STORED_DTYPES = {"float32": "float32", "float16": "float16-rounded"}
+
+
 def save_preset(
     model,
     directory,
@@ -69,6 +72,7 @@ def save_preset(
     overwrite=False,
     verify=True,
     usage=None,
+    weights_dtype="float32",
 ):
     """Writes `model` as a preset folder: config.json, weights, assets, card.
 
@@ -84,6 +88,11 @@ def save_preset(
     doctest: loading it, then `usage` with its output, computed here on the
     preset as loaded back (the test suite runs the cards' doctests).
 
+    With `weights_dtype="float16"` the float32 weights are stored rounded to
+    float16, a file half the size; loading casts them back to the model's
+    dtype. Measure the rounded model before choosing it (the verification,
+    the card's usage output and the returned folder are the rounded model's).
+
     Args:
         model: a model whose class is registered under package "keras_tfm".
         directory: the preset folder to write, e.g. "zoo/gpt-tiny-shakespeare".
@@ -97,6 +106,7 @@ def save_preset(
         usage: optional one-line Python expression on `model`, e.g.
             `'model.classify("Real programmers use vi.")'`; the caller's own
             code, evaluated (like a doctest) to write its output in the card.
+        weights_dtype: "float32" (as trained) or "float16" (half the file).
 
     Returns:
         The folder, a `pathlib.Path`.
@@ -129,6 +139,11 @@ def save_preset(
         raise ValueError(
             f"`usage` must be None or a one-line expression. Received: {usage!r}"
         )
+    if weights_dtype not in STORED_DTYPES:
+        raise ValueError(
+            f"`weights_dtype` must be one of {sorted(STORED_DTYPES)}. "
+            f"Received: weights_dtype={weights_dtype!r}"
+        )
     if save_weights and not model.built:
         raise ValueError(
             "`model` must be built (called once) to save its weights. "
@@ -159,6 +174,8 @@ def save_preset(
     (directory / CONFIG_FILE).write_text(config_text + "\n", encoding="utf-8")
     if save_weights:
         atomic_save(model, directory / WEIGHTS_FILE, include_optimizer=False)
+        if weights_dtype == "float16":
+            _store_as_float16(directory / WEIGHTS_FILE)
     for layer in _layers_with(model, "save_assets"):
         assets = directory / ASSETS_DIR / layer.name
         assets.mkdir(parents=True, exist_ok=True)
@@ -168,10 +185,10 @@ def save_preset(
         loaded = build_from_directory(directory, load_weights=save_weights)
         if save_weights:
             for saved, restored in zip(model.weights, loaded.weights, strict=True):
-                if not np.array_equal(
-                    keras.ops.convert_to_numpy(saved),
-                    keras.ops.convert_to_numpy(restored),
-                ):
+                expected = keras.ops.convert_to_numpy(saved)
+                if weights_dtype == "float16" and expected.dtype == np.float32:
+                    expected = expected.astype("float16").astype("float32")
+                if not np.array_equal(expected, keras.ops.convert_to_numpy(restored)):
                     raise ValueError(
                         f"The preset written to {directory} does not reload to the "
                         f"same weights (first difference: {saved.path})."
@@ -189,10 +206,35 @@ def save_preset(
         usage=usage_text,
         class_name=spec["class_name"],
         parameters=model.count_params() if model.built else 0,
-        weights=f"{WEIGHTS_FILE} (model weights only, no optimizer state)"
+        weights=f"{WEIGHTS_FILE} ({STORED_DTYPES[weights_dtype]} model weights "
+        "only, no optimizer state)"
         if save_weights
         else "none (config only)",
         **{key: text.strip() for key, text in texts.items()},
     )
     (directory / CARD_FILE).write_text(card, encoding="utf-8")
     return directory
+
+
+def _store_as_float16(path):
+    """Rewrites a Keras weights file with its float32 arrays as float16.
+
+    Loading casts them back to the model's dtype (Keras assigns with a cast).
+    """
+    import h5py
+
+    half = path.with_name(path.name + ".tmp")
+    with h5py.File(path, "r") as source, h5py.File(half, "w") as target:
+
+        def copy(name, item):
+            if isinstance(item, h5py.Group):
+                target.require_group(name).attrs.update(item.attrs)
+            else:
+                values = item[()]
+                if values.dtype == np.float32:
+                    values = values.astype("float16")
+                target.create_dataset(name, data=values).attrs.update(item.attrs)
+
+        target.attrs.update(source.attrs)
+        source.visititems(copy)
+    half.replace(path)

@@ -152,6 +152,26 @@ def test_a_trained_model_is_saved_without_its_optimizer_state(tmp_path):
     )
 
 
+def test_float16_storage_halves_the_file_and_loads_the_rounded_weights(tmp_path):
+    model = ZooTestFunctional(hidden_dim=4096)  # 80 kB of float32 weights
+    save(model, tmp_path / "full")
+    save(model, tmp_path / "half", weights_dtype="float16")
+    sizes = [(tmp_path / name / catalogue.WEIGHTS_FILE).stat().st_size
+             for name in ("full", "half")]  # fmt: skip
+    assert sizes[1] < 0.6 * sizes[0]
+    restored = zoo.from_preset("half", root=tmp_path)
+    for original, loaded in zip(model.weights, restored.weights, strict=True):
+        assert loaded.dtype == "float32"
+        rounded = np.asarray(original).astype(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(loaded), rounded)
+    # Rounded, not stored as trained: float16 cannot hold the random weights.
+    kernel, loaded = np.asarray(model.weights[0]), np.asarray(restored.weights[0])
+    assert not np.array_equal(kernel, loaded)
+    assert "float16-rounded model weights" in zoo.preset_card("half", root=tmp_path)
+    with pytest.raises(ValueError, match="weights_dtype"):
+        save(model, tmp_path / "bad", weights_dtype="int8")
+
+
 def test_overrides(root):
     model = zoo.from_preset("mlp-small", root=root, dropout=0.5)
     assert model.dropout == 0.5 and model.hidden_dim == 8
