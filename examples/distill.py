@@ -9,7 +9,12 @@ alpha). Prints test accuracy and macro-F1 of all three; writes results.json
 and the distilled student (student_distilled.keras) to --output.
 
     python examples/distill.py                  # minutes
+    python examples/distill.py --sweep          # every (T, alpha) of SWEEP
     python examples/distill.py --quick          # seconds: a slice, 1 epoch
+
+With --sweep, one distilled student is trained per (temperature, alpha) of
+SWEEP; the one with the best validation accuracy is saved and reported as
+"student (distilled)", beside every setting's validation and test scores.
 """
 
 import argparse
@@ -55,6 +60,8 @@ QUICK = dict(
     evaluation_examples=150,
     bucket_lengths=[48],  # one padded shape: fewer traces for 3 short fits
 )
+# --sweep: (temperature, alpha) settings, chosen between on validation.
+SWEEP = [(2.0, 0.1), (2.0, 0.5), (5.0, 0.1), (5.0, 0.5), (10.0, 0.1), (10.0, 0.5)]
 # ---------------------------------------------------------------------------
 
 _CLASSIFY = Path(__file__).with_name("classify_fortunes.py")
@@ -82,11 +89,21 @@ def build_student(shape, tokenizer, num_classes, config):
     )
 
 
+def best_on_validation(results, names):
+    """The name among `names` whose row has the highest validation accuracy
+    (the earliest on a tie): chosen without looking at the test split."""
+    return max(names, key=lambda name: (results[name]["validation_accuracy"],
+                                        -names.index(name)))  # fmt: skip
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--output", default="outputs/distill")
     parser.add_argument("--root", default=None, help="folder of fortune files")
+    parser.add_argument(
+        "--sweep", action="store_true", help="a student per (T, alpha) of SWEEP"
+    )
     args = parser.parse_args(argv)
     config = dict(CONFIG, **(QUICK if args.quick else {}))
     helpers = _classify_fortunes()
@@ -99,6 +116,9 @@ def main(argv=None):
     class_names = splits["class_names"]
     train = helpers.slice_split(*splits["train"], config.get("train_examples"), 1)
     test = helpers.slice_split(*splits["test"], config.get("evaluation_examples"), 3)
+    validation = helpers.slice_split(
+        *splits["validation"], config.get("evaluation_examples"), 4
+    )
     sparse_ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     preset = config["teacher_preset"]
@@ -130,26 +150,39 @@ def main(argv=None):
         )
 
     train_ds, test_ds = dataset(train, True), dataset(test, False)
+    validation_ds = dataset(validation, False)
     if not (preset and preset in keras_tfm.zoo.list_presets()):
         teacher.fit(train_ds, epochs=config["epochs"], shuffle=False, verbose=2)
 
     def evaluate(model):
         logits, labels = predict_with_labels(model, test_ds)
-        return helpers.scores(labels, logits.argmax(-1))
+        row = helpers.scores(labels, logits.argmax(-1))
+        logits, labels = predict_with_labels(model, validation_ds)
+        validation_accuracy = helpers.scores(labels, logits.argmax(-1))["accuracy"]
+        return dict(row, validation_accuracy=validation_accuracy)
 
+    runs = {"student (hard labels)": None}
+    if args.sweep:
+        for temperature, alpha in SWEEP:
+            runs[f"student (distilled, T={temperature:g}, alpha={alpha:g})"] = (
+                temperature,
+                alpha,
+            )
+    else:
+        runs["student (distilled)"] = (config["temperature"], config["alpha"])
     results = {"teacher": evaluate(teacher)}
     students = {}
-    for name in ("student (hard labels)", "student (distilled)"):
+    for name, setting in runs.items():
         keras.utils.set_random_seed(config["seed"] + 1)  # same initialization
         student = build_student(config["student"], tokenizer, len(class_names), config)
         optimizer = keras.optimizers.Adam(config["learning_rate"])
-        if name == "student (distilled)":
+        if setting is not None:
             trainer = Distiller(teacher, student)
             trainer.compile(
                 optimizer,
                 student_loss_fn=sparse_ce,
-                alpha=config["alpha"],
-                temperature=config["temperature"],
+                alpha=setting[1],
+                temperature=setting[0],
             )
         else:
             trainer = student
@@ -160,6 +193,17 @@ def main(argv=None):
         results[name]["parameters"] = student.count_params()
         students[name] = student
     results["teacher"]["parameters"] = teacher.count_params()
+    if args.sweep:
+        swept = [name for name, setting in runs.items() if setting is not None]
+        chosen = best_on_validation(results, swept)
+        print(f"{'setting':<44} {'validation':>10} {'test':>6}")
+        for name in ["student (hard labels)", *swept]:
+            row = results[name]
+            print(f"{name:<44} {row['validation_accuracy']:>10.3f} "
+                  f"{row['accuracy']:>6.3f}")  # fmt: skip
+        print(f"chosen on validation accuracy: {chosen}")
+        results["student (distilled)"] = dict(results[chosen], setting=chosen)
+        students["student (distilled)"] = students[chosen]
 
     print(helpers.table(results))
     students["student (distilled)"].save(output / "student_distilled.keras")

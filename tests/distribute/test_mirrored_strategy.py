@@ -5,6 +5,9 @@ import pytest
 
 from tests.distribute.conftest import assert_same_training, finish, start_worker
 
+# One worker runs both files, so the single-device reference runs once.
+pytestmark = pytest.mark.xdist_group("distribute")
+
 
 @pytest.mark.slow
 def test_mirrored_equals_single_device(single_device_run, tmp_path):

@@ -8,6 +8,9 @@ import pytest
 
 from tests.distribute.conftest import assert_same_training, finish, start_worker
 
+# One worker runs both files, so the single-device reference runs once.
+pytestmark = pytest.mark.xdist_group("distribute")
+
 
 def free_ports(count):
     sockets = [socket.socket() for _ in range(count)]

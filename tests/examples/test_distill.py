@@ -33,6 +33,20 @@ def test_quick_run_compares_distilled_and_hard_label_students(tmp_path, capsys):
     assert student.tokenizer is not None
 
 
+def test_the_sweep_chooses_on_validation_never_on_test():
+    spec = importlib.util.spec_from_file_location("distill", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    results = {
+        "a": {"validation_accuracy": 0.40, "accuracy": 0.60},
+        "b": {"validation_accuracy": 0.50, "accuracy": 0.30},
+        "c": {"validation_accuracy": 0.50, "accuracy": 0.20},
+    }
+    assert example.best_on_validation(results, ["a", "b", "c"]) == "b"
+    assert example.best_on_validation(results, ["c", "b"]) == "c"  # first of a tie
+    assert example.best_on_validation(results, ["a"]) == "a"
+
+
 def test_the_distilled_students_loss_reaches_the_teacher():
     import keras_hub
     import numpy as np
