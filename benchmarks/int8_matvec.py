@@ -1,0 +1,98 @@
+"""Why weight-only int8 does not decode faster on a CPU: the bare matvec.
+
+A batch-1 decoding step is 30 layers of matrix-vector products. This times
+SmolLM2's feed-forward shape (576 x 1,536, 30 of them: 26.5M weights, held
+in `tf.Variable`s as in a model) under XLA, one jit-compiled function for
+all 30, as float32, as int8 the way Keras's int8 Dense computes it
+(`matmul(x, int8 kernel) / scale`: XLA fuses the int8 -> float conversion
+into its own loop dot), as int8 written as a multiply-and-reduce, and as
+bfloat16; median of 15 after a warm-up. Beside each: the bytes of weights
+read per call over the time (GB/s), against the NumPy copy bandwidth.
+
+    python benchmarks/int8_matvec.py
+"""
+
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from run import copy_bandwidth  # noqa: E402
+
+IN, OUT, LAYERS, REPEATS = 576, 1536, 30, 15
+
+
+def matvec(kind, x, kernel, scale):
+    """One (batch, IN) x (IN, OUT) product in the given weight format."""
+    if kind == "float32 dot":
+        return x @ kernel
+    if kind == "int8, dequantised dot (Keras)":
+        return tf.matmul(x, tf.cast(kernel, tf.float32)) / scale
+    if kind == "int8, multiply and reduce":
+        products = x[:, :, None] * tf.cast(kernel, tf.float32)
+        return tf.reduce_sum(products, axis=1) / scale
+    if kind == "bfloat16 dot":
+        return tf.cast(tf.cast(x, tf.bfloat16) @ kernel, tf.float32)
+    raise ValueError(kind)
+
+
+def weights(kind, rng):
+    values = rng.integers(-127, 128, size=(LAYERS, IN, OUT)).astype("int8")
+    dtype = {"float32": "float32", "int8,": "int8", "bfloat16": tf.bfloat16}
+    dtype = dtype[kind.split()[0]]
+    return [tf.Variable(tf.cast(v, dtype) if dtype != "int8" else v) for v in values]
+
+
+def seconds(kind, batch, rng):
+    kernels = weights(kind, rng)
+    scales = [tf.Variable(rng.random(OUT).astype("float32") + 0.5) for _ in kernels]
+
+    @tf.function(jit_compile=True)
+    def layers(x):
+        total = tf.zeros((batch, OUT))
+        for kernel, scale in zip(kernels, scales, strict=True):
+            y = matvec(kind, x, kernel, scale)
+            total += y
+            x = x + 1e-3 * y[:, :IN]  # each product depends on the last
+        return total
+
+    x = tf.constant(rng.normal(size=(batch, IN)).astype("float32"))
+    layers(x)  # compiles
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        layers(x).numpy()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), kernels[0].dtype.size
+
+
+def main():
+    rng = np.random.default_rng(0)
+    bandwidth = copy_bandwidth()
+    print(f"NumPy copy bandwidth: {bandwidth:.1f} GB/s")
+    kinds = [
+        "float32 dot",
+        "int8, dequantised dot (Keras)",
+        "int8, multiply and reduce",
+        "bfloat16 dot",
+    ]
+    print("| weights | batch | ms per 30 products | weight GB/s | ceiling ms |")
+    print("|---|---|---|---|---|")
+    for batch in (1, 8):
+        for kind in kinds:
+            time_s, itemsize = seconds(kind, batch, rng)
+            nbytes = LAYERS * IN * OUT * itemsize
+            print(
+                f"| {kind} | {batch} | {1e3 * time_s:.2f} | "
+                f"{nbytes / time_s / 1e9:.1f} | {1e3 * nbytes / bandwidth / 1e9:.2f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
