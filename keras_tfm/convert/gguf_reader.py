@@ -7,6 +7,7 @@ as NumPy reshape errors (a file that is not GGUF, a truncated file, an
 unsupported quantisation type, a missing key or tensor, a wrong shape).
 """
 
+import functools
 import os
 
 import numpy as np
@@ -49,6 +50,11 @@ def import_gguf():
 def open_gguf(path):
     """Opens a GGUF file; returns a `gguf.GGUFReader`.
 
+    The reader is kept per file version (path, modification time, size):
+    parsing SmolLM2's metadata (98k vocabulary strings and merges) takes
+    seconds, and a second `open_gguf` of the same file returns the same
+    reader. Treat it as read-only (the tensors are a read-only memory map).
+
     Raises:
         ValueError: the path is not a file, the file is not GGUF (no "GGUF"
             magic), or it is truncated or corrupt.
@@ -64,7 +70,12 @@ def open_gguf(path):
             f"Not a GGUF file: it starts with {magic!r}, not {GGUF_MAGIC!r}. "
             f"Received: path={path!r}"
         )
-    size = os.path.getsize(path)
+    status = os.stat(path)
+    return _read(gguf, path, status.st_mtime_ns, status.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _read(gguf, path, modified, size):
     try:
         reader = gguf.GGUFReader(path)
     except (ValueError, IndexError, OverflowError) as error:

@@ -1,4 +1,5 @@
 import importlib.util
+import os
 import sys
 from types import SimpleNamespace
 
@@ -44,6 +45,24 @@ def test_tiny_file_round_trips_its_tensors(tiny_path):
     table = gguf_reader.tensor_table(reader)
     assert table["blk.0.attn_q.weight"].tensor_type.name == "Q4_1"
     assert table["token_embd.weight"].tensor_type.name == "Q8_0"
+
+
+def test_a_file_is_parsed_once_per_version(tiny_path, tmp_path):
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(tiny_path.read_bytes())
+    reader = gguf_reader.open_gguf(copy)
+    assert gguf_reader.open_gguf(str(copy)) is reader
+    # A rewritten file is read again: its new tensor values, not the old map.
+    data = bytearray(copy.read_bytes())
+    tensor = gguf_reader.tensor_table(reader)["output_norm.weight"]
+    start = tensor.data_offset
+    data[start : start + 4] = np.float32(123.0).tobytes()
+    copy.write_bytes(bytes(data))
+    os.utime(copy, ns=(0, 10**18))
+    again = gguf_reader.open_gguf(copy)
+    assert again is not reader
+    values = gguf_reader.tensor_table(again)["output_norm.weight"].data
+    assert values.reshape(-1)[0] == 123.0
 
 
 def test_not_a_gguf_file(tmp_path):
