@@ -120,10 +120,15 @@ def test_text_pieces_wait_for_a_whole_character():
     assert pieces == [["é", "b"]]
 
 
-def test_the_kjv_preset_says_how_many_bytes_still_fit():
-    import keras_tfm
+def test_learned_positions_say_how_many_bytes_still_fit():
+    import keras_hub
 
-    model = keras_tfm.zoo.from_preset("kjv_gpt")  # learned positions, 128 bytes
+    model = CausalLM(
+        vocabulary_size=256, num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=128,
+        position_encoding="learned",
+        tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
+    )  # fmt: skip
     prompt = "And the LORD said unto Moses"  # 28 bytes
     with pytest.raises(ValueError, match="at most 100 new tokens"):
         model.generate(prompt, max_new_tokens=120)
