@@ -211,17 +211,15 @@ def main(argv=None):
 def save(model, config, args, text, results, samples, curve, validation):
     from keras_tfm.zoo import save_preset
 
-    # An uncompiled copy: save_weights of a compiled model also writes the
-    # optimizer's state (twice the weights again with Adam) into the preset.
-    # In float32 whatever the training policy: the preset runs on any device.
+    # A fresh copy without the optimizer (Adam's state is twice the weights
+    # again), in float32 whatever the training policy: it runs on any device.
     model_config = {**model.get_config(), "tokenizer": model.tokenizer}
     model_config["dtype"] = "float32"
-    trained, model = model, type(model).from_config(model_config)
-    model.set_weights(trained.get_weights())
+    weights = model.get_weights()
+    model = type(model).from_config(model_config)
 
     # float16-rounded weights halve the file; kept if the held-out loss stays
     # within 0.002 nats/byte of the trained weights'.
-    weights = trained.get_weights()
     model.set_weights([w.astype("float16").astype(w.dtype) for w in weights])
     model.compile(loss=training.TokenCrossEntropy())
     rounded = model.evaluate(validation, steps=config["validation_steps"], verbose=0)
