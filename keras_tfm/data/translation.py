@@ -7,7 +7,7 @@ The pairs themselves come from a corpus loader, e.g.
 import numpy as np
 import tensorflow as tf
 
-from keras_tfm.data.bucketing import batch_by_length
+from keras_tfm.data.bucketing import bucket_batch_sizes
 from keras_tfm.data.detokenization import join_word_pieces
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer
 
@@ -69,15 +69,19 @@ def translation_dataset(
     shuffle=False,
     seed=0,
     bucket_boundaries=(8, 16, 24),
+    tokens_per_batch=None,
 ):
     """A `tf.data` pipeline of teacher-forced batches, batched by length.
 
     Each pair becomes `source_ids` = tokens(German), decoder inputs
     `target_ids` = [START] + tokens(English) and labels = tokens(English) +
     [END]; pairs longer than `max_length - 1` tokens on either side are
-    dropped. Pairs of similar lengths are batched together
-    (`batch_by_length`), each batch padded with 0 to its bucket's boundary
-    (or `max_length`), so a compiled `fit` sees few shapes.
+    dropped. Pairs of similar lengths are batched together, each batch
+    padded with 0 to its bucket's boundary (or `max_length`), so a compiled
+    `fit` sees few shapes; a shuffled dataset draws new batches each pass.
+    With `tokens_per_batch`, shorter buckets take more pairs per batch (see
+    `bucket_batch_sizes`), so a corpus of single words and long sentences
+    costs about the same per step.
 
     Args:
         pairs: `(german, english)` string tuples.
@@ -87,6 +91,8 @@ def translation_dataset(
         shuffle: shuffle the pairs each epoch (training).
         seed: the shuffle seed.
         bucket_boundaries: increasing lengths that separate the buckets.
+        tokens_per_batch: optional token budget per batch (pairs times
+            padded length); `batch_size` is then the longest bucket's.
 
     Returns:
         A dataset of `({"source_ids", "target_ids"}, labels)` int32 batches.
@@ -117,18 +123,34 @@ def translation_dataset(
             f"No pair fits max_length={max_length} tokens. Received: {len(pairs)} pairs"
         )
 
-    def generator():
-        yield from examples
-
-    spec = tf.TensorSpec((None,), tf.int32)
-    dataset = tf.data.Dataset.from_generator(generator, output_signature=(spec,) * 3)
-    dataset = dataset.cache()
-    if shuffle:
-        dataset = dataset.shuffle(
-            len(examples), seed=seed, reshuffle_each_iteration=True
-        )
     boundaries = [b for b in bucket_boundaries if b < max_length] + [max_length]
-    dataset = batch_by_length(dataset, batch_size, boundaries, padding_id=0)
+    sizes = bucket_batch_sizes(batch_size, boundaries, tokens_per_batch)
+    lengths = np.array([max(len(s), len(y)) for s, _, y in examples])
+    buckets = np.searchsorted(np.array(boundaries), lengths)
+    rng = np.random.default_rng(seed)
+
+    # Batches are drawn in NumPy, not with tf.data's per-example
+    # bucket_by_sequence_length: on the dictionary's 900,000 pairs that took
+    # over a minute of CPU a pass; this takes a second.
+    def batches():
+        order = rng.permutation(len(examples)) if shuffle else np.arange(len(examples))
+        groups = []
+        for bucket, (length, size) in enumerate(zip(boundaries, sizes, strict=True)):
+            members = order[buckets[order] == bucket]
+            groups += [
+                (length, members[i : i + size]) for i in range(0, len(members), size)
+            ]
+        if shuffle:
+            groups = [groups[i] for i in rng.permutation(len(groups))]
+        for length, members in groups:
+            padded = np.zeros((3, len(members), length), np.int32)
+            for row, index in enumerate(members):
+                for component, ids in enumerate(examples[index]):
+                    padded[component, row, : len(ids)] = ids
+            yield tuple(padded)
+
+    spec = tf.TensorSpec((None, None), tf.int32)
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=(spec,) * 3)
     dataset = dataset.map(
         lambda s, t, y: ({"source_ids": s, "target_ids": t}, y),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -136,8 +158,9 @@ def translation_dataset(
     # The number of batches is fixed by the lengths alone (each bucket ends
     # with one partial batch): stating it lets Keras show progress and stops
     # it from warning that the input "ran out of data".
-    lengths = np.array([max(len(s), len(y)) for s, _, y in examples])
-    buckets = np.searchsorted(np.array(boundaries), lengths)
-    batches = sum(-(-int(n) // batch_size) for n in np.bincount(buckets) if n)
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    counts = np.bincount(buckets, minlength=len(boundaries))
+    batches_per_pass = sum(
+        -(-int(n) // size) for n, size in zip(counts, sizes, strict=True) if n
+    )
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches_per_pass))
     return dataset.prefetch(tf.data.AUTOTUNE)

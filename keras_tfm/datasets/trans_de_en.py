@@ -30,6 +30,7 @@ TRANS_DE_EN_PATH = "/usr/share/trans/de-en"
 _LABEL = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|\([^()]*\)|<[^<>]*>")
 _SPACE = re.compile(r"\s+")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([.,!?;:%)\]}»“”])")
+_NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
 
 
 def strip_annotations(text):
@@ -238,3 +239,28 @@ def split_translation_pairs(
     for pair in pairs:
         splits[split_of[find(("de", pair[0]))]].append(pair)
     return splits
+
+
+def without_held_out(pairs, held_out):
+    """`pairs` without any pair that shares a side with a `held_out` pair.
+
+    Sides are compared by their words only (case, punctuation and spacing
+    ignored), so `Das bleibt dir überlassen` is held out with
+    `Das bleibt dir überlassen.`: use it to add the dictionary's word and
+    phrase pairs to training without leaking a validation or test sentence.
+
+    Example:
+    >>> without_held_out([("Ja", "yes"), ("ja!", "yeah")], [("Ja.", "Yes.")])
+    []
+    """
+    held_de = {_words(de) for de, _ in held_out}
+    held_en = {_words(en) for _, en in held_out}
+    return [
+        (de, en)
+        for de, en in pairs
+        if _words(de) not in held_de and _words(en) not in held_en
+    ]
+
+
+def _words(text):
+    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())

@@ -130,6 +130,19 @@ def test_split_is_deterministic_and_never_leaks(dictionary):
         trans_de_en.split_translation_pairs(pairs, -0.1)
 
 
+def test_word_and_phrase_pairs_without_held_out_sentences(dictionary):
+    every = trans_de_en.load_translation_pairs(dictionary, sentence_like=False)
+    held_out = [("Ich habe keine Zeit.", "I have no time.")]
+    extra = [
+        ("ich habe keine Zeit", "no time for you"),  # German side: held out
+        ("keine Zeit", "I have NO time!"),  # English side: held out
+        ("Ich habe keine Zeit mehr.", "I have no time left."),  # a neighbour
+    ]
+    kept = trans_de_en.without_held_out(every + extra, held_out)
+    assert kept == [p for p in every if p not in held_out] + extra[2:]
+    assert trans_de_en.without_held_out(every, []) == every
+
+
 def test_tokenizer_and_teacher_forced_batches_by_length(dictionary):
     pairs = trans_de_en.load_translation_pairs(dictionary)
     tokenizer = translation.train_translation_tokenizer(
@@ -156,6 +169,24 @@ def test_tokenizer_and_teacher_forced_batches_by_length(dictionary):
             np.testing.assert_array_equal(t[1:n], label[: n - 1])
         seen += len(source)
     assert seen == len(pairs)
+    # A token budget: the short bucket's batches hold 64 // 16 = 4 pairs.
+    words = [(f"Wort{i}", f"word{i}") for i in range(9)]
+    dataset = translation.translation_dataset(
+        pairs + words, tokenizer, 1, 64, bucket_boundaries=(16,), tokens_per_batch=64
+    )
+    shapes = sorted(x["source_ids"].shape.as_list() for x, _ in dataset)
+    assert len(shapes) == int(dataset.cardinality())
+    assert sum(rows for rows, _ in shapes) == len(pairs) + len(words)
+    assert max(rows for rows, length in shapes if length == 16) == 4
+    assert {rows for rows, length in shapes if length == 64} <= {1}
+    # Shuffled: each pass draws new batches of the same pairs.
+    dataset = translation.translation_dataset(
+        pairs + words, tokenizer, 1, 64, True, 0, (16,), tokens_per_batch=64
+    )
+    passes = [[y.numpy().tolist() for _, y in dataset] for _ in range(2)]
+    assert passes[0] != passes[1]
+    rows = [sorted(map(str, (r for b in p for r in b))) for p in passes]
+    assert rows[0] == rows[1]
     with pytest.raises(ValueError, match="batch_size"):
         translation.translation_dataset(pairs, tokenizer, batch_size=0)
     with pytest.raises(ValueError, match="max_length"):
