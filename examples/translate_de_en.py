@@ -7,7 +7,7 @@ pairs (about 870,000) as extra training data: they teach the words the
 sentences do not. A word or phrase pair that shares a side with a
 validation or test sentence (case and punctuation ignored) is dropped, so
 nothing held out leaks into training. A shared German+English WordPiece
-vocabulary is learned on the training text with keras-hub and attached to
+vocabulary is learned on the training sentences with keras-hub and attached to
 the model, so the saved preset is self-contained. The whole test split is
 translated (sources and targets up to 128 tokens) with greedy decoding and
 with beam search, scored with sacrebleu (BLEU and chrF) beside the
