@@ -92,7 +92,8 @@ def translation_dataset(
         seed: the shuffle seed.
         bucket_boundaries: increasing lengths that separate the buckets.
         tokens_per_batch: optional token budget per batch (pairs times
-            padded length); `batch_size` is then the longest bucket's.
+            padded length); `batch_size` then only caps a batch at 8x
+            `batch_size` pairs.
 
     Returns:
         A dataset of `({"source_ids", "target_ids"}, labels)` int32 batches.
