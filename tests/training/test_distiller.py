@@ -68,6 +68,31 @@ def test_token_logits_ignore_padding():
     assert kl_to_teacher(teacher, student, x, mask=y != 0) < 0.5 * before
 
 
+def test_offline_teacher_logits_give_the_online_loss_and_train_the_student():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(128, 8)).astype("float32")
+    teacher, student = mlp(32, 1), mlp(8, 2)
+    y = np.argmax(teacher(x), axis=-1)
+    teacher_logits = np.asarray(teacher(x))
+    settings = dict(student_loss_fn=SCE, alpha=0.3, temperature=2.0)
+    online, offline = Distiller(teacher, student), Distiller(None, student)
+    online.compile("adam", **settings)
+    offline.compile("adam", metrics=["accuracy"], **settings)
+    y_pred = student(x)
+    np.testing.assert_allclose(
+        float(offline.compute_loss(x, (y, teacher_logits), y_pred)),
+        float(online.compute_loss(x, y, y_pred)),
+        rtol=1e-6,
+    )
+    before = kl_to_teacher(teacher, student, x, temperature=2.0)
+    offline.compile(keras.optimizers.Adam(1e-2), metrics=["accuracy"], **settings)
+    history = offline.fit(
+        x, (y, teacher_logits), epochs=20, batch_size=32, verbose=0
+    ).history
+    assert kl_to_teacher(teacher, student, x, temperature=2.0) < 0.5 * before
+    assert history["accuracy"][-1] > history["accuracy"][0]  # on the labels
+
+
 def test_bad_arguments():
     teacher, student = mlp(4, 0), mlp(4, 1)
     with pytest.raises(ValueError, match="student=None"):
@@ -79,6 +104,13 @@ def test_bad_arguments():
         distiller.compile(student_loss_fn=SCE, temperature=0)
     with pytest.raises(ValueError, match="student_loss_fn"):
         distiller.compile()
+    x = np.ones((2, 8), "float32")
+    offline = Distiller(None, student)
+    offline.compile(student_loss_fn=SCE)
+    with pytest.raises(ValueError, match="needs targets `\\(labels, teacher_logits"):
+        offline.compute_loss(x, np.zeros(2), student(x))
+    with pytest.raises(ValueError, match="same number of classes. Received: 3 and 4"):
+        offline.compute_loss(x, (np.zeros(2), np.zeros((2, 3))), student(x))
 
 
 def test_config_round_trip():
@@ -87,6 +119,8 @@ def test_config_round_trip():
     x = np.ones((2, 8), "float32")
     assert restored(x).shape == (2, 4)
     assert not restored.teacher.trainable
+    offline = Distiller.from_config(Distiller(None, mlp(4, 1)).get_config())
+    assert offline.teacher is None and offline(x).shape == (2, 4)
 
 
 def test_docstring_example():
