@@ -3,8 +3,8 @@
     /work/torchenv/bin/python benchmarks/torch_block.py 4096
 
 Runs under any Python with torch (run.py calls it with its --torch-python);
-prints one JSON line: the seconds and the peak-RSS growth (MB) of the first
-and the second call. Eager, float32, batch 1, as `nn.TransformerEncoderLayer`
+prints one JSON line: the seconds and the peak-RSS growth (MB) of the first,
+second and third call. Eager, float32, batch 1, as `nn.TransformerEncoderLayer`
 (d_model 256, 4 heads, FFN 1024, no dropout) runs by default.
 """
 
@@ -32,7 +32,7 @@ def main(length, hidden_dim=256, num_heads=4, intermediate_dim=1024):
     )
     x = torch.randn(1, length, hidden_dim, requires_grad=True)
     result = {}
-    for call in ("first", "second"):
+    for call in ("first", "second", "third"):
         block.zero_grad()
         x.grad = None
         base = rss("VmRSS")

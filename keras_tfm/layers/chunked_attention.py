@@ -21,8 +21,8 @@ from keras_tfm.validation import check_positive_int
 # is faster than a loop.
 CHUNKED_ATTENTION_MIN_LENGTH = 1024
 # Keys and queries per tile (benchmarks/run.py, section long).
-DEFAULT_CHUNK_SIZE = 256
-DEFAULT_QUERY_CHUNK_SIZE = 256
+DEFAULT_CHUNK_SIZE = 128
+DEFAULT_QUERY_CHUNK_SIZE = 1024
 
 
 def chunked_dot_product_attention(
