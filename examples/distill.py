@@ -1,28 +1,30 @@
-"""Distil the zoo's fortune classifier into a smaller student.
+"""Distil a fortune classifier into a smaller student.
 
 The teacher is `zoo/fortunes_classifier` (2 layers, width 128); without it
-(or with --quick) a teacher is trained here first. The same student (1 layer,
-width 64, the teacher's tokenizer) is trained twice from the same
-initialization: on the hard labels only, and with `keras_tfm.training.Distiller`
-(teacher logits softened by T, weighted against the hard-label loss by
-alpha). Prints test accuracy and macro-F1 of all three; writes results.json
-and the distilled student (student_distilled.keras) to --output.
+(or with --quick) a teacher is trained here first; with --teacher-logits it
+is the fine-tuned MiniLM of `examples/semantic_search.py` (22.6M
+parameters, its own tokenizer), whose logits on every split, written there
+to teacher_logits.npz, are the soft targets (`Distiller(None, student)`,
+offline distillation). The same student (1 layer, width 64, the zoo
+classifier's tokenizer) is trained from the same initialization on the hard
+labels only and with `keras_tfm.training.Distiller` (teacher logits softened
+by T, weighted against the hard-label loss by alpha), each for up to
+`epochs` epochs, keeping its epoch of best validation accuracy. Prints test
+accuracy and macro-F1 of all; writes results.json and the distilled student
+(student_distilled.keras) to --output.
 
     python examples/distill.py                  # minutes
     python examples/distill.py --sweep          # every (T, alpha) of SWEEP
     python examples/distill.py --quick          # seconds: a slice, 1 epoch
 
+    # The better teacher (about 15 min, then about 8):
+    python examples/semantic_search.py --lora-rank 0 --output outputs/minilm
+    python examples/distill.py --sweep \
+        --teacher-logits outputs/minilm/teacher_logits.npz
+
 With --sweep, one distilled student is trained per (temperature, alpha) of
 SWEEP; the one with the best validation accuracy is saved and reported as
 "student (distilled)", beside every setting's validation and test scores.
-
-With --teacher-logits, the teacher is the fine-tuned MiniLM of
-`examples/semantic_search.py` (22.6M parameters, its own tokenizer): its
-logits on every split, written there to teacher_logits.npz, are the soft
-targets (`Distiller(None, student)`, offline distillation).
-
-    python examples/semantic_search.py --lora-rank 0 --output outputs/minilm
-    python examples/distill.py --teacher-logits outputs/minilm/teacher_logits.npz
 """
 
 import argparse
@@ -51,7 +53,7 @@ CONFIG = dict(
     student=dict(num_layers=1, num_heads=2, hidden_dim=64, intermediate_dim=128),
     alpha=0.3,  # weight of the hard-label loss; 1 - alpha on the teacher's
     temperature=2.0,  # softening of both distributions
-    epochs=4,
+    epochs=10,  # at most: each student keeps its best validation epoch
     batch_size=32,
     max_sequence_length=128,
     learning_rate=1e-3,
@@ -226,6 +228,9 @@ def main(argv=None):
         soft_train_ds = with_teacher_logits(
             *train, logits["train"], lambda *split: dataset(*split, shuffle=True)
         )
+        soft_validation_ds = with_teacher_logits(
+            *validation, logits["validation"], dataset
+        )
         results = {
             "teacher": dict(
                 helpers.scores(test[1], logits["test"].argmax(-1)),
@@ -236,7 +241,7 @@ def main(argv=None):
         }
         print(f"teacher: the logits of {args.teacher_logits}")
     else:
-        soft_train_ds = train_ds
+        soft_train_ds, soft_validation_ds = train_ds, validation_ds
         if not use_preset:
             teacher.fit(train_ds, epochs=config["epochs"], shuffle=False, verbose=2)
         results = {"teacher": evaluate(teacher)}
@@ -261,31 +266,42 @@ def main(argv=None):
             trainer = Distiller(teacher, student)
             trainer.compile(
                 optimizer,
+                metrics=["accuracy"],
                 student_loss_fn=sparse_ce,
                 alpha=setting[1],
                 temperature=setting[0],
             )
         else:
             trainer = student
-            trainer.compile(optimizer, sparse_ce)
+            trainer.compile(optimizer, sparse_ce, metrics=["accuracy"])
+        # Every student keeps its epoch of best validation accuracy.
+        best_epoch = keras.callbacks.EarlyStopping(
+            "val_accuracy",
+            mode="max",
+            patience=config["epochs"],
+            restore_best_weights=True,
+        )
         fit_start = time.time()
         trainer.fit(
             train_ds if setting is None else soft_train_ds,
+            validation_data=validation_ds if setting is None else soft_validation_ds,
             epochs=config["epochs"],
+            callbacks=[best_epoch],
             shuffle=False,
             verbose=2,
         )
         results[name] = dict(evaluate(student), fit_seconds=time.time() - fit_start)
         results[name]["parameters"] = student.count_params()
+        results[name]["best_epoch"] = best_epoch.best_epoch + 1
         students[name] = student
     if args.sweep:
         swept = [name for name, setting in runs.items() if setting is not None]
         chosen = best_on_validation(results, swept)
-        print(f"{'setting':<44} {'validation':>10} {'test':>6}")
+        print(f"{'setting':<44} {'epoch':>5} {'validation':>10} {'test':>6}")
         for name in ["student (hard labels)", *swept]:
             row = results[name]
-            print(f"{name:<44} {row['validation_accuracy']:>10.3f} "
-                  f"{row['accuracy']:>6.3f}")  # fmt: skip
+            scores = f"{row['validation_accuracy']:>10.3f} {row['accuracy']:>6.3f}"
+            print(f"{name:<44} {row['best_epoch']:>5} {scores}")
         print(f"chosen on validation accuracy: {chosen}")
         results["student (distilled)"] = dict(results[chosen], setting=chosen)
         students["student (distilled)"] = students[chosen]
