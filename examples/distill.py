@@ -214,16 +214,15 @@ def main(argv=None):
 
     if args.teacher_logits:
         # Sliced as the splits are: the same permutation of the same length.
-        logits = {
-            name: np.asarray(
-                helpers.slice_split(list(split_logits), splits[name][1], *slices[name])[
-                    0
-                ]
+        saved = saved_teacher_logits(
+            args.teacher_logits, {name: splits[name] for name in slices}
+        )
+        logits = {}
+        for name, split_logits in saved.items():
+            sliced, _ = helpers.slice_split(
+                list(split_logits), splits[name][1], *slices[name]
             )
-            for name, split_logits in saved_teacher_logits(
-                args.teacher_logits, {name: splits[name] for name in slices}
-            ).items()
-        }
+            logits[name] = np.asarray(sliced)
         teacher = None
         soft_train_ds = with_teacher_logits(
             *train, logits["train"], lambda *split: dataset(*split, shuffle=True)

@@ -20,7 +20,7 @@ from keras_tfm.validation import check_positive_int
 # below it the plain path's (q_len, k_len) logits are small and one big matmul
 # is faster than a loop.
 CHUNKED_ATTENTION_MIN_LENGTH = 1024
-# Keys and queries per tile (benchmarks/run.py, section long).
+# Keys and queries per tile (benchmarks/attention_tiles.py).
 DEFAULT_CHUNK_SIZE = 128
 DEFAULT_QUERY_CHUNK_SIZE = 1024
 

@@ -11,19 +11,19 @@ class Distiller(keras.Model):
              + (1 - alpha) * T^2 * KL(softmax(t / T) || softmax(s / T))
 
     where s and t are the student's and teacher's logits. T^2 keeps the soft
-    term's gradients on the scale of the hard one.
+    term's gradients on the scale of the hard one. This is the keras.io
+    "Knowledge Distillation" example, extended to token logits: with
+    `padding_id`, positions whose label is padding count in neither term (give
+    the student loss its own padding handling, e.g.
+    `TokenCrossEntropy(ignore_class=0)`). Only the student is trained; keep
+    and save `distiller.student`.
 
     With `teacher=None` the teacher's logits come with the data, computed
     beforehand (offline distillation): each target is a pair `(labels,
     teacher_logits)`. That is how a teacher with another tokenizer than the
     student's teaches it (e.g. a fine-tuned MiniLM teaching a small encoder
     with its own WordPiece vocabulary), and it spares a teacher forward pass
-    per step. This is the keras.io
-    "Knowledge Distillation" example, extended to token logits: with
-    `padding_id`, positions whose label is padding count in neither term (give
-    the student loss its own padding handling, e.g.
-    `TokenCrossEntropy(ignore_class=0)`). Only the student is trained; keep
-    and save `distiller.student`.
+    per step.
 
     Args:
         teacher: a trained model returning logits, frozen here; or None for
