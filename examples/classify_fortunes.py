@@ -24,11 +24,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: E402
-from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
 
 import keras_tfm  # noqa: E402
+from keras_tfm import baselines  # noqa: E402
 from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
 from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
@@ -131,11 +130,8 @@ def scores(labels, predictions):
 
 
 def tfidf_baseline(train, test, seed):
-    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
-    features = vectorizer.fit_transform(train[0])
-    classifier = LogisticRegression(C=10.0, max_iter=2000, random_state=seed)
-    classifier.fit(features, train[1])
-    return scores(test[1], classifier.predict(vectorizer.transform(test[0])))
+    classifier = baselines.tfidf_classifier(*train, seed=seed)
+    return scores(test[1], classifier.predict(test[0]))
 
 
 def table(rows):

@@ -15,9 +15,11 @@ from keras_tfm.baselines.compression import (
 from keras_tfm.baselines.dictionary_translator import (
     DictionaryTranslator as DictionaryTranslator,
 )
+from keras_tfm.baselines.text_classifier import tfidf_classifier as tfidf_classifier
 
 __all__ = [
     "DictionaryTranslator",
     "compression_nats_per_byte",
     "held_out_nats_per_byte",
+    "tfidf_classifier",
 ]
