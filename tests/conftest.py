@@ -95,9 +95,13 @@ def require_data(debian=(), pip=()):
     pytest.skip(reason)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     # Under pytest-xdist's --dist loadgroup (the README's test command), every
-    # test of the real SmolLM2 runs in one worker, which loads it once.
+    # test of the real SmolLM2 runs in one worker, which loads it once. Run
+    # after pytest-xdist's own hook, the marks came too late and each worker
+    # loaded SmolLM2 and compiled its generation loop. Other tests are
+    # scheduled one by one; xdist starts the largest groups first.
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:

@@ -54,3 +54,16 @@ def test_xdist_groups_are_honoured(request):
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("not a pytest-xdist worker under --dist loadgroup")
     assert request.node.nodeid.endswith("@grouping-check")
+
+
+@pytest.fixture
+def smollm2():
+    """Stands in for conftest's SmolLM2 here: only the fixture's name matters."""
+
+
+def test_tests_of_smollm2_are_one_group(request, smollm2):
+    # conftest.py marks every test that uses a `smollm2` fixture; the marks
+    # must be in place before pytest-xdist names the groups from them.
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not a pytest-xdist worker under --dist loadgroup")
+    assert request.node.nodeid.endswith("@smollm2")
