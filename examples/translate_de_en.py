@@ -66,8 +66,8 @@ FULL = dict(
 QUICK = dict(
     FULL,
     vocabulary_size=600,
-    train_pairs=1200,
-    lexicon_pairs=1200,
+    train_pairs=600,  # also the vocabulary's text: the learner is slow
+    lexicon_pairs=600,
     sentence_repeats=1,
     test_pairs=16,
     max_length=32,
@@ -83,7 +83,7 @@ QUICK = dict(
         dropout=0.1,
     ),
     device_defaults=False,
-    steps=80,
+    steps=40,
     epochs=2,
     warmup_steps=10,
 )
