@@ -1,19 +1,26 @@
 """Does masked-LM pretraining help? Pretrain, fine-tune, compare with scratch.
 
 1. Pretrain an `EncoderBackbone` as a `MaskedLanguageModel` (BERT's dynamic
-   masking by `MaskedLMMasker`) on the unlabelled text of the training split.
+   masking by `MaskedLMMasker`) on all the unlabelled text at hand: every
+   fortune outside the validation and test splits (the labelled training
+   split plus the entries the classification data drops: small categories,
+   long entries, cross-category repeats) and, where Debian's `bible-kjv` is
+   installed, the King James Bible cut into passages of about 40 words.
 2. Fine-tune it on fortune classification with few labels
-   (`labelled_examples` of the training split), and train the same
-   architecture from scratch with the same fine-tuning budget (epochs,
-   steps, learning rate).
+   (`labelled_examples` of the training split); train the same architecture
+   from scratch beside it with the same budget. Every run picks its learning
+   rate from `finetune_learning_rates` and keeps its best epoch (up to
+   `finetune_epochs`) by accuracy on `validation_examples` held-out labels.
 3. Optionally fine-tune with LoRA (Keras `enable_lora(rank)` on every Dense
    layer of the backbone, whose biases stay trainable; embeddings and norms
-   frozen; the classification head trained in full).
+   frozen; the classification head trained in full) at 10x the learning
+   rate chosen for full fine-tuning, the usual LoRA setting.
 
-Prints one table (test accuracy, macro-F1, trainable parameters, seconds)
-and writes results.json to --output.
+Prints one table (test accuracy, macro-F1, chosen learning rate and epoch,
+trainable parameters, seconds) with TF-IDF + logistic regression on the same
+labels beside it, and writes results.json to --output.
 
-    python examples/finetune_fortunes.py            # tens of minutes on 2 cores
+    python examples/finetune_fortunes.py            # about an hour on 2 cores
     python examples/finetune_fortunes.py --quick    # seconds, a slice
 """
 
@@ -30,47 +37,60 @@ import numpy as np  # noqa: E402
 from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
 
 import keras_tfm  # noqa: E402
+from keras_tfm import baselines  # noqa: E402
 from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
-from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
+from keras_tfm.datasets.bible import load_bible  # noqa: E402
+from keras_tfm.datasets.fortunes import fortune_splits, load_fortunes  # noqa: E402
 from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
+from keras_tfm.training import device_defaults  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(
     vocabulary_size=8000,  # requested WordPiece size (the learner returns <=)
-    max_sequence_length=64,  # shorter than classify_fortunes: pretraining cost
-    num_layers=2,
+    vocabulary_texts=12000,  # texts the vocabulary is learned from (its cost)
+    max_sequence_length=64,  # fortunes' median is ~30 tokens; pretraining cost
+    num_layers=4,
     num_heads=4,
-    hidden_dim=128,
-    intermediate_dim=256,
+    hidden_dim=256,
+    intermediate_dim=1024,
     dropout=0.1,
-    batch_size=32,  # rows per batch of the longest bucket
-    pretrain_epochs=4,  # masked-LM epochs over the training split's text
+    batch_size=64,  # rows per batch of the longest bucket
+    kjv=True,  # add the King James Bible to the pretraining text
+    passage_words=40,  # KJV passages of about this many words
+    pretrain_epochs=8,  # masked-LM passes over the unlabelled text
     pretrain_learning_rate=1e-3,
     mask_selection_rate=0.15,
     mask_selection_length=12,  # prediction slots per sequence (15% of 64, +)
     labelled_examples=2000,  # labels used for fine-tuning (few-label regime)
-    finetune_epochs=5,
-    finetune_learning_rate=5e-4,
+    validation_examples=500,  # held-out labels that choose epoch and rate
+    finetune_batch_size=32,
+    finetune_epochs=20,  # at most; the best validation epoch is kept
+    finetune_patience=4,  # epochs without a better validation accuracy
+    finetune_learning_rates=(1e-4, 3e-4, 1e-3),
     lora_rank=8,  # 0 skips the LoRA run
-    jit_compile=True,  # XLA: pays off over many steps of a few shapes
+    lora_learning_rate_factor=10.0,  # x the rate chosen for full fine-tuning
     seed=0,
 )
 QUICK = dict(
     vocabulary_size=300,
+    vocabulary_texts=300,
     max_sequence_length=32,
     num_layers=1,
     num_heads=2,
     hidden_dim=32,
     intermediate_dim=64,
+    batch_size=32,
+    kjv=False,
     pretrain_epochs=1,
     mask_selection_length=6,
     labelled_examples=200,
-    finetune_epochs=1,
+    validation_examples=100,
+    finetune_epochs=2,
+    finetune_learning_rates=(1e-3,),
     lora_rank=2,
     unlabelled_examples=300,
     evaluation_examples=150,
-    jit_compile=False,  # compiling would cost more than the few steps
 )
 # ---------------------------------------------------------------------------
 
@@ -81,6 +101,22 @@ def parse_args(argv):
     parser.add_argument("--output", default="outputs/finetune_fortunes")
     parser.add_argument("--root", default=None, help="folder of fortune files")
     parser.add_argument("--lora-rank", type=int, default=None, help="0: no LoRA run")
+    parser.add_argument(
+        "--pretrain-epochs", type=int, default=None, help="masked-LM passes"
+    )
+    parser.add_argument(
+        "--kjv",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="add the King James Bible to the pretraining text (default: yes)",
+    )
+    parser.add_argument(
+        "--learning-rates",
+        type=float,
+        nargs="+",
+        default=None,
+        help="fine-tuning rates to choose from on validation",
+    )
     return parser.parse_args(argv)
 
 
@@ -90,6 +126,34 @@ def head(split, count, seed):
         return texts, labels
     order = np.random.default_rng(seed).permutation(len(labels))[:count]
     return [texts[i] for i in order], labels[order]
+
+
+def passages(text, words):
+    """Consecutive lines joined into passages of at least `words` words."""
+    result, current = [], []
+    for line in text.splitlines():
+        current.extend(line.split())
+        if len(current) >= words:
+            result.append(" ".join(current))
+            current = []
+    if current:
+        result.append(" ".join(current))
+    return result
+
+
+def unlabelled_texts(splits, root, config):
+    """Every fortune outside validation and test, and optionally the KJV.
+
+    `load_fortunes` with no category or length limit reads the entries the
+    classification data leaves out as well; a text equal to a validation or
+    test entry is dropped, so nothing held out is seen in pretraining.
+    """
+    held_out = set(splits["validation"][0]) | set(splits["test"][0])
+    fortunes = load_fortunes(root, min_entries=1, max_chars=100_000)[0]
+    texts = [t for t in fortunes if t not in held_out]
+    if config["kjv"]:
+        texts += passages(load_bible(), config["passage_words"])
+    return texts
 
 
 def make_backbone(config, tokenizer):
@@ -117,7 +181,7 @@ def optimizer(learning_rate, steps):
 
 
 def pretrain(config, tokenizer, texts):
-    """Masked-LM pretraining; returns the backbone and the last MLM accuracy."""
+    """Masked-LM pretraining; returns the backbone and the MLM history."""
     masker = keras_tfm.models.MaskedLMMasker(
         vocabulary_size=tokenizer.vocabulary_size(),
         mask_token_id=tokenizer.token_to_id("[MASK]"),
@@ -160,7 +224,9 @@ def pretrain(config, tokenizer, texts):
         shuffle=False,
         verbose=2,
     )
-    return mlm.backbone, float(history.history["accuracy"][-1])
+    return mlm.backbone, {
+        k: [float(v) for v in vs] for k, vs in history.history.items()
+    }
 
 
 def enable_lora(backbone, rank):
@@ -174,45 +240,86 @@ def enable_lora(backbone, rank):
             layer.trainable = False  # a leaf: embedding, normalization
 
 
-def finetune(config, tokenizer, backbone, datasets, num_classes):
-    train_ds, test_ds = datasets
-    model = keras_tfm.models.EncoderClassifier(
-        backbone,
-        num_classes=num_classes,
-        pooling="mean",
-        dropout=config["dropout"],
-        tokenizer=tokenizer,
-    )
-    steps = int(train_ds.cardinality()) * config["finetune_epochs"]
-    model.compile(
-        optimizer=optimizer(config["finetune_learning_rate"], steps),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-        jit_compile=config["jit_compile"],
-    )
-    start = time.time()
-    model.fit(train_ds, epochs=config["finetune_epochs"], shuffle=False, verbose=2)
-    seconds = time.time() - start
-    logits, labels = predict_with_labels(model, test_ds)
-    predictions = logits.argmax(axis=1)
-    trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+def scores(labels, predictions):
     return {
         "accuracy": float(accuracy_score(labels, predictions)),
         "macro_f1": float(f1_score(labels, predictions, average="macro")),
-        "trainable_parameters": trainable,
-        "seconds": round(seconds, 1),
     }
+
+
+def tfidf_baseline(train, test, seed):
+    classifier = baselines.tfidf_classifier(*train, seed=seed)
+    return scores(test[1], classifier.predict(test[0]))
+
+
+def finetune(config, tokenizer, new_backbone, datasets, num_classes, rates):
+    """Fine-tunes at each learning rate; keeps the best on validation.
+
+    `new_backbone()` returns a fresh backbone for each rate (pretrained
+    weights, or new ones from scratch). Each run keeps its best validation
+    epoch (Keras `EarlyStopping(restore_best_weights=True)`); the run with
+    the best validation accuracy is evaluated on the test split.
+    """
+    train_ds, validation_ds, test_ds = datasets
+    start = time.time()
+    best = None
+    for rate in rates:
+        keras.utils.set_random_seed(config["seed"] + 1)  # same head, same order
+        model = keras_tfm.models.EncoderClassifier(
+            new_backbone(),
+            num_classes=num_classes,
+            pooling="mean",
+            dropout=config["dropout"],
+            tokenizer=tokenizer,
+        )
+        steps = int(train_ds.cardinality()) * config["finetune_epochs"]
+        model.compile(
+            optimizer=optimizer(rate, steps),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            jit_compile=config["jit_compile"],
+        )
+        best_epoch = keras.callbacks.EarlyStopping(
+            "val_accuracy",
+            mode="max",
+            patience=config["finetune_patience"],
+            restore_best_weights=True,
+        )
+        model.fit(
+            train_ds,
+            validation_data=validation_ds,
+            epochs=config["finetune_epochs"],
+            callbacks=[best_epoch],
+            shuffle=False,
+            verbose=2,
+        )
+        validation = float(best_epoch.best)
+        print(f"  learning rate {rate:g}: best validation accuracy {validation:.3f}")
+        if best is None or validation > best["validation_accuracy"]:
+            logits, labels = predict_with_labels(model, test_ds)
+            trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+            best = dict(
+                scores(labels, logits.argmax(axis=1)),
+                validation_accuracy=validation,
+                learning_rate=rate,
+                best_epoch=best_epoch.best_epoch + 1,
+                trainable_parameters=trainable,
+            )
+    best["seconds"] = round(time.time() - start, 1)
+    return best
 
 
 def table(rows):
     lines = [
-        f"{'fine-tuning':<34} {'accuracy':>9} {'macro-F1':>9} "
-        f"{'trainable':>10} {'seconds':>8}"
+        f"{'fine-tuning':<34} {'accuracy':>9} {'macro-F1':>9} {'rate':>7} "
+        f"{'epoch':>5} {'trainable':>10} {'seconds':>8}"
     ]
     for name, r in rows.items():
         lines.append(
             f"{name:<34} {r['accuracy']:>9.3f} {r['macro_f1']:>9.3f} "
-            f"{r['trainable_parameters']:>10,} {r['seconds']:>8.0f}"
+            f"{r.get('learning_rate', float('nan')):>7.0e} "
+            f"{r.get('best_epoch', ''):>5} {r.get('trainable_parameters', 0):>10,} "
+            f"{r.get('seconds', 0):>8.0f}"
         )
     return "\n".join(lines)
 
@@ -220,69 +327,105 @@ def table(rows):
 def main(argv=None):
     args = parse_args(argv)
     config = dict(CONFIG)
+    defaults = device_defaults()
+    config.update(dtype_policy=defaults.dtype_policy, jit_compile=defaults.jit_compile)
     if args.quick:
-        config.update(QUICK)
+        config.update(QUICK, dtype_policy="float32", jit_compile=False)
     if args.lora_rank is not None:
         config["lora_rank"] = args.lora_rank
+    if args.pretrain_epochs is not None:
+        config["pretrain_epochs"] = args.pretrain_epochs
+    if args.kjv is not None:
+        config["kjv"] = args.kjv
+    if args.learning_rates:
+        config["finetune_learning_rates"] = tuple(args.learning_rates)
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
+    keras.config.set_dtype_policy(config["dtype_policy"])
     keras.utils.set_random_seed(config["seed"])
     start = time.time()
 
     splits = fortune_splits(args.root, seed=config["seed"])
     class_names = splits["class_names"]
-    unlabelled = head(splits["train"], config.get("unlabelled_examples"), 1)[0]
+    unlabelled = unlabelled_texts(splits, args.root, config)
+    if config.get("unlabelled_examples"):
+        unlabelled = unlabelled[: config["unlabelled_examples"]]
     labelled = head(splits["train"], config["labelled_examples"], 2)
+    validation = head(splits["validation"], config["validation_examples"], 4)
     test = head(splits["test"], config.get("evaluation_examples"), 3)
-    tokenizer = train_word_piece_tokenizer(unlabelled, config["vocabulary_size"])
+    vocabulary_texts = head(splits["train"], config["vocabulary_texts"], 5)[0]
+    tokenizer = train_word_piece_tokenizer(vocabulary_texts, config["vocabulary_size"])
     print(
-        f"{len(unlabelled)} unlabelled texts, {len(labelled[1])} labelled, "
-        f"{len(test[1])} test; {len(class_names)} classes; "
-        f"vocabulary {tokenizer.vocabulary_size()}"
+        f"{len(unlabelled)} unlabelled texts ({sum(map(len, unlabelled)):,} "
+        f"characters), {len(labelled[1])} labelled, {len(validation[1])} "
+        f"validation, {len(test[1])} test; {len(class_names)} classes; "
+        f"vocabulary {tokenizer.vocabulary_size()}; {config['dtype_policy']}, "
+        f"jit_compile={config['jit_compile']}"
     )
 
     def dataset(split, shuffle):
         return classification_dataset(
             *split,
             tokenizer,
-            config["batch_size"],
+            config["finetune_batch_size"],
             config["max_sequence_length"],
             shuffle=shuffle,
             seed=config["seed"],
         )
 
-    datasets = (dataset(labelled, True), dataset(test, False))
-    results = {}
+    datasets = (
+        dataset(labelled, True),
+        dataset(validation, False),
+        dataset(test, False),
+    )
+    num_classes = len(class_names)
+    results = {
+        "TF-IDF + logistic regression": tfidf_baseline(labelled, test, config["seed"])
+    }
     pretrain_start = time.time()
-    backbone, mlm_accuracy = pretrain(config, tokenizer, unlabelled)
+    backbone, mlm_history = pretrain(config, tokenizer, unlabelled)
     pretrain_seconds = time.time() - pretrain_start
     pretrained_weights = backbone.get_weights()
 
-    keras.utils.set_random_seed(config["seed"] + 1)
+    def pretrained():
+        new = make_backbone(config, tokenizer)
+        new.set_weights(pretrained_weights)
+        return new
+
+    def scratch():
+        return make_backbone(config, tokenizer)
+
+    rates = config["finetune_learning_rates"]
     results["from scratch"] = finetune(
-        config, tokenizer, make_backbone(config, tokenizer), datasets, len(class_names)
+        config, tokenizer, scratch, datasets, num_classes, rates
     )
-    keras.utils.set_random_seed(config["seed"] + 1)
-    results["MLM-pretrained, full fine-tuning"] = finetune(
-        config, tokenizer, backbone, datasets, len(class_names)
-    )
+    full = finetune(config, tokenizer, pretrained, datasets, num_classes, rates)
+    results["MLM-pretrained, full fine-tuning"] = full
     if config["lora_rank"]:
-        keras.utils.set_random_seed(config["seed"] + 1)
-        lora_backbone = make_backbone(config, tokenizer)
-        lora_backbone.set_weights(pretrained_weights)
-        enable_lora(lora_backbone, config["lora_rank"])
+
+        def lora():
+            new = pretrained()
+            enable_lora(new, config["lora_rank"])
+            return new
+
+        lora_rate = full["learning_rate"] * config["lora_learning_rate_factor"]
         results[f"MLM-pretrained, LoRA rank {config['lora_rank']}"] = finetune(
-            config, tokenizer, lora_backbone, datasets, len(class_names)
+            config, tokenizer, lora, datasets, num_classes, [lora_rate]
         )
     print(table(results))
+    gain = full["accuracy"] - results["from scratch"]["accuracy"]
+    print(f"pretraining gain over scratch: {100 * gain:+.1f} accuracy points")
     summary = {
         "results": results,
         "pretraining": {
-            "masked_token_accuracy": mlm_accuracy,
+            "masked_token_accuracy": mlm_history["accuracy"][-1],
+            "history": mlm_history,
             "seconds": round(pretrain_seconds, 1),
             "texts": len(unlabelled),
+            "characters": sum(map(len, unlabelled)),
         },
         "labelled_examples": len(labelled[1]),
+        "validation_examples": len(validation[1]),
         "test_examples": len(test[1]),
         "config": config,
         "wall_seconds": round(time.time() - start, 1),

@@ -20,22 +20,49 @@ def load_example():
 
 @requires_debian_package("fortunes")
 @pytest.mark.slow
-def test_quick_run_compares_scratch_pretrained_and_lora(tmp_path, capsys):
+def test_quick_run_compares_scratch_pretrained_lora_and_tfidf(tmp_path, capsys):
     example = load_example()
     summary = example.main(["--quick", "--output", str(tmp_path)])
 
-    assert "fine-tuning" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "pretraining gain over scratch" in out
     written = json.loads((tmp_path / "results.json").read_text())
     assert written["results"] == summary["results"]
     rows = summary["results"]
     assert set(rows) == {
+        "TF-IDF + logistic regression",
         "from scratch",
         "MLM-pretrained, full fine-tuning",
         "MLM-pretrained, LoRA rank 2",
     }
-    lora = rows["MLM-pretrained, LoRA rank 2"]["trainable_parameters"]
-    assert lora < rows["from scratch"]["trainable_parameters"] / 4
-    assert 0.0 <= summary["pretraining"]["masked_token_accuracy"] <= 1.0
+    lora = rows["MLM-pretrained, LoRA rank 2"]
+    assert (
+        lora["trainable_parameters"] < rows["from scratch"]["trainable_parameters"] / 4
+    )
+    # LoRA runs at 10x the rate chosen for full fine-tuning.
+    full = rows["MLM-pretrained, full fine-tuning"]
+    assert lora["learning_rate"] == pytest.approx(10 * full["learning_rate"])
+    for name in ("from scratch", "MLM-pretrained, full fine-tuning"):
+        assert 1 <= rows[name]["best_epoch"] <= summary["config"]["finetune_epochs"]
+    assert len(summary["pretraining"]["history"]["loss"]) == 1
+
+
+@requires_debian_package("fortunes")
+def test_pretraining_text_holds_no_validation_or_test_entry():
+    example = load_example()
+    splits = example.fortune_splits(seed=0)
+    config = dict(example.CONFIG, kjv=False)
+    texts = example.unlabelled_texts(splits, None, config)
+    held_out = set(splits["validation"][0]) | set(splits["test"][0])
+    assert not held_out & set(texts)
+    # Every training entry is there, and the entries the classes leave out.
+    assert set(splits["train"][0]) < set(texts)
+
+
+def test_passages_join_lines_to_at_least_the_word_count():
+    example = load_example()
+    text = "a b\nc d e\nf\ng h i j\nk\n"
+    assert example.passages(text, 4) == ["a b c d e", "f g h i j", "k"]
 
 
 def test_lora_trains_only_adapters_and_starts_from_the_same_function():
