@@ -39,6 +39,12 @@ def test_strip_annotations_removes_all_label_kinds():
     assert trans_de_en.strip_annotations("eel <eelsmoking> (a (nested) one) x .") == (
         "eel x."
     )
+    # Without labels (the common case, which skips the label pattern) the
+    # spaces are still collapsed and the space before punctuation removed.
+    assert trans_de_en.strip_annotations("  Wie\t spät   ist es ?  ") == (
+        "Wie spät ist es?"
+    )
+    assert trans_de_en.strip_annotations(" Aal\n") == "Aal"
 
 
 def test_parse_dictionary_line_edge_cases():
