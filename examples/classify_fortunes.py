@@ -44,6 +44,7 @@ CONFIG = dict(
     dropout=0.1,
     pooling="mean",  # average over real tokens; "cls" uses the first token
     batch_size=32,  # rows per batch of the longest bucket (shorter: more rows)
+    bucket_lengths=None,  # padded lengths; None: 16, 32, 64, 128
     epochs=12,
     learning_rate=1e-3,  # AdamW peak, linear warm-up then cosine decay
     weight_decay=0.01,
@@ -62,6 +63,7 @@ QUICK = dict(
     train_examples=600,
     evaluation_examples=200,
     jit_compile=False,  # compiling would cost more than the few steps
+    bucket_lengths=[64],  # one padded shape: one trace per function
 )
 # ---------------------------------------------------------------------------
 
@@ -173,6 +175,7 @@ def main(argv=None):
             tokenizer,
             config["batch_size"],
             config["max_sequence_length"],
+            config["bucket_lengths"],
             shuffle=shuffle,
             seed=config["seed"],
         )

@@ -56,6 +56,7 @@ CONFIG = dict(
     intermediate_dim=1024,
     dropout=0.1,
     batch_size=64,  # rows per batch of the longest bucket
+    bucket_lengths=None,  # padded lengths; None: 16, 32, 64
     kjv=False,  # add the King James Bible (--kjv): no better here (README)
     passage_words=40,  # KJV passages of about this many words
     pretrain_epochs=24,  # masked-LM passes over the unlabelled text
@@ -81,6 +82,7 @@ QUICK = dict(
     hidden_dim=32,
     intermediate_dim=64,
     batch_size=32,
+    bucket_lengths=[32],  # one padded shape: one trace per fit
     kjv=False,
     pretrain_epochs=1,
     mask_selection_length=6,
@@ -199,6 +201,7 @@ def pretrain(config, tokenizer, texts):
         tokenizer,
         config["batch_size"],
         config["max_sequence_length"],
+        config["bucket_lengths"],
         shuffle=True,
         seed=config["seed"],
     )
@@ -369,6 +372,7 @@ def main(argv=None):
             tokenizer,
             config["finetune_batch_size"],
             config["max_sequence_length"],
+            config["bucket_lengths"],
             shuffle=shuffle,
             seed=config["seed"],
         )

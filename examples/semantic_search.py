@@ -91,7 +91,7 @@ CONFIG = dict(
 )
 # --quick: a stratified slice of the splits, short sequences.
 QUICK = dict(
-    max_sequence_length=32,
+    max_sequence_length=16,
     train_examples=64,  # over twice the 27 classes, as stratifying needs
     evaluation_examples=64,
     epochs=1,

@@ -62,7 +62,9 @@ def test_quick_run_probes_then_fine_tunes_fully_and_with_lora(tmp_path, capsys):
             ("test", config["evaluation_examples"]),
         )
     )
-    minilm = zoo.from_preset("all_minilm_l6_v2", max_sequence_length=32)
+    minilm = zoo.from_preset(
+        "all_minilm_l6_v2", max_sequence_length=config["max_sequence_length"]
+    )
     probe = LogisticRegression(max_iter=2000, C=10.0)
     probe.fit(minilm.encode(list(train[0])), train[1])
     expected = accuracy_score(test[1], probe.predict(minilm.encode(list(test[0]))))

@@ -44,7 +44,9 @@ def test_export_writes_a_saved_model_that_serves_the_same_outputs(name, tmp_path
     [
         ("causal_lm", "mixed_float16", True),
         ("causal_lm", "mixed_bfloat16", True),
-        ("seq2seq", "mixed_float16", True),
+        # XLA compiles the encoder-decoder's float16 step in about 15 s here;
+        # its XLA path is checked in float32 in test_seq2seq_transformer.py.
+        ("seq2seq", "mixed_float16", False),
         # Without XLA: device_defaults() on a CPU with AVX-512 BF16.
         ("seq2seq", "mixed_bfloat16", False),
     ],
