@@ -32,6 +32,7 @@ from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
 from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
 from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
+from keras_tfm.saving import uncompiled_copy  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(
@@ -232,13 +233,9 @@ def save_preset(model, directory, summary, splits, argv):
     base = summary["results"]["TF-IDF + logistic regression"]
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["python examples/classify_fortunes.py", *argv])
-    # An uncompiled copy: the weights file of a compiled model would also
-    # hold the optimizer's moments (three times the size).
-    config = model.get_config()
-    config["tokenizer"] = model.tokenizer  # the config holds no vocabulary
-    config["class_names"] = summary["class_names"]  # the preset's label set
-    clean = type(model).from_config(config)
-    clean.set_weights(model.get_weights())
+    # The weights file of a compiled model would also hold the optimizer's
+    # moments (three times the size); the class names are the preset's labels.
+    clean = uncompiled_copy(model, class_names=summary["class_names"])
     directory = keras_tfm.zoo.save_preset(
         clean,
         directory,

@@ -18,7 +18,9 @@
 
 Prints one table (test accuracy, macro-F1, chosen learning rate and epoch,
 trainable parameters, seconds) with TF-IDF + logistic regression on the same
-labels beside it, and writes results.json to --output.
+labels beside it, and writes results.json and the pretrained masked LM
+(masked_lm.keras, its WordPiece tokenizer attached; `.backbone` is the encoder
+to fine-tune on labels of your own) to --output.
 
     python examples/finetune_fortunes.py            # 1-1.5 hours on 2 cores
     python examples/finetune_fortunes.py --quick    # seconds, a slice
@@ -43,6 +45,7 @@ from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
 from keras_tfm.datasets.bible import load_bible  # noqa: E402
 from keras_tfm.datasets.fortunes import fortune_splits, load_fortunes  # noqa: E402
 from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
+from keras_tfm.saving import atomic_save  # noqa: E402
 from keras_tfm.training import device_defaults  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
@@ -183,7 +186,7 @@ def optimizer(learning_rate, steps):
 
 
 def pretrain(config, tokenizer, texts):
-    """Masked-LM pretraining; returns the backbone and the MLM history."""
+    """Masked-LM pretraining; returns the masked LM and its history."""
     masker = keras_tfm.models.MaskedLMMasker(
         vocabulary_size=tokenizer.vocabulary_size(),
         mask_token_id=tokenizer.token_to_id("[MASK]"),
@@ -209,7 +212,9 @@ def pretrain(config, tokenizer, texts):
     # Repeated, so that fit iterates it once and every epoch gets new masks
     # (a re-iterated finite dataset replays them under a fixed seed).
     unlabelled = unlabelled.repeat().map(lambda ids, _: masker(ids))
-    mlm = keras_tfm.models.MaskedLanguageModel(make_backbone(config, tokenizer))
+    mlm = keras_tfm.models.MaskedLanguageModel(
+        make_backbone(config, tokenizer), tokenizer=tokenizer
+    )
     mlm.compile(
         optimizer=optimizer(
             config["pretrain_learning_rate"], batches * config["pretrain_epochs"]
@@ -227,9 +232,7 @@ def pretrain(config, tokenizer, texts):
         shuffle=False,
         verbose=2,
     )
-    return mlm.backbone, {
-        k: [float(v) for v in vs] for k, vs in history.history.items()
-    }
+    return mlm, {k: [float(v) for v in vs] for k, vs in history.history.items()}
 
 
 def enable_lora(backbone, rank):
@@ -387,9 +390,11 @@ def main(argv=None):
         "TF-IDF + logistic regression": tfidf_baseline(labelled, test, config["seed"])
     }
     pretrain_start = time.time()
-    backbone, mlm_history = pretrain(config, tokenizer, unlabelled)
+    mlm, mlm_history = pretrain(config, tokenizer, unlabelled)
     pretrain_seconds = time.time() - pretrain_start
-    pretrained_weights = backbone.get_weights()
+    # Without the optimizer's state (twice the weights again with AdamW).
+    atomic_save(mlm, output / "masked_lm.keras", include_optimizer=False)
+    pretrained_weights = mlm.backbone.get_weights()
 
     def pretrained():
         new = make_backbone(config, tokenizer)

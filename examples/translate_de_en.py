@@ -328,14 +328,13 @@ def main(argv=None):
 
 def save(model, config, args, splits, num_lexicon, results, history):
     """Saves the model as a preset with float16 weights if they score as well."""
+    from keras_tfm.saving import uncompiled_copy
     from keras_tfm.zoo import save_preset
 
     pairs, train, validation, test = splits
-    # An uncompiled copy: save_weights of a compiled model also writes the
-    # optimizer's state (twice the weights again with Adam) into the preset.
-    model_config = {**model.get_config(), "tokenizer": model.tokenizer}
-    trained, model = model, type(model).from_config(model_config)
-    model.set_weights(trained.get_weights())
+    # save_weights of a compiled model also writes the optimizer's state
+    # (twice the weights again with Adam) into the preset.
+    model = uncompiled_copy(model)
 
     # Round the weights through float16 (half the file); keep it only if the
     # greedy test scores do not drop by more than 0.3 BLEU.

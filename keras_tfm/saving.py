@@ -88,9 +88,10 @@ def atomic_save(model, path, include_optimizer=True):
         model: a Keras model (or layer, for `.weights.h5`).
         path: ends in ".keras" (`model.save`) or ".weights.h5"
             (`model.save_weights`, which includes a built optimizer's state).
-        include_optimizer: for ".weights.h5": False leaves the optimizer's
-            state out (what a preset or an inference copy wants; the file is
-            then about a third of a trained model's with Adam).
+        include_optimizer: False leaves the optimizer's state out (what a
+            preset or an inference copy wants; the file is then about a
+            third of a trained model's with Adam). For ".keras" the file is
+            then that of `uncompiled_copy(model)`.
 
     Returns:
         `path`, a `pathlib.Path`.
@@ -108,6 +109,8 @@ def atomic_save(model, path, include_optimizer=True):
                 save_weights_only(model, filepath, objects_to_skip=[optimizer])
 
     elif path.name.endswith(MODEL_SUFFIX):
+        if not include_optimizer and getattr(model, "optimizer", None) is not None:
+            model = uncompiled_copy(model)
         suffix, write = MODEL_SUFFIX, model.save
     else:
         raise ValueError(
@@ -117,6 +120,35 @@ def atomic_save(model, path, include_optimizer=True):
     with atomic_path(path, suffix) as tmp:
         write(str(tmp), overwrite=True)
     return path
+
+
+def uncompiled_copy(model, **overrides):
+    """A copy of `model` with its weights and tokenizer but no optimizer.
+
+    A compiled model's `.keras` or weights file also holds the optimizer's
+    state (twice the weights again with Adam); a preset or a file for
+    inference or further fine-tuning does not need it.
+
+    Args:
+        model: a built Keras model whose class has `from_config`.
+        **overrides: entries of `model.get_config()` to replace (e.g.
+            `class_names=...`).
+
+    Returns:
+        A new, uncompiled model of the same class with the same weights.
+
+    Example:
+    >>> model.compile(optimizer="adam", loss="mse")
+    >>> copy = uncompiled_copy(model)
+    >>> getattr(copy, "optimizer", None) is None
+    True
+    """
+    config = model.get_config()
+    if getattr(model, "tokenizer", None) is not None:
+        config["tokenizer"] = model.tokenizer  # the config holds no vocabulary
+    copy = type(model).from_config({**config, **overrides})
+    copy.set_weights(model.get_weights())
+    return copy
 
 
 def _damaged(path, problem):

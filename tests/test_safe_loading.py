@@ -1,9 +1,11 @@
 """Every keras-tfm object loads with Keras' safe_mode=True; no pickle anywhere."""
 
+import io
 import re
 import zipfile
 from pathlib import Path
 
+import h5py
 import keras
 import keras_hub
 import numpy as np
@@ -114,3 +116,28 @@ def test_no_pickle_or_marshal_in_the_package():
         for match in pattern.finditer(path.read_text(encoding="utf-8"))
     ]
     assert not offenders, offenders
+
+
+def weight_groups(keras_file):
+    """The top-level groups of the weights inside a `.keras` archive."""
+    with zipfile.ZipFile(keras_file) as archive:
+        data = io.BytesIO(archive.read("model.weights.h5"))
+    with h5py.File(data, "r") as weights:
+        return set(weights)
+
+
+def test_a_keras_file_without_the_optimizer_is_the_uncompiled_model(tmp_path):
+    model, inputs = causal_lm()
+    model.compile(optimizer="adam", loss=keras_tfm.training.TokenCrossEntropy())
+    model.fit(inputs, inputs, epochs=1, verbose=0)  # Adam's two moments exist
+    whole = saving.atomic_save(model, tmp_path / "whole.keras")
+    lean = saving.atomic_save(model, tmp_path / "lean.keras", include_optimizer=False)
+    assert "optimizer" in weight_groups(whole)  # Adam's iterations and moments
+    assert "optimizer" not in weight_groups(lean)
+    loaded = saving.load_model(lean)
+    assert getattr(loaded, "optimizer", None) is None
+    assert isinstance(loaded.tokenizer, keras_hub.tokenizers.ByteTokenizer)
+    np.testing.assert_array_equal(np.asarray(loaded(inputs)), np.asarray(model(inputs)))
+    # The overrides replace configuration entries of the copy only.
+    copy = saving.uncompiled_copy(model, name="renamed")
+    assert copy.name == "renamed" and model.name != "renamed"

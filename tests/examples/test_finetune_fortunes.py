@@ -1,5 +1,6 @@
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,17 @@ def test_quick_run_compares_scratch_pretrained_lora_and_tfidf(tmp_path, capsys):
     for name in ("from scratch", "MLM-pretrained, full fine-tuning"):
         assert 1 <= rows[name]["best_epoch"] <= summary["config"]["finetune_epochs"]
     assert len(summary["pretraining"]["history"]["loss"]) == 1
+    # The pretrained masked LM is saved with its tokenizer, for fine-tuning
+    # on other labels; without AdamW's state.
+    mlm = keras_tfm.saving.load_model(tmp_path / "masked_lm.keras")
+    assert isinstance(mlm, keras_tfm.models.MaskedLanguageModel)
+    vocabulary = int(re.search(r"vocabulary (\d+)", out)[1])
+    assert mlm.tokenizer.vocabulary_size() == vocabulary
+    config = {**example.CONFIG, **example.QUICK}
+    backbone = mlm.backbone.get_config()
+    for name in ("num_layers", "hidden_dim", "intermediate_dim"):
+        assert backbone[name] == config[name], name
+    assert getattr(mlm, "optimizer", None) is None
 
 
 @requires_debian_package("fortunes")
