@@ -5,6 +5,7 @@ from keras_tfm.layers.chunked_feed_forward import (
     CHUNKED_FEED_FORWARD_MIN_LENGTH,
     chunked_feed_forward,
 )
+from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.validation import ACTIVATIONS, check_choice, check_positive_int
 
 
@@ -65,7 +66,7 @@ class FeedForward(keras.layers.Layer):
         self.supports_masking = True
 
     def _dense(self, units, name):
-        return keras.layers.Dense(
+        return QuantizableDense(
             units,
             use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer,

@@ -9,6 +9,7 @@ from keras_tfm.layers.chunked_attention import (
     CHUNKED_ATTENTION_MIN_LENGTH,
     chunked_dot_product_attention,
 )
+from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.validation import (
     check_heads,
@@ -143,7 +144,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.supports_masking = True
 
     def _dense(self, units, name):
-        return keras.layers.Dense(
+        return QuantizableDense(
             units,
             use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer,

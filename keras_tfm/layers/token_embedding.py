@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_tfm._keras_compat import get_keras_mask, set_keras_mask
+from keras_tfm.layers.int8_matmul import weight_only_int8_matmul
 from keras_tfm.validation import check_positive_int
 
 
@@ -80,6 +81,20 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
     def quantized_call(self, inputs, reverse=False):
         # Keras routes a quantized layer's __call__ here instead of `call`.
         return self._embed_or_project(super().quantized_call, inputs, reverse)
+
+    def _int8_call(self, inputs, reverse=False):
+        weight_only = getattr(self, "inputs_quantizer", None) is None
+        if not (reverse and self.tie_weights and weight_only):
+            return super()._int8_call(inputs, reverse=reverse)
+        # The (vocabulary, hidden) table is already output-major for the logits.
+        logits = weight_only_int8_matmul(
+            inputs, self._embeddings, self.embeddings_scale
+        )
+        logits = ops.cast(logits, self.compute_dtype)
+        if self.logit_soft_cap is not None:
+            cap = self.logit_soft_cap
+            logits = ops.multiply(ops.tanh(ops.divide(logits, cap)), cap)
+        return logits
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras refuses to quantize subclasses (`type_check`) in case they

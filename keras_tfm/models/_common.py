@@ -14,6 +14,7 @@ from keras import ops
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.normalization import make_normalization
 from keras_tfm.layers.positional_encoding import PositionalEncoding
+from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.validation import (
     ACTIVATIONS,
@@ -290,7 +291,7 @@ class TransformerModel(QuantizationMixin, keras.Model):
         policy = self.dtype_policy
         if policy.compute_dtype != policy.variable_dtype:
             policy = keras.DTypePolicy(policy.variable_dtype)
-        head = keras.layers.Dense(
+        head = QuantizableDense(
             self.vocabulary_size, use_bias=False, dtype=policy, name="lm_head"
         )
         head.build((None, None, self.hidden_dim))

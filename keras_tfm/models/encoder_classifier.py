@@ -2,6 +2,7 @@ import keras
 import numpy as np
 
 from keras_tfm.data.tokenizers import encode_for_classification
+from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.models.class_labels import ClassLabelCheckMixin
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
 from keras_tfm.models.pooling import mean_pool
@@ -126,7 +127,7 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
         policy = self.dtype_policy
         self.pooler = None
         if self.pooling == "cls":
-            self.pooler = keras.layers.Dense(
+            self.pooler = QuantizableDense(
                 hidden_dim,
                 activation="tanh",
                 kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
@@ -141,7 +142,7 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
         if policy.compute_dtype != policy.variable_dtype:
             # Mixed precision: float32 logits for a stable softmax and loss.
             policy = keras.DTypePolicy(policy.variable_dtype)
-        self.classifier = keras.layers.Dense(
+        self.classifier = QuantizableDense(
             num_classes,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
             dtype=policy,

@@ -1,0 +1,93 @@
+import keras
+import numpy as np
+from keras import ops
+
+from keras_tfm.layers.int8_matmul import weight_only_int8_matmul
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class QuantizableDense(keras.layers.Dense):
+    """Keras's `Dense`, whose weight-only int8 form decodes at int8 speed.
+
+    Float, int8 and int4 modes are Keras's own. Quantized with
+    `config=keras_tfm.models.int8_weight_only_config()` (int8 weights,
+    float activations), the int8 kernel is held output-major, (units,
+    input_dim), so that a one-row product reads it at memory speed under XLA
+    (`weight_only_int8_matmul`); `kernel` and saved files keep Keras's
+    (input_dim, units) layout, so files load either way.
+
+    Example:
+    >>> dense = keras_tfm.layers.QuantizableDense(3)
+    >>> dense.build((None, 4))
+    >>> dense.quantize("int8", config=keras_tfm.models.int8_weight_only_config())
+    >>> tuple(dense.kernel.shape)
+    (4, 3)
+    >>> dense(np.ones((1, 4), "float32")).shape
+    TensorShape([1, 3])
+    """
+
+    @property
+    def output_major(self):
+        """True when the kernel is weight-only int8, held (units, input_dim)."""
+        return getattr(self, "_output_major", False)
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras refuses subclasses (`type_check`) in case they override `call`;
+        # this one keeps Keras's `call` and quantizes Keras's way, then only
+        # transposes the weight-only int8 kernel.
+        super().quantize(mode, type_check=False, config=config)
+        if mode == "int8" and self.inputs_quantizer is None and not self.lora_enabled:
+            kernel = ops.convert_to_numpy(self._kernel).T
+            del self._kernel
+            self._kernel = self.add_weight(
+                name="kernel",
+                shape=kernel.shape,
+                initializer="zeros",
+                dtype="int8",
+                trainable=False,
+            )
+            self._kernel.assign(kernel)
+            self._output_major = True
+
+    @property
+    def kernel(self):
+        if self.output_major:
+            return ops.transpose(self._kernel)
+        return super().kernel
+
+    def _int8_call(self, inputs, training=None):
+        if not self.output_major:
+            return super()._int8_call(inputs, training=training)
+        outputs = weight_only_int8_matmul(inputs, self._kernel, self.kernel_scale)
+        if self.bias is not None:
+            outputs = ops.add(outputs, self.bias)
+        if self.activation is not None:
+            outputs = self.activation(outputs)
+        return outputs
+
+    def enable_lora(self, rank, lora_alpha=None, a_initializer="he_uniform",
+                    b_initializer="zeros"):  # fmt: skip
+        if self.output_major:
+            raise ValueError(
+                f"Layer '{self.name}' holds weight-only int8 weights, which do "
+                "not take LoRA adapters: enable LoRA on the float model, or "
+                "quantize with `keras_tfm.models` mode 'int8' (Keras's int8)."
+            )
+        super().enable_lora(rank, lora_alpha, a_initializer, b_initializer)
+
+    # Files keep Keras's (input_dim, units) kernel; variable "0" is the kernel.
+    def save_own_variables(self, store):
+        if not self.output_major:
+            return super().save_own_variables(store)
+        own = {}
+        super().save_own_variables(own)
+        own["0"] = np.transpose(ops.convert_to_numpy(own["0"]))
+        for key, value in own.items():
+            store[key] = value
+
+    def load_own_variables(self, store):
+        if not self.output_major:
+            return super().load_own_variables(store)
+        own = {key: store[key] for key in store.keys()}
+        own["0"] = np.transpose(np.asarray(own["0"]))
+        super().load_own_variables(own)
