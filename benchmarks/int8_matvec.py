@@ -1,13 +1,15 @@
-"""Why weight-only int8 does not decode faster on a CPU: the bare matvec.
+"""Which weight layout makes int8 and bfloat16 fast on a CPU: the bare matvec.
 
 A batch-1 decoding step is 30 layers of matrix-vector products. This times
 SmolLM2's feed-forward shape (576 x 1,536, 30 of them: 26.5M weights, held
 in `tf.Variable`s as in a model) under XLA, one jit-compiled function for
 all 30, as float32, as int8 the way Keras's int8 Dense computes it
-(`matmul(x, int8 kernel) / scale`: XLA fuses the int8 -> float conversion
-into its own loop dot), as int8 written as a multiply-and-reduce, and as
-bfloat16; median of 15 after a warm-up. Beside each: the bytes of weights
-read per call over the time (GB/s), against the NumPy copy bandwidth.
+(`matmul(x, int8 kernel) / scale` on an (in, out) kernel: XLA fuses the int8
+-> float conversion into its own loop dot, which strides across rows), as
+int8 written as a multiply-and-reduce, as keras-tfm's output-major int8
+(`weight_only_int8_matmul`: contiguous rows), and as bfloat16 either way;
+median of 15 after a warm-up. Beside each: the bytes of weights read per
+call over the time (GB/s), against the NumPy copy bandwidth.
 
     python benchmarks/int8_matvec.py
 """
@@ -25,6 +27,8 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 from run import copy_bandwidth  # noqa: E402
 
+from keras_tfm.layers.int8_matmul import weight_only_int8_matmul  # noqa: E402
+
 IN, OUT, LAYERS, REPEATS = 576, 1536, 30, 15
 
 
@@ -37,15 +41,21 @@ def matvec(kind, x, kernel, scale):
     if kind == "int8, multiply and reduce":
         products = x[:, :, None] * tf.cast(kernel, tf.float32)
         return tf.reduce_sum(products, axis=1) / scale
+    if kind == "int8, output-major (keras-tfm)":
+        return weight_only_int8_matmul(x, kernel, scale)
     if kind == "bfloat16 dot":
         return tf.cast(tf.cast(x, tf.bfloat16) @ kernel, tf.float32)
+    if kind == "bfloat16, output-major, float32 dot":
+        return tf.matmul(x, tf.cast(kernel, tf.float32), transpose_b=True)
     raise ValueError(kind)
 
 
 def weights(kind, rng):
     values = rng.integers(-127, 128, size=(LAYERS, IN, OUT)).astype("int8")
-    dtype = {"float32": "float32", "int8,": "int8", "bfloat16": tf.bfloat16}
-    dtype = dtype[kind.split()[0]]
+    if "output-major" in kind:
+        values = values.transpose(0, 2, 1)
+    dtype = {"float32": "float32", "int8": "int8", "bfloat16": tf.bfloat16}
+    dtype = dtype[kind.split()[0].rstrip(",")]
     return [tf.Variable(tf.cast(v, dtype) if dtype != "int8" else v) for v in values]
 
 
@@ -80,7 +90,9 @@ def main():
         "float32 dot",
         "int8, dequantised dot (Keras)",
         "int8, multiply and reduce",
+        "int8, output-major (keras-tfm)",
         "bfloat16 dot",
+        "bfloat16, output-major, float32 dot",
     ]
     print("| weights | batch | ms per 30 products | weight GB/s | ceiling ms |")
     print("|---|---|---|---|---|")

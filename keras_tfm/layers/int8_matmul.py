@@ -33,15 +33,18 @@ def weight_only_int8_matmul(inputs, kernel, scale):
     [[2.0, -0.96875]]
     """
     dtype = inputs.dtype
+    scale = ops.cast(scale, dtype)
     rows = math.prod(inputs.shape[:-1]) if None not in inputs.shape[:-1] else None
     if rows != 1:
         # Transposed before the conversion, so that a decoding loop keeps the
         # float kernel input-major, the layout XLA's CPU matmul is fast with
         # (output-major it decoded SmolLM2 1.5x slower at batch 8).
-        return ops.matmul(inputs, ops.cast(ops.transpose(kernel), dtype)) / scale
+        outputs = ops.matmul(inputs, ops.cast(ops.transpose(kernel), dtype))
+        return ops.divide(outputs, scale)
     # XLA hoists a loop-invariant int8 -> float conversion out of the decoding
     # while-loop, which then reads float32 weights: 4 bytes a weight, not 1.
     # A zero that depends on the step's inputs (1 only where an input is NaN,
     # and the output is NaN there anyway) keeps the conversion in the product.
     kernel = kernel + ops.cast(ops.any(ops.isnan(inputs)), "int8")
-    return ops.einsum("...i,oi->...o", inputs, ops.cast(kernel, dtype)) / scale
+    outputs = ops.einsum("...i,oi->...o", inputs, ops.cast(kernel, dtype))
+    return ops.divide(outputs, scale)

@@ -170,3 +170,16 @@ def test_weight_only_int8_matmul_example_by_hand():
     for rows in (x, np.repeat(x, 2, axis=0)):
         y = np.asarray(weight_only_int8_matmul(rows, kernel, scale))
         np.testing.assert_allclose(y, np.repeat(expected, len(rows), axis=0))
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_mixed_bfloat16_computes_in_bfloat16(rows):
+    dense = QuantizableDense(UNITS, dtype="mixed_bfloat16")
+    dense.build((None, INPUT_DIM))
+    dense.quantize("int8", config=int8_weight_only_config())
+    x = np.random.default_rng(5).normal(size=(rows, INPUT_DIM)).astype("float32")
+    y = dense(x)
+    assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
+    expected = float64_reference(dense, x)
+    error = np.abs(np.asarray(y, "float64") - expected).max()
+    assert error <= 0.02 * np.abs(expected).max()  # bfloat16 keeps 8 bits
