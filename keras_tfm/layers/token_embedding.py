@@ -5,7 +5,8 @@ import numpy as np
 from keras import ops
 
 from keras_tfm._keras_compat import get_keras_mask, set_keras_mask
-from keras_tfm.layers.int8_matmul import weight_only_int8_matmul
+from keras_tfm.layers.weight_only_matmul import weight_only_matmul
+from keras_tfm.layers.weight_storage import check_cast_dtype, restore_variable
 from keras_tfm.validation import check_positive_int
 
 
@@ -75,8 +76,28 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
     def hidden_dim(self):
         return self.output_dim
 
+    @property
+    def bfloat16_weights(self):
+        """True once `cast_weights("bfloat16")` stored the tables in bfloat16."""
+        return getattr(self, "_bfloat16_weights", False)
+
     def call(self, inputs, reverse=False):
-        return self._embed_or_project(super().call, inputs, reverse)
+        base_call = self._bfloat16_call if self.bfloat16_weights else super().call
+        return self._embed_or_project(base_call, inputs, reverse)
+
+    def _bfloat16_call(self, inputs, reverse=False):
+        if not reverse:
+            # Keras's Embedding.call with the bfloat16 rows cast on lookup.
+            outputs = ops.take(self._embeddings, ops.cast(inputs, "int32"), axis=0)
+            return ops.cast(outputs, self.compute_dtype)
+        inputs = ops.cast(inputs, self.reverse_dtype or self.compute_dtype)
+        if self.tie_weights:
+            # The (vocabulary, hidden) table is already output-major.
+            logits = weight_only_matmul(inputs, self._embeddings)
+        else:
+            kernel = ops.cast(self.reverse_embeddings, inputs.dtype)
+            logits = ops.matmul(inputs, kernel)
+        return self._soft_cap(logits)
 
     def quantized_call(self, inputs, reverse=False):
         # Keras routes a quantized layer's __call__ here instead of `call`.
@@ -87,20 +108,53 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         if not (reverse and self.tie_weights and weight_only):
             return super()._int8_call(inputs, reverse=reverse)
         # The (vocabulary, hidden) table is already output-major for the logits.
-        logits = weight_only_int8_matmul(
-            inputs, self._embeddings, self.embeddings_scale
-        )
-        logits = ops.cast(logits, self.compute_dtype)
-        if self.logit_soft_cap is not None:
-            cap = self.logit_soft_cap
-            logits = ops.multiply(ops.tanh(ops.divide(logits, cap)), cap)
-        return logits
+        logits = weight_only_matmul(inputs, self._embeddings, self.embeddings_scale)
+        return self._soft_cap(ops.cast(logits, self.compute_dtype))
+
+    def _soft_cap(self, logits):
+        if self.logit_soft_cap is None:
+            return logits
+        cap = self.logit_soft_cap
+        return ops.multiply(ops.tanh(ops.divide(logits, cap)), cap)
 
     def quantize(self, mode=None, type_check=True, config=None):
+        if self.bfloat16_weights:
+            raise ValueError(
+                f"Layer '{self.name}' already holds bfloat16 tables; quantize "
+                f"the float layer instead. Received: mode={mode!r}"
+            )
         # Keras refuses to quantize subclasses (`type_check`) in case they
         # override `call`; ours sends `quantized_call` through the same checks,
         # scaling and mask as `call`, so the parent's int8/int4 path is valid.
         super().quantize(mode, type_check=False, config=config)
+
+    def cast_weights(self, dtype):
+        """Stores the tables in `dtype` ("bfloat16"); lookups and logits keep
+        their float dtype.
+
+        Example:
+        >>> embedding = keras_tfm.layers.TokenEmbedding(100, 8)
+        >>> embedding.build((None, None))
+        >>> embedding.cast_weights("bfloat16")
+        >>> embedding(np.array([[5, 7]])).dtype
+        tf.float32
+        """
+        check_cast_dtype(dtype)
+        if self.quantization_mode is not None or self.bfloat16_weights:
+            raise ValueError(
+                f"Layer '{self.name}' is quantized already; cast the tables of "
+                f"the float layer instead. Received: dtype={dtype!r}"
+            )
+        if self.lora_enabled:
+            raise ValueError(
+                f"Layer '{self.name}' has LoRA enabled: merge the adapters into "
+                f"a float layer before storing its tables in {dtype}."
+            )
+        names = ["_embeddings"] + ([] if self.tie_weights else ["reverse_embeddings"])
+        for name in names:
+            values = ops.convert_to_numpy(getattr(self, name)).astype(dtype)
+            restore_variable(self, name, values, name=name.lstrip("_"))
+        self._bfloat16_weights = True
 
     def _check_id_range(self, ids):
         """Refuses ids outside [0, vocabulary_size) where their values are known.

@@ -15,6 +15,9 @@ import keras
 
 from keras_tfm._keras_compat import flatten_layers, should_quantize_layer
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
+from keras_tfm.layers.quantizable_dense import QuantizableDense
+from keras_tfm.layers.token_embedding import TokenEmbedding
+from keras_tfm.layers.weight_storage import CAST_WEIGHT_DTYPES, check_cast_dtype
 
 QUANTIZATION_MODES = ("int8", "int4")
 
@@ -84,7 +87,13 @@ _KERAS_QUANTIZABLE = (
 _NOT_MATMUL = (LearnedPositionalEmbedding,)
 
 
-def _supports_quantize(layer):
+# Keras has no weight-only bfloat16 mode: our two matmul layers implement it.
+_CASTABLE = (QuantizableDense, TokenEmbedding)
+
+
+def _supports_quantize(layer, mode):
+    if mode in CAST_WEIGHT_DTYPES:
+        return isinstance(layer, _CASTABLE)
     if type(layer) in _KERAS_QUANTIZABLE:
         return True
     for klass in type(layer).__mro__:
@@ -101,22 +110,37 @@ def _leaf_layers(model):
     ]
 
 
+def _is_quantized(layer):
+    return layer.quantization_mode is not None or getattr(
+        layer, "output_major", getattr(layer, "bfloat16_weights", False)
+    )
+
+
 def check_quantizable(model, mode):
     """Raises a ValueError naming the first layer that cannot take `mode`.
 
-    A leaf layer holding a weight of rank >= 2 (a kernel or an embedding
-    table) must implement Keras's `quantize`; weightless and normalization
-    layers are skipped, as Keras skips them.
+    `mode` is a quantization mode or a `cast_weights` dtype. A model whose
+    weights were cast takes no other mode, nor a quantized model a cast. A
+    leaf layer holding a weight of rank >= 2 (a kernel or an embedding table)
+    must implement the mode (Keras's `quantize`; bfloat16: `QuantizableDense`
+    and `TokenEmbedding`); weightless and normalization layers are skipped,
+    as Keras skips them.
     """
-    if mode not in QUANTIZATION_MODES:
+    if mode not in QUANTIZATION_MODES + CAST_WEIGHT_DTYPES:
         raise ValueError(
             f"`mode` must be one of {QUANTIZATION_MODES}. Received: mode={mode!r}"
         )
+    done = getattr(model, "quantized_to", None)
+    if done is not None and (mode in CAST_WEIGHT_DTYPES or done in CAST_WEIGHT_DTYPES):
+        raise ValueError(
+            f"{model.name} is quantized to {done!r} already; quantize the float "
+            f"model instead. Received: mode={mode!r}"
+        )
     for layer in _leaf_layers(model):
-        if isinstance(layer, _NOT_MATMUL) or layer.quantization_mode is not None:
+        if isinstance(layer, _NOT_MATMUL) or _is_quantized(layer):
             continue
         has_kernel = any(len(w.shape) >= 2 for w in layer.weights)
-        if has_kernel and not _supports_quantize(layer):
+        if has_kernel and not _supports_quantize(layer, mode):
             raise ValueError(
                 f"Cannot quantize {model.name} to {mode}: layer "
                 f"'{layer.path}' ({type(layer).__name__}) holds a weight matrix "
@@ -148,8 +172,9 @@ class QuantizationMixin:
         `mode` is one of `QUANTIZATION_MODES`: "int8" (weights and, at run
         time, each token's activations) or "int4". With
         `config=int8_weight_only_config()`, int8 weights with float
-        activations, what makes cached decoding faster on a CPU
-        (`quantized_to` is then "int8_weight_only").
+        activations (`quantized_to` is then "int8_weight_only"), what makes
+        cached decoding faster on a CPU; `cast_weights("bfloat16")` is the
+        same with bfloat16 weights.
 
         Raises a ValueError naming the layer when one holding a weight matrix
         cannot be quantized, before any layer is changed. Layers already
@@ -160,7 +185,7 @@ class QuantizationMixin:
         def should_quantize(layer):
             # Only layers that quantize: Keras would also try weightless ones
             # (Dropout, norms, an attached tokenizer, which is not built).
-            if layer.quantization_mode is not None or not _supports_quantize(layer):
+            if _is_quantized(layer) or not _supports_quantize(layer, mode):
                 return False
             return should_quantize_layer(layer, filters)
 
@@ -174,6 +199,40 @@ class QuantizationMixin:
                 "ignore", message="__array__ implementation doesn't accept a copy"
             )
             super().quantize(mode, config=config, filters=should_quantize, **kwargs)
+        self._record_quantization(mode, config)
+
+    def cast_weights(self, dtype="bfloat16", filters=None):
+        """Stores every weight matrix in `dtype` ("bfloat16"); activations,
+        norms and logits stay float32.
+
+        Weight-only bfloat16: half the bytes of float32 with no scales, each
+        weight rounded once (relative error <= 2^-9), every matmul computed in
+        the activations' dtype, and the matrices held output-major, so that a
+        one-row product under XLA reads 2 bytes a weight (batch-1 decoding
+        is bound by those bytes on a CPU). `quantized_to` is then `dtype` and
+        `.keras` files load back cast. Not Keras's `quantize`, whose modes
+        are fixed; `filters` is as there.
+
+        Example:
+        >>> model = keras_tfm.models.CausalLM(
+        ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+        ...     intermediate_dim=32, max_sequence_length=16)
+        >>> model.cast_weights("bfloat16")
+        >>> model.quantized_to
+        'bfloat16'
+        >>> model(np.array([[1, 2, 3]])).dtype
+        tf.float32
+        """
+        check_cast_dtype(dtype)
+        check_quantizable(self, dtype)
+        for layer in _leaf_layers(self):
+            if _is_quantized(layer) or not _supports_quantize(layer, dtype):
+                continue
+            if should_quantize_layer(layer, filters):
+                layer.cast_weights(dtype)
+        self._record_quantization(dtype, None)
+
+    def _record_quantization(self, mode, config):
         for layer in flatten_layers(self):
             if isinstance(layer, QuantizationMixin):
                 layer._quantization_mode = _saved_mode(mode, config)
@@ -185,7 +244,7 @@ class QuantizationMixin:
     @property
     def quantized_to(self):
         """The mode the model was quantized to ("int8", "int8_weight_only",
-        "int4") or None."""
+        "int4", "bfloat16") or None."""
         return getattr(self, "_quantization_mode", None)
 
     def _add_quantization_config(self, config):
@@ -202,7 +261,9 @@ class QuantizationMixin:
         config = dict(config)
         mode = config.pop("quantization_mode", None)
         model = cls(**config)
-        if mode is not None:
+        if mode in CAST_WEIGHT_DTYPES:
+            model.cast_weights(mode)
+        elif mode is not None:
             mode, quantization_config = _keras_mode_and_config(mode)
             model.quantize(mode, config=quantization_config)
         return model

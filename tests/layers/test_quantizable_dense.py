@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from keras_tfm.layers import QuantizableDense, TokenEmbedding
-from keras_tfm.layers.int8_matmul import weight_only_int8_matmul
+from keras_tfm.layers.weight_only_matmul import weight_only_matmul
 from keras_tfm.models import int8_weight_only_config
 
 UNITS, INPUT_DIM = 96, 64
@@ -129,8 +129,10 @@ def float_copies(hlo, first, second):
 def test_one_row_loop_reads_int8_and_never_a_float32_copy():
     ours, _ = dense_pair()
     assert not any(float_copies(optimized_loop_hlo(ours, rows=1), UNITS, INPUT_DIM))
-    # The check sees a copy where there is one: several rows convert once.
-    assert any(float_copies(optimized_loop_hlo(ours, rows=2), UNITS, INPUT_DIM))
+    # Several rows convert once, to the input-major layout XLA's CPU matmul
+    # is fast with (output-major it decoded SmolLM2 at batch 8 1.3-1.5x slower).
+    copies = float_copies(optimized_loop_hlo(ours, rows=2), UNITS, INPUT_DIM)
+    assert any(f"= f32[{INPUT_DIM},{UNITS}]{{1,0}}" in copy for copy in copies)
 
 
 def tied_embedding():
@@ -168,7 +170,7 @@ def test_weight_only_int8_matmul_example_by_hand():
     x = np.array([[2.0, 3.0]], "float32")
     expected = [[2.0, (2 * -127 + 3 * 64) / 64]]
     for rows in (x, np.repeat(x, 2, axis=0)):
-        y = np.asarray(weight_only_int8_matmul(rows, kernel, scale))
+        y = np.asarray(weight_only_matmul(rows, kernel, scale))
         np.testing.assert_allclose(y, np.repeat(expected, len(rows), axis=0))
 
 
