@@ -242,3 +242,32 @@ def test_generate_prints_the_streamed_sample_equal_to_the_whole(trained, capsys)
     out = capsys.readouterr().out
     expected = cli._load(str(model)).generate("In the", max_new_tokens=6)
     assert expected.startswith("In the") and out.endswith(expected + "\n")
+
+
+@pytest.mark.parametrize(
+    "weights, quantized_to", [("int8", "int8_weight_only"), ("bfloat16", "bfloat16")]
+)
+def test_generate_stores_the_weights_as_asked(trained, capsys, monkeypatch,
+                                              weights, quantized_to):  # fmt: skip
+    model, *_ = trained
+    loaded = []
+    load = cli._load
+    monkeypatch.setattr(
+        cli, "_load", lambda path: loaded.append(load(path)) or loaded[-1]
+    )
+    cli.main(["generate", str(model), "--prompt", "In the", "--max-new-tokens", "5",
+              "--sampler", "greedy", "--weights", weights])  # fmt: skip
+    (used,) = loaded
+    assert used.quantized_to == quantized_to
+    expected = used.generate("In the", max_new_tokens=5, sampler="greedy")
+    assert capsys.readouterr().out.splitlines()[-1] == expected
+
+
+def test_weights_of_a_quantized_model_are_refused_clearly(trained, tmp_path):
+    model, *_ = trained
+    quantized = keras.models.load_model(model, compile=False)
+    quantized.quantize("int8")
+    path = tmp_path / "int8.keras"
+    quantized.save(path)
+    with pytest.raises(SystemExit, match="--weights bfloat16: .*quantized to 'int8'"):
+        cli.main(["generate", str(path), "--prompt", "In", "--weights", "bfloat16"])

@@ -100,3 +100,34 @@ def test_no_other_module_imports_keras_src(module):
         if path.name != "_keras_compat.py" and "keras.src" in path.read_text()
     ]
     assert not offenders
+
+
+def test_replace_variable_keeps_it_tracked_and_the_layer_locked():
+    dense = keras.layers.Dense(3)
+    dense.build((None, 4))
+    values = np.arange(12, dtype="int8").reshape(3, 4)
+    compat.replace_variable(dense, "_kernel", values, name="kernel")
+    assert [w is dense._kernel for w in dense.non_trainable_weights] == [True]
+    assert not any(w is dense._kernel for w in dense.trainable_weights)
+    assert len(dense.weights) == 2 and dense._kernel.dtype == "int8"
+    np.testing.assert_array_equal(np.asarray(dense._kernel), values)
+    with pytest.raises(ValueError, match="locked|cannot add new elements"):
+        dense.add_weight(shape=(1,), name="late")
+
+
+def test_one_garbage_collection_collects_once_on_leaving():
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    collect = gc.collect
+    with compat.one_garbage_collection():
+        node = Node()
+        node.cycle = node
+        alive = weakref.ref(node)
+        del node
+        assert gc.collect() == 0 and alive() is not None  # deferred
+    assert alive() is None  # collected on leaving
+    assert gc.collect is collect

@@ -2,8 +2,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.layers.weight_only_matmul import weight_only_matmul
-from keras_tfm.layers.weight_storage import check_cast_dtype, restore_variable
+from keras_tfm._keras_compat import replace_variable
+from keras_tfm.layers.weight_only_matmul import check_cast_dtype, weight_only_matmul
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -73,7 +73,7 @@ class QuantizableDense(keras.layers.Dense):
                 f"a float layer before storing weights in {dtype}."
             )
         kernel = ops.convert_to_numpy(self._kernel).T.astype(dtype)
-        restore_variable(self, "_kernel", kernel, name="kernel")
+        replace_variable(self, "_kernel", kernel, name="kernel")
         self._output_major = True
 
     @property

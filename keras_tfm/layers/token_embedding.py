@@ -4,9 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm._keras_compat import get_keras_mask, set_keras_mask
-from keras_tfm.layers.weight_only_matmul import weight_only_matmul
-from keras_tfm.layers.weight_storage import check_cast_dtype, restore_variable
+from keras_tfm._keras_compat import get_keras_mask, replace_variable, set_keras_mask
+from keras_tfm.layers.weight_only_matmul import check_cast_dtype, weight_only_matmul
 from keras_tfm.validation import check_positive_int
 
 
@@ -153,7 +152,7 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         names = ["_embeddings"] + ([] if self.tie_weights else ["reverse_embeddings"])
         for name in names:
             values = ops.convert_to_numpy(getattr(self, name)).astype(dtype)
-            restore_variable(self, name, values, name=name.lstrip("_"))
+            replace_variable(self, name, values, name=name.lstrip("_"))
         self._bfloat16_weights = True
 
     def _check_id_range(self, ids):

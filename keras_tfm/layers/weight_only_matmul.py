@@ -67,3 +67,14 @@ def weight_only_matmul(inputs, kernel, scale=None):
         # longer fuse the conversion of the weights into it.
         scale = ops.cast(zero, dtype) + 1
     return ops.divide(outputs, ops.cast(scale, dtype))
+
+
+CAST_WEIGHT_DTYPES = ("bfloat16",)
+"""Dtypes `cast_weights` stores weight matrices in (activations stay float)."""
+
+
+def check_cast_dtype(dtype):
+    if dtype not in CAST_WEIGHT_DTYPES:
+        raise ValueError(
+            f"`dtype` must be one of {CAST_WEIGHT_DTYPES}. Received: dtype={dtype!r}"
+        )

@@ -13,11 +13,15 @@ import warnings
 
 import keras
 
-from keras_tfm._keras_compat import flatten_layers, should_quantize_layer
+from keras_tfm._keras_compat import (
+    flatten_layers,
+    one_garbage_collection,
+    should_quantize_layer,
+)
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.layers.token_embedding import TokenEmbedding
-from keras_tfm.layers.weight_storage import CAST_WEIGHT_DTYPES, check_cast_dtype
+from keras_tfm.layers.weight_only_matmul import CAST_WEIGHT_DTYPES, check_cast_dtype
 
 QUANTIZATION_MODES = ("int8", "int4")
 
@@ -189,7 +193,7 @@ class QuantizationMixin:
                 return False
             return should_quantize_layer(layer, filters)
 
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), one_garbage_collection():
             # Dropout, norms, position tables: nothing to quantize, expected.
             warnings.filterwarnings(
                 "ignore", message=".*does not have a `quantize` method implemented"
@@ -225,11 +229,12 @@ class QuantizationMixin:
         """
         check_cast_dtype(dtype)
         check_quantizable(self, dtype)
-        for layer in _leaf_layers(self):
-            if _is_quantized(layer) or not _supports_quantize(layer, dtype):
-                continue
-            if should_quantize_layer(layer, filters):
-                layer.cast_weights(dtype)
+        with one_garbage_collection():
+            for layer in _leaf_layers(self):
+                if _is_quantized(layer) or not _supports_quantize(layer, dtype):
+                    continue
+                if should_quantize_layer(layer, filters):
+                    layer.cast_weights(dtype)
         self._record_quantization(dtype, None)
 
     def _record_quantization(self, mode, config):
