@@ -45,7 +45,7 @@ class QuantizableDense(keras.layers.Dense):
         >>> dense(np.ones((1, 4), "float32")).dtype
         tf.float32
         """
-        check_cast_dtype(dtype)
+        check_cast_dtype(dtype, self)
         if self.quantization_mode is not None or self.output_major:
             raise ValueError(
                 f"Layer '{self.name}' is quantized already; cast the weights of "

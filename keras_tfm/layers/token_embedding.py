@@ -127,6 +127,14 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         # scaling and mask as `call`, so the parent's int8/int4 path is valid.
         super().quantize(mode, type_check=False, config=config)
 
+    def enable_lora(self, *args, **kwargs):
+        if self.bfloat16_weights:
+            raise ValueError(
+                f"Layer '{self.name}' holds bfloat16 tables, which do not take "
+                "LoRA adapters: enable LoRA on the float model."
+            )
+        super().enable_lora(*args, **kwargs)
+
     def cast_weights(self, dtype):
         """Stores the tables in `dtype` ("bfloat16"); lookups and logits keep
         their float dtype.
@@ -138,7 +146,7 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         >>> embedding(np.array([[5, 7]])).dtype
         tf.float32
         """
-        check_cast_dtype(dtype)
+        check_cast_dtype(dtype, self)
         if self.quantization_mode is not None or self.bfloat16_weights:
             raise ValueError(
                 f"Layer '{self.name}' is quantized already; cast the tables of "

@@ -90,7 +90,11 @@ def test_lora_and_a_second_quantization_are_refused_by_name():
     with pytest.raises(ValueError, match=f"'{layer.name}' is quantized already"):
         layer.cast_weights("bfloat16")
     with pytest.raises(ValueError, match="dtype='float16'"):
-        QuantizableDense(UNITS).cast_weights("float16")
+        layer_of_float16 = QuantizableDense(UNITS)
+        layer_of_float16.build((None, INPUT_DIM))
+        layer_of_float16.cast_weights("float16")
+    with pytest.raises(ValueError, match="not built"):
+        QuantizableDense(UNITS).cast_weights("bfloat16")
     lora = QuantizableDense(UNITS)
     lora.build((None, INPUT_DIM))
     lora.enable_lora(2)
@@ -138,6 +142,14 @@ def test_embedding_lookup_and_logits_use_the_rounded_tables(tie_weights):
         logits = embedding(hidden.astype("float32"), reverse=True)
         np.testing.assert_allclose(np.asarray(logits), hidden @ reverse, rtol=1e-5,
                                    atol=1e-4)  # fmt: skip
+
+
+def test_embedding_refuses_lora_and_an_unbuilt_cast():
+    embedding, _ = bfloat16_embedding()
+    with pytest.raises(ValueError, match=f"'{embedding.name}'.*LoRA"):
+        embedding.enable_lora(2)
+    with pytest.raises(ValueError, match="not built"):
+        TokenEmbedding(UNITS, INPUT_DIM).cast_weights("bfloat16")
 
 
 def test_embedding_save_load_round_trip():
