@@ -76,7 +76,18 @@ def check_cache_equals_full_pass(model, token_ids):
         logits, cache = model.call_with_cache(step, cache, index)
         outputs.append(np.asarray(logits))
         index += step.shape[1]
-    np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5, rtol=0)
+    assert_equal_to_float32_rounding(np.concatenate(outputs, 1), full)
+
+
+def assert_equal_to_float32_rounding(cached, full):
+    """Cached and full-pass logits agree to a few float32 ulps of the largest.
+
+    The two passes sum in different orders (and oneDNN blocks its matmuls
+    differently on different CPUs), so the bound scales with the logits; a
+    wrong cache position or mask moves them by tenths, not 1e-5.
+    """
+    atol = 1e-5 * max(1.0, float(np.abs(full).max()))
+    np.testing.assert_allclose(cached, full, atol=atol, rtol=0)
 
 
 def check_same_weights(a, b):

@@ -158,7 +158,7 @@ def test_cache_equals_full_pass(model, reference):
         logits, cache = model.call_with_cache(step, cache, index, cross, mask)
         outputs.append(np.asarray(logits))
         index += step.shape[1]
-    np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5, rtol=0)
+    checks.assert_equal_to_float32_rounding(np.concatenate(outputs, 1), full)
 
 
 def test_saved_keras_model_keeps_the_tokenizer(model, reference, tmp_path):
