@@ -56,21 +56,37 @@ def language_model_datasets(
             f"Received: validation_fraction={validation_fraction}"
         )
     ids = np.asarray(tokenizer(text), dtype="int32")
-    window = sequence_length + 1
     train_end, end = split_offsets(len(ids), sequence_length, validation_fraction)
-    train_windows = ids[:train_end].reshape(-1, window)
-    validation_windows = ids[train_end:end].reshape(-1, window)
+    train = next_token_windows(ids[:train_end], sequence_length)
+    validation = ids[train_end:end].reshape(-1, sequence_length + 1)
+    return (
+        window_dataset(train, batch_size, shuffle=True, seed=seed),
+        window_dataset(validation, batch_size),
+    )
 
-    def pairs(array, shuffle):
-        dataset = tf.data.Dataset.from_tensor_slices(array)
-        if shuffle:
-            dataset = dataset.shuffle(
-                len(array), seed=seed, reshuffle_each_iteration=True
-            )
-        dataset = dataset.map(lambda w: (w[:-1], w[1:]))
-        return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
-    return pairs(train_windows, True), pairs(validation_windows, False)
+def window_dataset(windows, batch_size, shuffle=False, seed=0):
+    """A `tf.data.Dataset` of `(w[:-1], w[1:])` batches from token windows.
+
+    Args:
+        windows: an int array (num_windows, sequence_length + 1), e.g. from
+            `next_token_windows`.
+        batch_size: windows per batch.
+        shuffle: reshuffle the windows every pass, with `seed`.
+        seed: the shuffling seed.
+
+    Example:
+    >>> x, y = next(iter(window_dataset([[1, 2, 3], [4, 5, 6]], 2)))
+    >>> x.numpy().tolist(), y.numpy().tolist()
+    ([[1, 2], [4, 5]], [[2, 3], [5, 6]])
+    """
+    dataset = tf.data.Dataset.from_tensor_slices(np.asarray(windows, "int32"))
+    if shuffle:
+        dataset = dataset.shuffle(
+            len(windows), seed=seed, reshuffle_each_iteration=True
+        )
+    dataset = dataset.map(lambda w: (w[:-1], w[1:]))
+    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def split_offsets(num_tokens, sequence_length, validation_fraction):
@@ -97,3 +113,62 @@ def split_offsets(num_tokens, sequence_length, validation_fraction):
     if validation_fraction == 0:
         num_validation = 0
     return (num_windows - num_validation) * window, num_windows * window
+
+
+def split_at_line(text, validation_fraction):
+    """`(train_text, held_out_text)`: the last `validation_fraction` held out.
+
+    The cut falls at the start of a line (the last one at or before the
+    fraction), so no line straddles the split; train the tokenizer on
+    `train_text` only.
+
+    Example:
+    >>> split_at_line("a\\nb\\nc\\nd\\n", 0.25)
+    ('a\\nb\\nc\\n', 'd\\n')
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("`text` must be a non-empty string. Received an empty corpus.")
+    if not 0.0 < validation_fraction < 1.0:
+        raise ValueError(
+            "`validation_fraction` must be in (0, 1). "
+            f"Received: validation_fraction={validation_fraction}"
+        )
+    cut = text.rfind("\n", 0, int(len(text) * (1 - validation_fraction))) + 1
+    if cut <= 0 or cut >= len(text):
+        raise ValueError(
+            "`text` has no line break before the held-out fraction: split it "
+            "into lines (one sentence or verse a line)."
+        )
+    return text[:cut], text[cut:]
+
+
+def next_token_windows(ids, sequence_length, overlap=False):
+    """Windows of `sequence_length + 1` token ids, for (`w[:-1]`, `w[1:]`) pairs.
+
+    Without `overlap` the windows are disjoint (training: one token in
+    `sequence_length + 1` is never a label). With it each window starts at its
+    predecessor's last token, so every token but the first is a label exactly
+    once: the held-out loss then covers `ids[1 : 1 + len(windows) *
+    sequence_length]`. The tail shorter than a window is dropped.
+
+    Returns:
+        An int32 array (num_windows, sequence_length + 1).
+
+    Example:
+    >>> next_token_windows(list(range(7)), 2, overlap=True).tolist()
+    [[0, 1, 2], [2, 3, 4], [4, 5, 6]]
+    """
+    ids = np.asarray(ids, dtype="int32").reshape(-1)
+    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int):
+        raise ValueError(
+            f"`sequence_length` must be an integer. Received: {sequence_length!r}"
+        )
+    stride = sequence_length if overlap else sequence_length + 1
+    count = (len(ids) - 1) // stride if overlap else len(ids) // stride
+    if sequence_length < 1 or count < 1:
+        raise ValueError(
+            f"{len(ids)} tokens make no window of sequence_length={sequence_length} "
+            "(+1): use more text or shorter sequences."
+        )
+    starts = np.arange(count)[:, None] * stride
+    return ids[starts + np.arange(sequence_length + 1)]

@@ -129,7 +129,7 @@ def test_hf_bert_tokenizer_drops_cls_and_sep():
 
 
 def test_byte_tokenizer_round_trips_exactly():
-    # kjv_gpt's tokenizer: bytes keep every space, so its own detokenize is exact.
+    # keras-tfm train's tokenizer: bytes keep every space, so detokenize is exact.
     tokenizer = keras_hub.tokenizers.ByteTokenizer(lowercase=False)
     for sentence in SENTENCES + MORE_SENTENCES:
         assert detokenize(tokenizer, ids_of(tokenizer, sentence)) == sentence
