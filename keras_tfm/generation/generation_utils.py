@@ -179,11 +179,16 @@ def run_sampler(sampler, next, prompt, cache, index, mask, stop_token_ids, end=N
     end = ops.cast(end, "int32")
     mask = ops.cast(mask, "bool")
 
+    positions = ops.arange(ops.shape(prompt)[1], dtype="int32")[None, :]
+
     def cond(prompt, cache, index):
         if stop_token_ids is None:
             return ops.convert_to_tensor(True, "bool")
-        # Stop when every row has produced a new stop id (keras-hub's test).
-        done = ops.any(any_equal(prompt, stop_token_ids, ~mask), axis=-1)
+        # Stop when every row has produced a new stop id. keras-hub's test
+        # also reads the slots not decoded yet, which hold the fill id: a
+        # model whose stop id is its padding id (GPT-2's scheme) stopped at once.
+        decoded = ops.logical_and(~mask, positions < index)
+        done = ops.any(any_equal(prompt, stop_token_ids, decoded), axis=-1)
         return ops.logical_not(ops.all(done))
 
     def body(prompt, cache, index):

@@ -67,5 +67,27 @@ def test_stops_when_every_row_has_a_stop_id():
     np.testing.assert_array_equal(np.asarray(out), [[7, 2, 3, 0, 0, 0]])
 
 
+def test_a_stop_id_equal_to_the_fill_id_stops_only_once_decoded():
+    # GPT-2's scheme: the end token is also the padding id (0 here), so the
+    # slots not decoded yet hold it. Decoding must run until the model
+    # itself produces it: at step 4 the injected logits give 4 % 4 = 0.
+    def next_token_is_index_mod_4(prompt, cache, index):
+        batch = ops.shape(prompt)[0]
+        logits = ops.one_hot(ops.full((batch,), (index + 1) % 4), VOCAB) * 10.0
+        return logits, None, cache + 1
+
+    prompt = np.array([[7, 0, 0, 0, 0, 0, 0, 0]], "int32")
+    out = run_sampler(
+        keras_hub.samplers.GreedySampler(),
+        next_token_is_index_mod_4,
+        prompt,
+        ops.zeros((), "int32"),
+        1,
+        prompt != 0,
+        (0,),
+    )
+    np.testing.assert_array_equal(np.asarray(out), [[7, 2, 3, 0, 0, 0, 0, 0]])
+
+
 def test_bucket_length():
     assert [bucket_length(n) for n in (1, 8, 9, 16, 17)] == [8, 8, 16, 16, 24]
