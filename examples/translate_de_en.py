@@ -206,6 +206,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, help="override the configured steps")
     parser.add_argument("--epochs", type=int, help="override the configured epochs")
     parser.add_argument(
+        "--sentence-repeats",
+        type=int,
+        help="override how often each training sentence pair appears an epoch",
+    )
+    parser.add_argument(
         "--max-minutes",
         type=float,
         help="stop training after the first epoch that ends past this budget",
@@ -218,7 +223,7 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     config = dict(QUICK if args.quick else FULL)
-    for name in ("steps", "epochs"):
+    for name in ("steps", "epochs", "sentence_repeats"):
         if getattr(args, name):
             config[name] = getattr(args, name)
     keras.utils.set_random_seed(SEED)
