@@ -159,13 +159,18 @@ def next_token_windows(ids, sequence_length, overlap=False):
     [[0, 1, 2], [2, 3, 4], [4, 5, 6]]
     """
     ids = np.asarray(ids, dtype="int32").reshape(-1)
-    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int):
+    if (
+        isinstance(sequence_length, bool)
+        or not isinstance(sequence_length, int)
+        or sequence_length < 1
+    ):
         raise ValueError(
-            f"`sequence_length` must be an integer. Received: {sequence_length!r}"
+            "`sequence_length` must be a positive integer. "
+            f"Received: sequence_length={sequence_length!r}"
         )
     stride = sequence_length if overlap else sequence_length + 1
     count = (len(ids) - 1) // stride if overlap else len(ids) // stride
-    if sequence_length < 1 or count < 1:
+    if count < 1:
         raise ValueError(
             f"{len(ids)} tokens make no window of sequence_length={sequence_length} "
             "(+1): use more text or shorter sequences."

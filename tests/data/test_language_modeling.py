@@ -26,8 +26,9 @@ def test_disjoint_windows_tile_the_stream():
 def test_too_short_a_stream_is_refused():
     with pytest.raises(ValueError, match="no window"):
         next_token_windows([1, 2, 3], 3, overlap=True)
-    with pytest.raises(ValueError, match="no window"):
-        next_token_windows([1, 2, 3], 0)
+    for bad in (0, -2, 2.0, True):
+        with pytest.raises(ValueError, match="sequence_length"):
+            next_token_windows([1, 2, 3], bad, overlap=True)
 
 
 def test_split_at_line_keeps_lines_whole():
