@@ -3,6 +3,8 @@
 import numpy as np
 import tensorflow as tf
 
+from keras_tfm.validation import check_positive_int
+
 
 def language_model_datasets(
     text,
@@ -42,14 +44,8 @@ def language_model_datasets(
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("`text` must be a non-empty string. Received an empty corpus.")
-    for name, value in (
-        ("sequence_length", sequence_length),
-        ("batch_size", batch_size),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(
-                f"`{name}` must be a positive integer. Received: {name}={value!r}"
-            )
+    check_positive_int("sequence_length", sequence_length)
+    check_positive_int("batch_size", batch_size)
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(
             "`validation_fraction` must be in [0, 1). "
@@ -159,15 +155,7 @@ def next_token_windows(ids, sequence_length, overlap=False):
     [[0, 1, 2], [2, 3, 4], [4, 5, 6]]
     """
     ids = np.asarray(ids, dtype="int32").reshape(-1)
-    if (
-        isinstance(sequence_length, bool)
-        or not isinstance(sequence_length, int)
-        or sequence_length < 1
-    ):
-        raise ValueError(
-            "`sequence_length` must be a positive integer. "
-            f"Received: sequence_length={sequence_length!r}"
-        )
+    check_positive_int("sequence_length", sequence_length)
     stride = sequence_length if overlap else sequence_length + 1
     count = (len(ids) - 1) // stride if overlap else len(ids) // stride
     if count < 1:
