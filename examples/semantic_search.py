@@ -12,12 +12,12 @@ package (pip; plain files, no download at run time) with
 2. the baseline: logistic regression (scikit-learn, C=10) on the frozen
    unit-length embeddings of the training split, scored on the test split;
 3. fine-tuning an `EncoderClassifier` (mean pooling) from a linear-probe
-   head: logistic regression is fitted on the frozen mean-pooled features the
-   head sees and copied into the head (`probe_head`), so training starts
-   from the probe's predictions rather than from a random head that would
-   first wreck the pretrained features; then AdamW (warm-up, cosine decay)
-   for a few epochs, keeping the epoch of best validation accuracy (the
-   starting point included, `KeepBestValidation`). Twice:
+   head: logistic regression is fitted on the frozen mean-pooled features
+   the head sees and copied into the head (`keras_tfm.training.probe_head`),
+   so training starts from the probe's predictions rather than from a random
+   head that would first wreck the pretrained features; then AdamW (warm-up,
+   cosine decay) for a few epochs, keeping the epoch of best validation
+   accuracy (the starting point included, `KeepBestValidation`). Twice:
    - full fine-tuning, learning rate 3e-5;
    - LoRA: `keras_tfm.training.enable_lora(backbone, rank=8, lora_alpha=16)`
      on every projection (query, fused key/value, attention output, both
@@ -177,20 +177,6 @@ def unit_length(vectors):
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def probe_head(model, features, labels, c):
-    """Linear-probe initialisation: fits logistic regression on the frozen
-    features the head sees and copies it into `model.classifier`.
-
-    scikit-learn's multinomial model scores `features @ coef_.T +
-    intercept_`, exactly a Dense layer's logits, so before fine-tuning the
-    classifier predicts what the fitted regression predicts. Returns it.
-    """
-    probe = LogisticRegression(max_iter=2000, C=c)
-    probe.fit(features, labels)
-    model.classifier.set_weights([probe.coef_.T, probe.intercept_])
-    return probe
-
-
 class KeepBestValidation(keras.callbacks.Callback):
     """Restores the weights of the best validation accuracy at the end of
     training, the starting point (the probe-initialised model, scored by
@@ -227,7 +213,9 @@ def fine_tune(backbone, tokenizer, splits, features, num_classes, config, lora):
     model = keras_tfm.models.EncoderClassifier(
         backbone, num_classes, pooling="mean", dropout=config["dropout"]
     )
-    probe_head(model, features["train"], splits["train"][1], config["head_probe_c"])
+    keras_tfm.training.probe_head(
+        model, features["train"], splits["train"][1], c=config["head_probe_c"]
+    )
     length, batch = config["max_sequence_length"], config["batch_size"]
     train_data = classification_dataset(
         *splits["train"], tokenizer, batch, length, shuffle=True, seed=config["seed"]

@@ -152,14 +152,24 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
         self.built = True
 
     def call(self, inputs, training=None):
+        pooled = self.pool(inputs, training=training)
+        pooled = self.classifier_dropout(pooled, training=training)
+        return self.classifier(pooled)
+
+    def pool(self, inputs, training=None):
+        """What the `classifier` layer reads, before dropout: (batch, hidden_dim).
+
+        The features a linear probe of this model is fitted on
+        (`keras_tfm.training.probe_head`). Takes what `call` takes, token ids
+        or an input dict (strings go through `encode_texts` first).
+        """
+        if is_text(inputs):
+            inputs = self.encode_texts(inputs)
         inputs = unpack_encoder_inputs(inputs)
         hidden = self.backbone(inputs, training=training)
         if self.pooling == "cls":
-            pooled = self.pooler(hidden[:, 0, :])
-        else:
-            pooled = mean_pool(hidden, self.backbone.padding_mask(inputs))
-        pooled = self.classifier_dropout(pooled, training=training)
-        return self.classifier(pooled)
+            return self.pooler(hidden[:, 0, :])
+        return mean_pool(hidden, self.backbone.padding_mask(inputs))
 
     def __call__(self, inputs, *args, **kwargs):
         if is_text(inputs):

@@ -1,6 +1,7 @@
 """Training utilities: the Transformer learning-rate schedule, a padding-aware
-label-smoothed loss, padding-aware metrics, a throughput/MFU callback and LoRA
-(`enable_lora`).
+label-smoothed loss, padding-aware metrics, a throughput/MFU callback, LoRA
+(`enable_lora`) and linear-probe initialisation of a classifier's head
+(`pooled_features`, `probe_head`).
 
 `Perplexity` is `keras_hub.metrics.Perplexity`, re-exported: pass
 `from_logits=True, mask_token_id=<padding id>` to ignore padding.
@@ -25,6 +26,7 @@ from keras_tfm.training.flops import (
     model_flops_utilization,
     training_flops_per_token,
 )
+from keras_tfm.training.linear_probe import pooled_features, probe_head
 from keras_tfm.training.lora import enable_lora
 from keras_tfm.training.throughput_callback import ThroughputCallback
 from keras_tfm.training.token_accuracy import TokenAccuracy
@@ -46,5 +48,7 @@ __all__ = [
     "format_mfu",
     "measure_peak_flops",
     "model_flops_utilization",
+    "pooled_features",
+    "probe_head",
     "training_flops_per_token",
 ]
