@@ -8,8 +8,11 @@
    Bible (Debian's `bible-kjv`) cut into passages of about 40 words.
 2. Fine-tune it on fortune classification with few labels
    (`labelled_examples` of the training split); train the same architecture
-   from scratch beside it with the same budget. Every run picks its learning
-   rate from `finetune_learning_rates` and keeps its best epoch (up to
+   from scratch beside it with the same budget. Every run starts from a
+   linear-probe head (`keras_tfm.training.probe_head`: logistic regression
+   on the frozen backbone's pooled features of the labelled examples, copied
+   into the head; LP-FT), picks its learning rate from
+   `finetune_learning_rates` and keeps its best epoch (up to
    `finetune_epochs`) by accuracy on `validation_examples` held-out labels.
 3. Optionally fine-tune with LoRA (Keras `enable_lora(rank)` on every Dense
    layer of the backbone, whose biases stay trainable; embeddings and norms
@@ -24,6 +27,8 @@ to fine-tune on labels of your own) to --output.
 
     python examples/finetune_fortunes.py            # 1-1.5 hours on 2 cores
     python examples/finetune_fortunes.py --quick    # seconds, a slice
+    # fine-tuning only, from the masked LM an earlier run saved:
+    python examples/finetune_fortunes.py --masked-lm outputs/masked_lm.keras
 """
 
 import argparse
@@ -74,6 +79,8 @@ CONFIG = dict(
     finetune_learning_rates=(3e-5, 1e-4, 1e-3),
     lora_rank=8,  # 0 skips the LoRA run
     lora_learning_rate_factor=10.0,  # x the rate chosen for full fine-tuning
+    probe_head=True,  # start fine-tuning from a linear-probe head (LP-FT)
+    head_probe_c=1.0,  # inverse L2 strength of that probe
     seed=0,
 )
 QUICK = dict(
@@ -114,6 +121,16 @@ def parse_args(argv):
         action=argparse.BooleanOptionalAction,
         default=None,
         help="add the King James Bible to the pretraining text (default: no)",
+    )
+    parser.add_argument(
+        "--masked-lm",
+        help="a masked_lm.keras of an earlier run to fine-tune (skips pretraining)",
+    )
+    parser.add_argument(
+        "--probe-head",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="start from a linear-probe head (default: yes)",
     )
     parser.add_argument(
         "--learning-rates",
@@ -262,7 +279,9 @@ def finetune(config, tokenizer, new_backbone, datasets, num_classes, rates):
     """Fine-tunes at each learning rate; keeps the best on validation.
 
     `new_backbone()` returns a fresh backbone for each rate (pretrained
-    weights, or new ones from scratch). Each run keeps its best validation
+    weights, or new ones from scratch). With `probe_head`, the head first
+    becomes a linear probe of the frozen backbone's features (LP-FT), and its
+    validation accuracy is recorded. Each run keeps its best validation
     epoch (Keras `EarlyStopping(restore_best_weights=True)`); the run with
     the best validation accuracy is evaluated on the test split.
     """
@@ -278,6 +297,11 @@ def finetune(config, tokenizer, new_backbone, datasets, num_classes, rates):
             dropout=config["dropout"],
             tokenizer=tokenizer,
         )
+        if config["probe_head"]:
+            features, labels = keras_tfm.training.pooled_features(model, train_ds)
+            keras_tfm.training.probe_head(
+                model, features, labels, c=config["head_probe_c"]
+            )
         steps = int(train_ds.cardinality()) * config["finetune_epochs"]
         model.compile(
             optimizer=optimizer(rate, steps),
@@ -285,6 +309,11 @@ def finetune(config, tokenizer, new_backbone, datasets, num_classes, rates):
             metrics=["accuracy"],
             jit_compile=config["jit_compile"],
         )
+        probe_accuracy = None
+        if config["probe_head"]:
+            probe_accuracy = model.evaluate(validation_ds, verbose=0, return_dict=True)
+            probe_accuracy = float(probe_accuracy["accuracy"])
+            print(f"  validation accuracy of the probe head: {probe_accuracy:.3f}")
         best_epoch = keras.callbacks.EarlyStopping(
             "val_accuracy",
             mode="max",
@@ -310,6 +339,7 @@ def finetune(config, tokenizer, new_backbone, datasets, num_classes, rates):
                 learning_rate=rate,
                 best_epoch=best_epoch.best_epoch + 1,
                 trainable_parameters=trainable,
+                probe_validation_accuracy=probe_accuracy,
             )
     best["seconds"] = round(time.time() - start, 1)
     return best
@@ -343,6 +373,8 @@ def main(argv=None):
         config["pretrain_epochs"] = args.pretrain_epochs
     if args.kjv is not None:
         config["kjv"] = args.kjv
+    if args.probe_head is not None:
+        config["probe_head"] = args.probe_head
     if args.learning_rates:
         config["finetune_learning_rates"] = tuple(args.learning_rates)
     output = Path(args.output)
@@ -359,8 +391,14 @@ def main(argv=None):
     labelled = head(splits["train"], config["labelled_examples"], 2)
     validation = head(splits["validation"], config["validation_examples"], 4)
     test = head(splits["test"], config.get("evaluation_examples"), 3)
-    vocabulary_texts = head(splits["train"], config["vocabulary_texts"], 5)[0]
-    tokenizer = train_word_piece_tokenizer(vocabulary_texts, config["vocabulary_size"])
+    if args.masked_lm:  # an earlier run's pretraining, with its tokenizer
+        mlm = keras_tfm.saving.load_model(args.masked_lm)
+        tokenizer = mlm.tokenizer
+    else:
+        vocabulary_texts = head(splits["train"], config["vocabulary_texts"], 5)[0]
+        tokenizer = train_word_piece_tokenizer(
+            vocabulary_texts, config["vocabulary_size"]
+        )
     print(
         f"{len(unlabelled)} unlabelled texts ({sum(map(len, unlabelled)):,} "
         f"characters), {len(labelled[1])} labelled, {len(validation[1])} "
@@ -390,19 +428,21 @@ def main(argv=None):
         "TF-IDF + logistic regression": tfidf_baseline(labelled, test, config["seed"])
     }
     pretrain_start = time.time()
-    mlm, mlm_history = pretrain(config, tokenizer, unlabelled)
+    mlm_history = {}
+    if not args.masked_lm:
+        mlm, mlm_history = pretrain(config, tokenizer, unlabelled)
+        # Without the optimizer's state (twice the weights again with AdamW).
+        atomic_save(mlm, output / "masked_lm.keras", include_optimizer=False)
     pretrain_seconds = time.time() - pretrain_start
-    # Without the optimizer's state (twice the weights again with AdamW).
-    atomic_save(mlm, output / "masked_lm.keras", include_optimizer=False)
     pretrained_weights = mlm.backbone.get_weights()
 
+    def scratch():  # the pretrained backbone's architecture, new weights
+        return keras_tfm.models.EncoderBackbone.from_config(mlm.backbone.get_config())
+
     def pretrained():
-        new = make_backbone(config, tokenizer)
+        new = scratch()
         new.set_weights(pretrained_weights)
         return new
-
-    def scratch():
-        return make_backbone(config, tokenizer)
 
     rates = config["finetune_learning_rates"]
     results["from scratch"] = finetune(
@@ -427,8 +467,9 @@ def main(argv=None):
     summary = {
         "results": results,
         "pretraining": {
-            "masked_token_accuracy": mlm_history["accuracy"][-1],
+            "masked_token_accuracy": mlm_history.get("accuracy", [None])[-1],
             "history": mlm_history,
+            "masked_lm": args.masked_lm or str(output / "masked_lm.keras"),
             "seconds": round(pretrain_seconds, 1),
             "texts": len(unlabelled),
             "characters": sum(map(len, unlabelled)),

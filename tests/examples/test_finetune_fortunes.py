@@ -57,6 +57,36 @@ def test_quick_run_compares_scratch_pretrained_lora_and_tfidf(tmp_path, capsys):
     for name in ("num_layers", "hidden_dim", "intermediate_dim"):
         assert backbone[name] == config[name], name
     assert getattr(mlm, "optimizer", None) is None
+    # Every fine-tuning run started from a linear-probe head (LP-FT).
+    for name in ("from scratch", "MLM-pretrained, full fine-tuning"):
+        assert 0 <= rows[name]["probe_validation_accuracy"] <= 1
+
+    # Fine-tuning only, from the saved masked LM: no pretraining, no new file.
+    again = example.main(
+        [
+            "--quick",
+            "--masked-lm",
+            str(tmp_path / "masked_lm.keras"),
+            "--output",
+            str(tmp_path / "again"),
+            "--lora-rank",
+            "0",
+            "--no-probe-head",
+        ]
+    )
+    assert again["pretraining"]["history"] == {}
+    assert not (tmp_path / "again" / "masked_lm.keras").exists()
+    rows = again["results"]
+    assert set(rows) == {
+        "TF-IDF + logistic regression",
+        "from scratch",
+        "MLM-pretrained, full fine-tuning",
+    }
+    assert rows["from scratch"]["probe_validation_accuracy"] is None
+    assert (
+        rows["from scratch"]["trainable_parameters"]
+        == summary["results"]["from scratch"]["trainable_parameters"]
+    )
 
 
 @requires_debian_package("fortunes")
