@@ -98,8 +98,10 @@ def test_shipped_preset_translates_held_out_sentences_beyond_the_baselines():
     sources, references = [de for de, _ in test], [[en for _, en in test]]
     hypotheses = example.translate(model, sources)
     assert len(hypotheses) == len(sources) and all(hypotheses)
-    # Above word-by-word lookup on BLEU (word order); on chrF it is still
-    # below it (issue 18), but above echoing the German source (names, numbers).
+    # Above word-by-word lookup on BLEU (word order). On chrF the whole test
+    # split puts it level with the lookup (27.9 against 27.7, issue 18) and
+    # these 64 sentences below it, so chrF is held only above echoing the
+    # German source (names, numbers).
     dictionary = DictionaryTranslator.from_trans_de_en()(sources)
     bleu = sacrebleu.corpus_bleu(hypotheses, references).score
     assert bleu > sacrebleu.corpus_bleu(dictionary, references).score, hypotheses[:4]
