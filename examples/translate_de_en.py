@@ -16,9 +16,12 @@ word-by-word dictionary baseline on the same sentences.
     apt-get install -y trans-de-en && pip install sacrebleu
     python examples/translate_de_en.py            # full run, writes the preset
     python examples/translate_de_en.py --quick    # a small slice, < 1 minute
+    python examples/translate_de_en.py --evaluate zoo/translator_de_en
+                                                  # the preset on each split
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -211,6 +214,9 @@ def main(argv=None):
         help="override how often each training sentence pair appears an epoch",
     )
     parser.add_argument(
+        "--dropout", type=float, help="override the model's dropout rate"
+    )
+    parser.add_argument(
         "--max-minutes",
         type=float,
         help="stop training after the first epoch that ends past this budget",
@@ -221,11 +227,19 @@ def main(argv=None):
     parser.add_argument(
         "--save", help=f"write the trained model as a preset folder (e.g. {PRESET})"
     )
+    parser.add_argument(
+        "--evaluate",
+        metavar="PRESET_DIR",
+        help="train nothing: score a saved preset folder (e.g. "
+        f"{PRESET}) greedily on training, validation and test sentences",
+    )
     args = parser.parse_args(argv)
     config = dict(QUICK if args.quick else FULL)
     for name in ("steps", "epochs", "sentence_repeats"):
         if getattr(args, name):
             config[name] = getattr(args, name)
+    if args.dropout is not None:
+        config["model"] = dict(config["model"], dropout=args.dropout)
     keras.utils.set_random_seed(SEED)
     began = time.time()
 
@@ -238,6 +252,8 @@ def main(argv=None):
     test = test[: config["test_pairs"]]
     if args.quick:
         validation = validation[:200]
+    if args.evaluate:
+        return evaluate(args.evaluate, train, validation, test)
     training_set, num_lexicon = training_pairs(config, train, held_out, args.data)
     print(
         f"{len(pairs)} sentence pairs: {len(train)} train, {len(validation)} "
@@ -337,6 +353,28 @@ def main(argv=None):
     return results
 
 
+def evaluate(directory, train, validation, test):
+    """Greedy scores of a saved preset on as many sentences of each split.
+
+    The gap between the training sentences and the held-out ones is how much
+    of what the model learned does not carry over to new sentences.
+    """
+    from keras_tfm.zoo.catalogue import build_from_directory
+
+    model = build_from_directory(directory)
+    splits = dict(train=train[: len(test)], validation=validation[: len(test)])
+    splits["test"] = test
+    results = {}
+    lines = [f"{f'{directory}, greedy':<34} {'BLEU':>6} {'chrF':>6}"]
+    for name, split in splits.items():
+        hypotheses = translate(model, [de for de, _ in split])
+        results[name] = scores = score(hypotheses, [en for _, en in split])
+        label = f"{name} split, {len(split)} pairs"
+        lines.append(f"{label:<34} {scores['bleu']:>6.2f} {scores['chrf']:>6.2f}")
+    print("\n".join(lines))
+    return results
+
+
 def save(model, config, args, splits, num_lexicon, results, history):
     """Saves the model as a preset with float16 weights if they score as well."""
     from keras_tfm.saving import uncompiled_copy
@@ -420,6 +458,10 @@ def save(model, config, args, splits, num_lexicon, results, history):
         usage='model.generate("Ich habe einen Hund.", max_new_tokens=16)',
         weights_dtype=storage,
     )
+    # The training curves (loss and token accuracy after each part).
+    history_path = os.path.join(args.save, "history.json")
+    with open(history_path, "w") as f:
+        json.dump(history.history, f, indent=1)
     print(f"Saved the preset to {args.save} ({storage} weights)")
 
 

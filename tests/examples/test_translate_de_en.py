@@ -1,6 +1,8 @@
 """examples/translate_de_en.py: the --quick run, and the shipped preset."""
 
+import ast
 import importlib.util
+import json
 from pathlib import Path
 
 import h5py
@@ -41,7 +43,9 @@ def test_quick_run_trains_scores_and_saves_a_float16_preset(
             lambda cls, path=None: built.append(FROM_TRANS_DE_EN(path)) or built[-1]
         ),
     )
-    results = example.main(["--quick", "--save", str(tmp_path / "translator_de_en")])
+    results = example.main(
+        ["--quick", "--dropout", "0.2", "--save", str(tmp_path / "translator_de_en")]
+    )
     assert set(results) == {"greedy", "beam4", "dictionary"}
     for scores in results.values():
         assert 0.0 <= scores["bleu"] <= 100.0 and 0.0 <= scores["chrf"] <= 100.0
@@ -76,6 +80,21 @@ def test_quick_run_trains_scores_and_saves_a_float16_preset(
         f.visititems(lambda _, item: dtypes.add(getattr(item, "dtype", None)))
     assert np.dtype("float16") in dtypes and np.dtype("float32") not in dtypes
     assert model.tokenizer.token_to_id("[END]") == 3  # the tokenizer came along
+    assert model.get_config()["dropout"] == 0.2  # --dropout overrode QUICK's 0.1
+    history = json.loads((tmp_path / "translator_de_en" / "history.json").read_text())
+    assert len(history["val_loss"]) == example.QUICK["epochs"]
+
+    # --evaluate scores the saved preset on each split, training nothing: its
+    # test score is the run's greedy score of the float16-rounded weights.
+    (saved,) = [
+        line.split(": ", 1)[1]
+        for line in printed.splitlines()
+        if line.startswith("test greedy with float16-rounded weights:")
+    ]
+    scores = example.main(["--quick", "--evaluate", str(tmp_path / "translator_de_en")])
+    assert list(scores) == ["train", "validation", "test"]
+    assert scores["test"] == ast.literal_eval(saved)
+    assert "Epoch" not in capsys.readouterr().out
     assert len(example.translate(model, ["Wie spät ist es?"])) == 1
 
 
