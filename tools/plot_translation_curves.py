@@ -1,0 +1,66 @@
+"""Draws docs/images/translation_curves.png from docs/translation_curves.json.
+
+The JSON holds the per-part losses Keras printed during runs of
+examples/translate_de_en.py (copied from their logs, which are not kept);
+the picture shows why more training of the same model on the same data does
+not reach issue 18's BLEU 10: the validation loss levels off, and stronger
+dropout learns more slowly within the hour.
+
+    python tools/plot_translation_curves.py
+"""
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).parents[1]
+CURVES = ROOT / "docs" / "translation_curves.json"
+PICTURE = ROOT / "docs" / "images" / "translation_curves.png"
+
+
+def main():
+    curves = json.loads(CURVES.read_text())
+    steps_per_part = curves["steps_per_part"]
+    figure, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, (name, run) in enumerate(curves["runs"].items()):
+        color = f"C{3 * i}"
+        steps = steps_per_part * np.arange(1, len(run["validation_loss"]) + 1)
+        loss_ax.plot(
+            steps, run["train_loss"], "--", color=color, label=f"{name}, training"
+        )
+        loss_ax.plot(
+            steps,
+            run["validation_loss"],
+            "o-",
+            color=color,
+            label=f"{name}, validation",
+        )
+        accuracy_ax.plot(
+            steps, run["validation_token_accuracy"], "o-", color=color, label=name
+        )
+    loss_ax.set_ylabel("label-smoothed cross-entropy")
+    accuracy_ax.set_ylabel("validation token accuracy")
+    for ax in (loss_ax, accuracy_ax):
+        ax.set_xlabel("optimizer step (up to 4,096 tokens each)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    figure.suptitle(
+        "translator_de_en: training (sentences and word pairs mixed) and "
+        f"validation sentences; {curves['machine']}",
+        fontsize=9,
+    )
+    figure.tight_layout()
+    PICTURE.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(PICTURE, dpi=100)
+    plt.close(figure)
+    print("wrote", PICTURE)
+
+
+if __name__ == "__main__":
+    main()
