@@ -217,6 +217,11 @@ def main(argv=None):
         "--dropout", type=float, help="override the model's dropout rate"
     )
     parser.add_argument(
+        "--length-penalty",
+        type=float,
+        help="override beam search's length penalty (GNMT alpha)",
+    )
+    parser.add_argument(
         "--max-minutes",
         type=float,
         help="stop training after the first epoch that ends past this budget",
@@ -231,12 +236,12 @@ def main(argv=None):
         "--evaluate",
         metavar="PRESET_DIR",
         help="train nothing: score a saved preset folder (e.g. "
-        f"{PRESET}) greedily on training, validation and test sentences",
+        f"{PRESET}) on training, validation and test sentences",
     )
     args = parser.parse_args(argv)
     config = dict(QUICK if args.quick else FULL)
-    for name in ("steps", "epochs", "sentence_repeats"):
-        if getattr(args, name):
+    for name in ("steps", "epochs", "sentence_repeats", "length_penalty"):
+        if getattr(args, name) is not None:
             config[name] = getattr(args, name)
     if args.dropout is not None:
         config["model"] = dict(config["model"], dropout=args.dropout)
@@ -253,7 +258,7 @@ def main(argv=None):
     if args.quick:
         validation = validation[:200]
     if args.evaluate:
-        return evaluate(args.evaluate, train, validation, test)
+        return evaluate(args.evaluate, config, train, validation, test)
     training_set, num_lexicon = training_pairs(config, train, held_out, args.data)
     print(
         f"{len(pairs)} sentence pairs: {len(train)} train, {len(validation)} "
@@ -353,24 +358,34 @@ def main(argv=None):
     return results
 
 
-def evaluate(directory, train, validation, test):
-    """Greedy scores of a saved preset on as many sentences of each split.
+def evaluate(directory, config, train, validation, test):
+    """Scores of a saved preset on as many sentences of each split.
 
-    The gap between the training sentences and the held-out ones is how much
-    of what the model learned does not carry over to new sentences.
+    Greedy on training, validation and test sentences: the gap between the
+    training sentences and the held-out ones is how much of what the model
+    learned does not carry over to new sentences. Beam search (the config's
+    `num_beams` and `length_penalty`) on validation, where the length
+    penalty is chosen, and test.
     """
     from keras_tfm.zoo.catalogue import build_from_directory
 
     model = build_from_directory(directory)
+    beam = dict(num_beams=config["num_beams"], length_penalty=config["length_penalty"])
     splits = dict(train=train[: len(test)], validation=validation[: len(test)])
     splits["test"] = test
     results = {}
-    lines = [f"{f'{directory}, greedy':<34} {'BLEU':>6} {'chrF':>6}"]
+    lines = [f"{str(directory):<44} {'BLEU':>6} {'chrF':>6}"]
     for name, split in splits.items():
-        hypotheses = translate(model, [de for de, _ in split])
-        results[name] = scores = score(hypotheses, [en for _, en in split])
-        label = f"{name} split, {len(split)} pairs"
-        lines.append(f"{label:<34} {scores['bleu']:>6.2f} {scores['chrf']:>6.2f}")
+        results[name] = {}
+        decodings = {"greedy": {}}
+        if name != "train":
+            decodings[f"beam{beam['num_beams']}, lp {beam['length_penalty']}"] = beam
+        for decoding, generate_args in decodings.items():
+            hypotheses = translate(model, [de for de, _ in split], **generate_args)
+            scores = score(hypotheses, [en for _, en in split])
+            results[name][decoding] = scores
+            label = f"{name} split, {len(split)} pairs, {decoding}"
+            lines.append(f"{label:<44} {scores['bleu']:>6.2f} {scores['chrf']:>6.2f}")
     print("\n".join(lines))
     return results
 

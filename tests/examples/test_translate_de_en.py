@@ -91,9 +91,14 @@ def test_quick_run_trains_scores_and_saves_a_float16_preset(
         for line in printed.splitlines()
         if line.startswith("test greedy with float16-rounded weights:")
     ]
-    scores = example.main(["--quick", "--evaluate", str(tmp_path / "translator_de_en")])
+    scores = example.main(
+        ["--quick", "--evaluate", str(tmp_path / "translator_de_en")]
+        + ["--length-penalty", "0.6"]
+    )
     assert list(scores) == ["train", "validation", "test"]
-    assert scores["test"] == ast.literal_eval(saved)
+    assert list(scores["train"]) == ["greedy"]
+    assert list(scores["test"]) == ["greedy", "beam4, lp 0.6"]
+    assert scores["test"]["greedy"] == ast.literal_eval(saved)
     assert "Epoch" not in capsys.readouterr().out
     assert len(example.translate(model, ["Wie spät ist es?"])) == 1
 
