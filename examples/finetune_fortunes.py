@@ -81,7 +81,8 @@ CONFIG = dict(
     lora_learning_rate_factor=10.0,  # x the rate chosen for full fine-tuning
     probe_head=True,  # start fine-tuning from a linear-probe head (LP-FT)
     head_probe_c=1.0,  # inverse L2 strength of that probe
-    seed=0,
+    seed=0,  # the splits, the tokenizer's sample, pretraining
+    finetune_seed=1,  # each fine-tuning run's head, dropout and batch order
 )
 QUICK = dict(
     vocabulary_size=300,
@@ -131,6 +132,13 @@ def parse_args(argv):
         action=argparse.BooleanOptionalAction,
         default=None,
         help="start from a linear-probe head (default: yes)",
+    )
+    parser.add_argument(
+        "--finetune-seed",
+        type=int,
+        default=None,
+        help="seed of the fine-tuning runs (head, scratch weights, dropout, "
+        "order); the splits and pretraining keep theirs (default: 1)",
     )
     parser.add_argument(
         "--learning-rates",
@@ -289,7 +297,7 @@ def finetune(config, tokenizer, new_backbone, datasets, num_classes, rates):
     start = time.time()
     best = None
     for rate in rates:
-        keras.utils.set_random_seed(config["seed"] + 1)  # same head, same order
+        keras.utils.set_random_seed(config["finetune_seed"])  # same head, order
         model = keras_tfm.models.EncoderClassifier(
             new_backbone(),
             num_classes=num_classes,
@@ -375,6 +383,8 @@ def main(argv=None):
         config["kjv"] = args.kjv
     if args.probe_head is not None:
         config["probe_head"] = args.probe_head
+    if args.finetune_seed is not None:
+        config["finetune_seed"] = args.finetune_seed
     if args.learning_rates:
         config["finetune_learning_rates"] = tuple(args.learning_rates)
     output = Path(args.output)

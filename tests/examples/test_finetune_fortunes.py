@@ -72,8 +72,12 @@ def test_quick_run_compares_scratch_pretrained_lora_and_tfidf(tmp_path, capsys):
             "--lora-rank",
             "0",
             "--no-probe-head",
+            "--finetune-seed",
+            "5",
         ]
     )
+    assert again["config"]["finetune_seed"] == 5  # CONFIG's is 1
+    assert again["config"]["seed"] == summary["config"]["seed"]  # same splits
     assert again["pretraining"]["history"] == {}
     assert not (tmp_path / "again" / "masked_lm.keras").exists()
     rows = again["results"]
