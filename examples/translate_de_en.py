@@ -203,14 +203,26 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def positive_int(text):
+    """argparse type of a count: 0 steps or epochs would train nothing."""
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer: {value}")
+    return value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small slice, < 1 min")
-    parser.add_argument("--steps", type=int, help="override the configured steps")
-    parser.add_argument("--epochs", type=int, help="override the configured epochs")
+    parser.add_argument(
+        "--steps", type=positive_int, help="override the configured steps"
+    )
+    parser.add_argument(
+        "--epochs", type=positive_int, help="override the configured epochs"
+    )
     parser.add_argument(
         "--sentence-repeats",
-        type=int,
+        type=positive_int,
         help="override how often each training sentence pair appears an epoch",
     )
     parser.add_argument(

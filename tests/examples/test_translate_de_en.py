@@ -131,3 +131,10 @@ def test_shipped_preset_translates_held_out_sentences_beyond_the_baselines():
     assert bleu > sacrebleu.corpus_bleu(dictionary, references).score, hypotheses[:4]
     chrf = sacrebleu.corpus_chrf(hypotheses, references).score
     assert chrf > sacrebleu.corpus_chrf(sources, references).score + 2.0
+
+
+@pytest.mark.parametrize("flag", ["--steps", "--epochs", "--sentence-repeats"])
+def test_a_count_of_zero_is_refused_before_any_work(flag, capsys):
+    with pytest.raises(SystemExit):
+        load_example().main([flag, "0"])
+    assert "must be a positive integer: 0" in capsys.readouterr().err
