@@ -956,8 +956,12 @@ def main():
         return
     sections = args.sections.split(",")
     started = time.perf_counter()
-    print(f"cpus: {os.cpu_count()}, load average at start: {load()}", flush=True)
-    everything = {}
+    import keras_tfm  # noqa: F401  sets XLA_FLAGS before any peer compiles
+
+    print(f"cpus: {os.cpu_count()}, load average at start: {load()}, XLA_FLAGS "
+          f"(every TensorFlow row): {os.environ.get('XLA_FLAGS', '')!r}",
+          flush=True)  # fmt: skip
+    everything = {"xla_flags": os.environ.get("XLA_FLAGS", "")}
     ceiling = matmul_ceiling()
     everything["ceiling_gflops"] = ceiling
     print("\n## Matmul ceiling (2048x2048, GFLOP/s)\n", flush=True)

@@ -3,7 +3,8 @@
 Importing the package registers every serializable class (layers, models,
 losses, metrics, schedules, the converted checkpoints' tokenizers), so
 `keras.models.load_model` reads any keras-tfm `.keras` file after a plain
-`import keras_tfm`.
+`import keras_tfm`. On a CPU with AVX-512 it also asks XLA for 512-bit
+vector code (`keras_tfm.training.prefer_wide_vectors`).
 
 Example:
 >>> import keras_tfm
@@ -21,6 +22,8 @@ from keras_tfm import (
     training,
     zoo,
 )
+
+training.prefer_wide_vectors()
 
 __version__ = "0.1.0"
 
