@@ -3,12 +3,12 @@
 XLA's CPU backend emits 256-bit vector code by default, even on an AVX-512
 CPU. Its fused loops are what a batch-1 decoding step spends its time in
 besides reading the weights (the dequantising matrix-vector products, the
-small ops of 30 layers), and 512-bit vectors shorten them: SmolLM2-135M
-greedy decoding at batch 1 on a 2-core Intel Xeon with AVX-512 went from 30.4
-to 27.5 ms a token in float32 and from 26.9 to 19.0 ms with weight-only int8
-(docs/benchmarks.md). Importing keras_tfm therefore adds
-`--xla_cpu_prefer_vector_width=512` to the `XLA_FLAGS` environment variable
-on such CPUs. XLA reads its flags once, at the first compilation in the
+small ops of 30 layers), and 512-bit vectors shorten them: on a 2-core
+Intel Xeon with AVX-512, SmolLM2-135M greedy decoding at batch 1 went from
+32.2 to 35.3 tokens/s in float32 and from 36.8 to 52.6 with weight-only
+int8, while training speed did not change (docs/benchmarks.md). Importing
+keras_tfm therefore adds `--xla_cpu_prefer_vector_width=512` to the
+`XLA_FLAGS` environment variable on such CPUs. XLA reads its flags once, at the first compilation in the
 process, so it applies to every XLA compilation after `import keras_tfm`
 and to none before it.
 
