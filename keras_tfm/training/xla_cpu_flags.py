@@ -8,9 +8,9 @@ Intel Xeon with AVX-512, SmolLM2-135M greedy decoding at batch 1 went from
 32.2 to 35.3 tokens/s in float32 and from 36.8 to 52.6 with weight-only
 int8, while training speed did not change (docs/benchmarks.md). Importing
 keras_tfm therefore adds `--xla_cpu_prefer_vector_width=512` to the
-`XLA_FLAGS` environment variable on such CPUs. XLA reads its flags once, at the first compilation in the
-process, so it applies to every XLA compilation after `import keras_tfm`
-and to none before it.
+`XLA_FLAGS` environment variable on such CPUs. XLA reads its flags once, at
+the first compilation in the process, so it applies to every XLA
+compilation after `import keras_tfm` and to none before it.
 
 To keep XLA's default, set the width yourself before importing keras_tfm:
 `XLA_FLAGS=--xla_cpu_prefer_vector_width=256`; a width already in
