@@ -1,3 +1,5 @@
+import math
+
 import keras
 import keras_hub
 from keras import ops, tree
@@ -63,11 +65,13 @@ class BeamSearchSampler(keras_hub.samplers.Sampler):
     def __init__(self, num_beams=4, length_penalty=0.0, padding_id=0, temperature=1.0):
         super().__init__(temperature=check_positive_float("temperature", temperature))
         self.num_beams = check_positive_int("num_beams", num_beams)
-        if isinstance(length_penalty, bool) or not isinstance(
-            length_penalty, (int, float)
+        if (
+            isinstance(length_penalty, bool)
+            or not isinstance(length_penalty, (int, float))
+            or not math.isfinite(length_penalty)
         ):
             raise ValueError(
-                "`length_penalty` must be a number. "
+                "`length_penalty` must be a finite number. "
                 f"Received: length_penalty={length_penalty!r}"
             )
         self.length_penalty = float(length_penalty)

@@ -106,6 +106,8 @@ def test_arguments_are_checked():
         BeamSearchSampler(num_beams=0)
     with pytest.raises(ValueError, match="length_penalty='long'"):
         BeamSearchSampler(length_penalty="long")
+    with pytest.raises(ValueError, match="finite number.*length_penalty=nan"):
+        BeamSearchSampler(length_penalty=float("nan"))
     with pytest.raises(ValueError, match="temperature=0"):
         BeamSearchSampler(temperature=0)
 
