@@ -16,6 +16,7 @@ presets save it separately): here the tokenizer is a tracked sublayer, so a
 import keras
 import numpy as np
 
+from keras_tfm.generation.generation_utils import format_outputs
 from keras_tfm.models.tokenizer_attachment import (
     is_text,
     restore_tokenizer,
@@ -66,6 +67,14 @@ class Preprocessor(keras.layers.Layer):
         if not isinstance(ids, list):
             ids = keras.ops.convert_to_numpy(ids).tolist()
         return [np.asarray(row, "int64").reshape(-1) for row in ids]
+
+    def generate_preprocess(self, texts):
+        """The token ids of each prompt or source: a list of 1-D int arrays."""
+        return self.token_lists(texts)
+
+    def generate_postprocess(self, rows, kind, stop_token_ids):
+        """Id rows back to clean text (stop ids dropped), shaped by `kind`."""
+        return format_outputs(rows, kind, self.tokenizer, stop_token_ids)
 
     def get_config(self):
         config = super().get_config()

@@ -18,6 +18,7 @@ from keras_tfm._keras_compat import (
     one_garbage_collection,
     should_quantize_layer,
 )
+from keras_tfm.generation.compiled_loops import invalidate_compiled_loops
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.layers.token_embedding import TokenEmbedding
@@ -241,8 +242,8 @@ class QuantizationMixin:
         for layer in flatten_layers(self):
             if isinstance(layer, QuantizationMixin):
                 layer._quantization_mode = _saved_mode(mode, config)
-                # A traced decoding loop keeps reading the float variables.
-                layer.__dict__.pop("_tfm_generate_functions", None)
+        # A traced decoding loop keeps reading the float variables.
+        invalidate_compiled_loops(self)
 
     # Not `quantization_mode`: Keras reads that property of every layer to
     # route `__call__` to `quantized_call`, which a model does not have.

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_tfm.generation.generation_utils import forget_cached_functions
+from keras_tfm.generation.compiled_loops import invalidate_compiled_loops
 from keras_tfm.validation import check_positive_float, check_positive_int
 
 
@@ -99,6 +99,5 @@ def enable_lora(model, rank, lora_alpha=None, layer_names=None):
     for weight in model.weights:
         if id(weight) not in adapters:
             weight.trainable = False
-    for layer in model._flatten_layers(include_self=True, recursive=True):
-        forget_cached_functions(layer)
+    invalidate_compiled_loops(model)
     return targets
