@@ -39,6 +39,7 @@ from pathlib import Path
 import keras
 
 from keras_tfm._keras_compat import save_weights_only
+from keras_tfm.legacy_files import is_legacy_config, load_legacy_model
 
 MODEL_SUFFIX = ".keras"
 WEIGHTS_SUFFIX = ".weights.h5"
@@ -205,6 +206,11 @@ def check_model_file(path):
 def load_model(path, **kwargs):
     """`keras.saving.load_model` after `check_model_file`.
 
+    A file written before the Backbone/Task split (a flat `CausalLM` or
+    `Seq2SeqTransformer` config, a task with a `tokenizer`) is read by
+    `keras_tfm.legacy_files.load_legacy_model`: its config split and its
+    weights moved to the new paths, with identical values.
+
     Args:
         path: a `.keras` file.
         **kwargs: passed to `keras.saving.load_model` (e.g. `compile=False`).
@@ -216,7 +222,12 @@ def load_model(path, **kwargs):
         FileNotFoundError: if there is no file at `path`.
         ValueError: if the file is truncated or corrupt, naming the problem.
     """
-    return keras.saving.load_model(str(check_model_file(path)), **kwargs)
+    path = check_model_file(path)
+    with zipfile.ZipFile(path) as archive:
+        config = json.loads(archive.read("config.json"))
+    if is_legacy_config(config):
+        return load_legacy_model(path)
+    return keras.saving.load_model(str(path), **kwargs)
 
 
 def atomic_write_text(path, text):
