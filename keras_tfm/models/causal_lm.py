@@ -188,9 +188,9 @@ class CausalLM(QuantizationMixin, Task):
         """
         return (), rows, 0
 
-    def check_generation_length(self, decoder_rows, max_new_tokens):
+    def check_generation_length(self, rows, max_new_tokens):
         """Whether decoding must slide its window (raises if it cannot)."""
-        longest = max(len(row) for row in decoder_rows)
+        longest = max(len(row) for row in rows)
         return sliding_window.check_room(
             self.backbone.position_encoding,
             self.backbone.max_sequence_length,
@@ -334,11 +334,7 @@ class CausalLM(QuantizationMixin, Task):
             "inputs", inputs, vocabulary_size, self.backbone.padding_id, tokenize
         )
         check_positive_int("max_new_tokens", max_new_tokens)
-        encoder_inputs, decoder_rows, skip = self.generation_inputs(rows)
-        if stop_token_ids is None:
-            stop_token_ids = self.default_stop_token_ids()
-        stop_token_ids = gen.check_stop_token_ids(stop_token_ids, vocabulary_size)
-        slides = self.check_generation_length(decoder_rows, max_new_tokens)
+        slides = self.check_generation_length(rows, max_new_tokens)
         window_shift = sliding_window.check_window_shift(
             window_shift, self.backbone.max_sequence_length
         )
@@ -346,6 +342,10 @@ class CausalLM(QuantizationMixin, Task):
             sampler, temperature, top_k, top_p, num_beams, length_penalty,
             self.fill_id, seed,
         )  # fmt: skip
+        if stop_token_ids is None:
+            stop_token_ids = self.default_stop_token_ids()
+        stop_token_ids = gen.check_stop_token_ids(stop_token_ids, vocabulary_size)
+        encoder_inputs, decoder_rows, skip = self.generation_inputs(rows)
         if key[0] == "beam" and (stream or slides):
             raise ValueError(
                 "Beam search runs as one compiled loop: it cannot stream or "
@@ -366,7 +366,7 @@ class CausalLM(QuantizationMixin, Task):
         if slides:
             results = sliding_window.generate_sliding(
                 lambda tokens, mask, start: function(
-                    encoder_inputs, tokens, mask, start, ops.shape(tokens)[1], 0
+                    encoder_inputs, tokens, mask, start, tokens.shape[1], tokens.shape[1]
                 ),
                 decoder_rows,
                 max_new_tokens,

@@ -189,11 +189,6 @@ class Seq2SeqLM(CausalLM):
     def generation_inputs(self, rows):
         maximum = self.backbone.max_sequence_length
         longest = max(len(row) for row in rows)
-        if longest > maximum:
-            raise ValueError(
-                f"A source is longer than max_sequence_length={maximum}. "
-                f"Received: source length {longest}"
-            )
         start = self.decoder_start_id()
         # Sources are padded to a multiple of 8 (masked, so the result is the
         # same) so that nearby lengths share one compiled loop. The mask comes
@@ -206,7 +201,14 @@ class Seq2SeqLM(CausalLM):
             source_mask &= source != self.backbone.padding_id
         return (source, source_mask), [np.array([start])] * len(rows), 1
 
-    def check_generation_length(self, decoder_rows, max_new_tokens):
+    def check_generation_length(self, rows, max_new_tokens):
+        maximum = self.backbone.max_sequence_length
+        longest = max(len(row) for row in rows)
+        if longest > maximum:
+            raise ValueError(
+                f"A source is longer than max_sequence_length={maximum}. "
+                f"Received: source length {longest}"
+            )
         if max_new_tokens + 1 > self.backbone.max_sequence_length:
             raise ValueError(
                 "The start token plus `max_new_tokens` exceeds max_sequence_length="

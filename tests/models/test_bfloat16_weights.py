@@ -11,7 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfm.models import CausalLM, int8_weight_only_config
+from keras_tfm.models import int8_weight_only_config
+from tests.builders import causal_lm
 
 from .test_quantization import (
     RELATIVE_TOLERANCE,
@@ -81,11 +82,11 @@ def test_save_load_exact_and_file_smaller(tmp_path):
 
 
 def test_other_modes_after_bfloat16_and_back_are_refused():
-    model = CausalLM(vocabulary_size=50, num_layers=1, **SMALL)
+    model = causal_lm(vocabulary_size=50, num_layers=1, **SMALL)
     model.cast_weights("bfloat16")
     with pytest.raises(ValueError, match="quantized to 'bfloat16' already"):
         model.quantize("int8", config=int8_weight_only_config())
-    model = CausalLM(vocabulary_size=50, num_layers=1, **SMALL)
+    model = causal_lm(vocabulary_size=50, num_layers=1, **SMALL)
     model.quantize("int8")
     with pytest.raises(ValueError, match="quantized to 'int8' already"):
         model.cast_weights("bfloat16")

@@ -2,8 +2,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfm.models import CausalLM
 from keras_tfm.training import enable_lora
+from tests.builders import causal_lm
 
 HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCABULARY, LAYERS = 16, 4, 2, 24, 40, 2
 
@@ -24,7 +24,7 @@ def tiny_llama(**kwargs):
         use_bias=True,
         tie_word_embeddings=False,
     )
-    return CausalLM(**{**arguments, **kwargs})
+    return causal_lm(**{**arguments, **kwargs})
 
 
 def lora_parameters(rank):

@@ -12,7 +12,6 @@ from keras_tfm.models import (
     CausalLM,
     EncoderBackbone,
     EncoderClassifier,
-    Seq2SeqTransformer,
 )
 from tests.zoo.parameter_count import parameter_count
 
