@@ -366,7 +366,7 @@ class CausalLM(QuantizationMixin, Task):
         if slides:
             results = sliding_window.generate_sliding(
                 lambda tokens, mask, start: function(
-                    encoder_inputs, tokens, mask, start, tokens.shape[1], tokens.shape[1]
+                    encoder_inputs, tokens, mask, start, *[tokens.shape[1]] * 2
                 ),
                 decoder_rows,
                 max_new_tokens,
