@@ -6,9 +6,9 @@ finished file over it with `os.replace`, which is atomic on POSIX and
 Windows: a reader sees the old file or the new one, never half of one.
 
 Example:
->>> model = keras_tfm.models.CausalLM(
+>>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
 ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-...     intermediate_dim=32, max_sequence_length=16)
+...     intermediate_dim=32, max_sequence_length=16))
 >>> model(np.array([[5, 6, 7]])).shape
 TensorShape([1, 3, 50])
 >>> atomic_save(model, "/tmp/lm.keras")            # the whole model

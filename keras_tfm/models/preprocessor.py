@@ -15,6 +15,7 @@ presets save it separately): here the tokenizer is a tracked sublayer, so a
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from keras_tfm.generation.generation_utils import format_outputs
 from keras_tfm.models.tokenizer_attachment import (
@@ -45,6 +46,12 @@ class Preprocessor(keras.layers.Layer):
             )
         self.tokenizer = tokenizer
         self.built = True
+
+    def __call__(self, x, y=None, sample_weight=None, **kwargs):
+        # Keras takes only tensors positionally; Python strings and lists
+        # become tensors first (keras-hub's PreprocessingLayer does the same).
+        x, y, sample_weight = (_as_tensors(v) for v in (x, y, sample_weight))
+        return super().__call__(x, y=y, sample_weight=sample_weight, **kwargs)
 
     @property
     def end_token_id(self):
@@ -80,6 +87,14 @@ class Preprocessor(keras.layers.Layer):
         config = super().get_config()
         config["tokenizer"] = serialize_tokenizer(self.tokenizer)
         return config
+
+
+def _as_tensors(value):
+    if value is None or isinstance(value, dict):
+        return value if value is None else {k: _as_tensors(v) for k, v in value.items()}
+    if isinstance(value, (str, bytes, list, tuple, np.ndarray)):
+        return tf.convert_to_tensor(value)
+    return value
 
 
 __all__ = ["Preprocessor", "is_text"]

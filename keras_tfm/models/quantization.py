@@ -48,9 +48,9 @@ def int8_weight_only_config():
     sum_i |x_i| * max_i |w_ij| / 254.
 
     Example:
-    >>> model = keras_tfm.models.CausalLM(
+    >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-    ...     intermediate_dim=32, max_sequence_length=16)
+    ...     intermediate_dim=32, max_sequence_length=16))
     >>> model.quantize("int8", config=int8_weight_only_config())
     >>> model.quantized_to
     'int8_weight_only'
@@ -162,9 +162,9 @@ class QuantizationMixin:
     `from_config` with `return cls._from_quantized_config(config)`.
 
     Example:
-    >>> model = keras_tfm.models.CausalLM(
+    >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-    ...     intermediate_dim=32, max_sequence_length=16)
+    ...     intermediate_dim=32, max_sequence_length=16))
     >>> model.quantize("int8")
     >>> model.get_config()["quantization_mode"]
     'int8'
@@ -219,9 +219,9 @@ class QuantizationMixin:
         are fixed; `filters` is as there.
 
         Example:
-        >>> model = keras_tfm.models.CausalLM(
+        >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
         ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-        ...     intermediate_dim=32, max_sequence_length=16)
+        ...     intermediate_dim=32, max_sequence_length=16))
         >>> model.cast_weights("bfloat16")
         >>> model.quantized_to
         'bfloat16'

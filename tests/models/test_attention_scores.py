@@ -72,12 +72,12 @@ def test_causal_lm_scores_match_a_numpy_softmax_of_the_first_layer():
     )  # fmt: skip
     token_ids = np.array([[4, 2, 7]])
     _, (scores,) = model(token_ids, return_attention_scores=True)
-    x = np.asarray(model.token_embedding.embeddings, "float64")[token_ids[0]]
-    x = x + np.asarray(model.position_embedding.embeddings, "float64")[:3]
-    norm = model.transformer_layers[0].self_attention_norm
+    x = np.asarray(model.backbone.token_embedding.embeddings, "float64")[token_ids[0]]
+    x = x + np.asarray(model.backbone.position_embedding.embeddings, "float64")[:3]
+    norm = model.backbone.transformer_layers[0].self_attention_norm
     x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
     x = x * np.asarray(norm.gamma) + np.asarray(norm.beta)
-    attention = model.transformer_layers[0].self_attention
+    attention = model.backbone.transformer_layers[0].self_attention
     q = x @ np.asarray(attention.query_dense.kernel) + np.asarray(
         attention.query_dense.bias
     )
@@ -98,7 +98,7 @@ def test_no_scores_with_a_cache():
         vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=8,
     )  # fmt: skip
-    block = model.transformer_layers[0]
+    block = model.backbone.transformer_layers[0]
     cache = block.empty_cache(1, 4)
     with pytest.raises(ValueError, match="not supported with a `cache`"):
         block(np.ones((1, 1, 8), "float32"), cache=cache, cache_update_index=0,

@@ -9,24 +9,38 @@ from keras import ops
 import keras_tfm
 from keras_tfm import datasets
 from keras_tfm.layers import normalization
+from keras_tfm.generation import chat_pieces, compiled_loops, generation_utils
 from keras_tfm.models import (
     _common,
     causal_lm,
+    causal_lm_preprocessor,
+    decoder_backbone,
     encoder_backbone,
     encoder_classifier,
     masked_language_model,
-    seq2seq_transformer,
+    preset_loading,
+    seq2seq_backbone,
+    seq2seq_lm,
+    seq2seq_lm_preprocessor,
 )
 
 MODULES = [
     _common,
     causal_lm,
+    causal_lm_preprocessor,
+    chat_pieces,
+    compiled_loops,
     datasets,
+    decoder_backbone,
     encoder_backbone,
     encoder_classifier,
+    generation_utils,
     masked_language_model,
     normalization,
-    seq2seq_transformer,
+    preset_loading,
+    seq2seq_backbone,
+    seq2seq_lm,
+    seq2seq_lm_preprocessor,
 ]
 
 

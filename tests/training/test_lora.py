@@ -85,7 +85,7 @@ def test_the_function_is_unchanged_until_training_and_frozen_weights_stay():
 def test_lora_alpha_scales_the_update():
     model = tiny_llama()
     enable_lora(model, rank=2, lora_alpha=6.0, layer_names=["output"])
-    layer = model.transformer_layers[0].feed_forward.output_dense
+    layer = model.backbone.transformer_layers[0].feed_forward.output_dense
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(INTERMEDIATE, 2)), rng.normal(size=(2, HIDDEN))
     layer.lora_kernel_a.assign(a)
