@@ -144,8 +144,11 @@ def uncompiled_copy(model, **overrides):
     True
     """
     config = model.get_config()
-    if getattr(model, "tokenizer", None) is not None:
-        config["tokenizer"] = model.tokenizer  # the config holds no vocabulary
+    # The config holds no vocabulary: the copy gets the model's own objects.
+    if getattr(model, "preprocessor", None) is not None:
+        config["preprocessor"] = model.preprocessor
+    elif getattr(model, "tokenizer", None) is not None:
+        config["tokenizer"] = model.tokenizer
     copy = type(model).from_config({**config, **overrides})
     copy.set_weights(model.get_weights())
     return copy
@@ -215,8 +218,16 @@ def load_model(path, **kwargs):
     Raises:
         FileNotFoundError: if there is no file at `path`.
         ValueError: if the file is truncated or corrupt, naming the problem.
+
+    An encoder task saved before it had a preprocessor (issue 36) is read
+    from a remapped copy (`keras_tfm.models.legacy`).
     """
-    return keras.saving.load_model(str(check_model_file(path)), **kwargs)
+    from keras_tfm.models.legacy import remapped_legacy_file
+
+    path = check_model_file(path)
+    with tempfile.TemporaryDirectory() as directory:
+        path = remapped_legacy_file(path, directory) or path
+        return keras.saving.load_model(str(path), **kwargs)
 
 
 def atomic_write_text(path, text):
