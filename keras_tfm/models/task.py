@@ -61,7 +61,7 @@ class Task(PresetMixin, keras.Model):
         """The exclusive upper bound of label ids, or None to check nothing."""
         return None
 
-    def _pipeline(self, x, y, sample_weight, batch_size, name="y"):
+    def _pipeline(self, x, y, sample_weight, batch_size, name="y", shuffle=False):
         """The data as `fit` reads it: preprocessed, labels checked."""
         limit, kind = self.label_range(), self.label_kind or "class"
         if isinstance(x, tf.data.Dataset):
@@ -82,7 +82,10 @@ class Task(PresetMixin, keras.Model):
             parts = tuple(p for p in (x, y, sample_weight) if p is not None)
             dataset = tf.data.Dataset.from_tensor_slices(
                 parts if len(parts) > 1 else parts[0]
-            ).batch(batch_size or 32)
+            )
+            if shuffle:  # what `fit` does with arrays, at every epoch
+                dataset = dataset.shuffle(len(x), reshuffle_each_iteration=True)
+            dataset = dataset.batch(batch_size or 32)
             dataset = dataset.map(self.preprocessor)
             if limit is not None:
                 dataset = with_checked_labels(dataset, limit, name)
@@ -98,9 +101,15 @@ class Task(PresetMixin, keras.Model):
         strings (with `y` the labels), or a `tf.data.Dataset` of strings,
         which the preprocessor maps inside the pipeline.
         """
-        x, y, sample_weight = self._pipeline(x, y, sample_weight, batch_size)
+        shuffle = kwargs.pop("shuffle", True)
+        x, y, sample_weight = self._pipeline(
+            x, y, sample_weight, batch_size, shuffle=shuffle
+        )
         if isinstance(x, tf.data.Dataset):
-            batch_size = None
+            # Keras ignores `shuffle` for a dataset (and warns); arrays of
+            # strings were shuffled in the pipeline.
+            batch_size, shuffle = None, False
+        kwargs["shuffle"] = shuffle
         validation = kwargs.get("validation_data")
         if validation is not None:
             if isinstance(validation, tuple):

@@ -41,13 +41,18 @@ class TextClassifierPreprocessor(Preprocessor):
         `(x, y[, sample_weight])`, as `keras.utils.pack_x_y_sample_weight`.
 
     Example:
-    >>> tokenizer = keras_tfm.data.train_word_piece_tokenizer(
-    ...     ["the cat sat", "a dog ran"], vocabulary_size=40)
+    >>> import keras_hub
+    >>> tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
+    ...     vocabulary=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "cat", "a",
+    ...                 "dog", "ran"],
+    ...     special_tokens=["[PAD]", "[CLS]", "[SEP]"], oov_token="[UNK]")
     >>> preprocessor = keras_tfm.models.TextClassifierPreprocessor(
     ...     tokenizer, sequence_length=6)
     >>> x = preprocessor(["the cat", "a dog ran"])
     >>> x["token_ids"].shape, x["padding_mask"].numpy().sum(axis=1).tolist()
     (TensorShape([2, 6]), [4, 5])
+    >>> x["token_ids"].numpy()[1].tolist()  # [CLS] a dog ran [SEP] [PAD]
+    [2, 6, 7, 8, 3, 0]
 
     Inside `tf.data`:
     >>> import tensorflow as tf

@@ -14,8 +14,12 @@ from keras_tfm.models import (
     causal_lm,
     encoder_backbone,
     encoder_classifier,
+    legacy,
     masked_language_model,
+    masked_lm_preprocessor,
     seq2seq_transformer,
+    text_classifier_preprocessor,
+    text_inputs,
 )
 
 MODULES = [
@@ -24,9 +28,13 @@ MODULES = [
     datasets,
     encoder_backbone,
     encoder_classifier,
+    legacy,
     masked_language_model,
+    masked_lm_preprocessor,
     normalization,
     seq2seq_transformer,
+    text_classifier_preprocessor,
+    text_inputs,
 ]
 
 
