@@ -196,7 +196,8 @@ CATALOGUE = [
         "must be a string or a list of strings. Received: texts=None",
         lambda d: fortunes().classify(None)),
     Row("model", "`EncoderClassifier(..., tokenizer=...)` (the argument before "
-        "preprocessors)", "ValueError", "takes `preprocessor=`, not `tokenizer=`",
+        "preprocessors)", "ValueError",
+        "pass preprocessor=TextClassifierPreprocessor(tokenizer, ",
         lambda d: models.EncoderClassifier(
             fortunes().backbone, 3, tokenizer=fortunes().tokenizer)),
     Row("model", "a preprocessor packing longer rows than the backbone reads",
