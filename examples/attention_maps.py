@@ -72,7 +72,8 @@ def load(args):
         labels = model.class_names
     if getattr(model, "tokenizer", None) is None:
         raise ValueError(
-            "The model must hold its tokenizer (EncoderClassifier(..., tokenizer=)). "
+            "The model must hold its tokenizer (EncoderClassifier(..., "
+            "preprocessor=TextClassifierPreprocessor(tokenizer, ...))). "
             f"Received: a {type(model).__name__} without one, from {args.model}"
         )
     return model, Path(history), labels

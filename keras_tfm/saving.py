@@ -145,8 +145,11 @@ def uncompiled_copy(model, **overrides):
     True
     """
     config = model.get_config()
-    if getattr(model, "tokenizer", None) is not None:
-        config["tokenizer"] = model.tokenizer  # the config holds no vocabulary
+    # The config holds no vocabulary: the copy gets the model's own objects.
+    if getattr(model, "preprocessor", None) is not None:
+        config["preprocessor"] = model.preprocessor
+    elif getattr(model, "tokenizer", None) is not None:
+        config["tokenizer"] = model.tokenizer
     copy = type(model).from_config({**config, **overrides})
     copy.set_weights(model.get_weights())
     return copy

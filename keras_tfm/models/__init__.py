@@ -21,6 +21,9 @@ from keras_tfm.models.masked_language_model import (
     MaskedLanguageModel as MaskedLanguageModel,
 )
 from keras_tfm.models.masked_lm_masker import MaskedLMMasker as MaskedLMMasker
+from keras_tfm.models.masked_lm_preprocessor import (
+    MaskedLMPreprocessor as MaskedLMPreprocessor,
+)
 from keras_tfm.models.preprocessor import Preprocessor as Preprocessor
 from keras_tfm.models.quantization import (
     int8_weight_only_config as int8_weight_only_config,
@@ -32,6 +35,9 @@ from keras_tfm.models.seq2seq_lm_preprocessor import (
     Seq2SeqLMPreprocessor as Seq2SeqLMPreprocessor,
 )
 from keras_tfm.models.task import Task as Task
+from keras_tfm.models.text_classifier_preprocessor import (
+    TextClassifierPreprocessor as TextClassifierPreprocessor,
+)
 
 # `.keras` files and presets written before the split name the
 # sequence-to-sequence model "Seq2SeqTransformer" (a flat config, which

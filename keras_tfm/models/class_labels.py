@@ -129,32 +129,3 @@ def label_errors(num_classes, kind="class"):
             kind,
         ) from None
 
-
-def _checked(data, num_classes, name):
-    if isinstance(data, tf.data.Dataset):
-        return with_checked_labels(data, num_classes, name)
-    if isinstance(data, tuple) and len(data) >= 2:
-        check_class_labels(data[1], num_classes, name)
-    return data
-
-
-class ClassLabelCheckMixin:
-    """TEMPORARY (until EncoderClassifier derives from Task): `fit` and
-    `evaluate` that check labels against `self.num_classes`."""
-
-    def fit(self, x=None, y=None, *args, **kwargs):
-        x = _checked(x, self.num_classes, "y")
-        check_class_labels(y, self.num_classes, "y")
-        validation = kwargs.get("validation_data")
-        if validation is not None:
-            kwargs["validation_data"] = _checked(
-                validation, self.num_classes, "validation_data labels"
-            )
-        with label_errors(self.num_classes):
-            return super().fit(x, y, *args, **kwargs)
-
-    def evaluate(self, x=None, y=None, *args, **kwargs):
-        x = _checked(x, self.num_classes, "y")
-        check_class_labels(y, self.num_classes, "y")
-        with label_errors(self.num_classes):
-            return super().evaluate(x, y, *args, **kwargs)

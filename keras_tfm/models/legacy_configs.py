@@ -1,5 +1,10 @@
 """Configs written before the Backbone/Task/Preprocessor split, read today.
 
+Encoder tasks (`EncoderClassifier`, `SentenceEncoder`, `MaskedLanguageModel`)
+took `tokenizer=`: `preprocessor_from_legacy_config` rebuilds their
+preprocessor from it, packing to the length the old task read.
+
+
 Until then `CausalLM` and `Seq2SeqTransformer` were one flat class each:
 the backbone's arguments, the head's and a `tokenizer` in one dict. Such a
 config (in an old `.keras` file, or a preset's `config.json`, which stays a
@@ -72,3 +77,29 @@ def split_legacy_config(task_class, config):
             restore_tokenizer(tokenizer), backbone
         )
     return config
+
+
+def preprocessor_from_legacy_config(config, preprocessor_class, sequence_length):
+    """Replaces an old config's "tokenizer" by a "preprocessor", in place.
+
+    Args:
+        config: a task's config dict.
+        preprocessor_class: the preprocessor the task reads text with.
+        sequence_length: the length the old task packed texts to.
+
+    Example:
+    >>> config = {"tokenizer": None, "max_sequence_length": 8}
+    >>> preprocessor_from_legacy_config(config, object, 8)
+    >>> config
+    {'max_sequence_length': 8, 'preprocessor': None}
+    """
+    if "tokenizer" not in config:
+        return
+    tokenizer = restore_tokenizer(config.pop("tokenizer"))
+    if config.get("preprocessor") is not None:
+        return
+    config["preprocessor"] = (
+        None
+        if tokenizer is None
+        else preprocessor_class(tokenizer, sequence_length=sequence_length)
+    )

@@ -61,14 +61,14 @@ class Task(PresetMixin, keras.Model):
         """The exclusive upper bound of label ids, or None to check nothing."""
         return None
 
-    def _pipeline(self, x, y, sample_weight, batch_size, shuffle=False):
+    def _pipeline(self, x, y, sample_weight, batch_size, name="y", shuffle=False):
         """The data as `fit` reads it: preprocessed, labels checked."""
         limit, kind = self.label_range(), self.label_kind or "class"
         if isinstance(x, tf.data.Dataset):
             if self.preprocessor is not None:
                 x = x.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
             if limit is not None:
-                x = with_checked_labels(x, limit)
+                x = with_checked_labels(x, limit, name)
             return x, y, sample_weight
         if is_text(x):
             if self.preprocessor is None:
@@ -83,15 +83,15 @@ class Task(PresetMixin, keras.Model):
             dataset = tf.data.Dataset.from_tensor_slices(
                 parts if len(parts) > 1 else parts[0]
             )
-            if shuffle:
+            if shuffle:  # what `fit` does with arrays, at every epoch
                 dataset = dataset.shuffle(len(x), reshuffle_each_iteration=True)
             dataset = dataset.batch(batch_size or 32)
             dataset = dataset.map(self.preprocessor)
             if limit is not None:
-                dataset = with_checked_labels(dataset, limit)
+                dataset = with_checked_labels(dataset, limit, name)
             return dataset, None, None
         if limit is not None:
-            check_class_labels(y, limit, "y", kind)
+            check_class_labels(y, limit, name, kind)
         return x, y, sample_weight
 
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
@@ -102,29 +102,30 @@ class Task(PresetMixin, keras.Model):
         which the preprocessor maps inside the pipeline.
         """
         shuffle = kwargs.pop("shuffle", True)
-        x, y, sample_weight = self._pipeline(x, y, sample_weight, batch_size, shuffle)
+        x, y, sample_weight = self._pipeline(
+            x, y, sample_weight, batch_size, shuffle=shuffle
+        )
         if isinstance(x, tf.data.Dataset):
-            # A dataset is shuffled by its pipeline (strings were, above);
-            # Keras would only warn that it ignores `shuffle`.
+            # Keras ignores `shuffle` for a dataset (and warns); arrays of
+            # strings were shuffled in the pipeline.
             batch_size, shuffle = None, False
+        kwargs["shuffle"] = shuffle
         validation = kwargs.get("validation_data")
         if validation is not None:
             if isinstance(validation, tuple):
-                validation = self._pipeline(*validation, *([None] * 3))[:3]
+                padded = (*validation, None, None)[:3]  # (x, y, sample_weight)
+                validation = self._pipeline(*padded, None, "validation_data labels")
                 validation = tuple(v for v in validation if v is not None)
                 if len(validation) == 1:
                     validation = validation[0]
             else:
-                validation = self._pipeline(validation, None, None, None)[0]
+                validation = self._pipeline(
+                    validation, None, None, None, "validation_data labels"
+                )[0]
             kwargs["validation_data"] = validation
         with self._label_errors():
             return super().fit(
-                x,
-                y,
-                batch_size=batch_size,
-                sample_weight=sample_weight,
-                shuffle=shuffle,
-                **kwargs,
+                x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs
             )
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):

@@ -27,15 +27,18 @@ def _gguf_llama(path, **overrides):
 
 def _sentence_encoder(path, **overrides):
     from keras_tfm.convert import load_hf_bert
-    from keras_tfm.models import SentenceEncoder
+    from keras_tfm.models import SentenceEncoder, TextClassifierPreprocessor
 
     backbone, tokenizer = load_hf_bert(path)
     # sentence-transformers keeps the texts' token limit beside the weights.
+    limit = overrides.pop("max_sequence_length", None)
     settings = Path(path) / "sentence_bert_config.json"
-    if settings.is_file() and "max_sequence_length" not in overrides:
+    if settings.is_file() and limit is None:
         limit = json.loads(settings.read_text(encoding="utf-8"))["max_seq_length"]
-        overrides["max_sequence_length"] = limit
-    return SentenceEncoder(backbone, tokenizer=tokenizer, **overrides)
+    preprocessor = TextClassifierPreprocessor(
+        tokenizer, sequence_length=limit or backbone.max_sequence_length
+    )
+    return SentenceEncoder(backbone, preprocessor=preprocessor, **overrides)
 
 
 LOADERS = {"gguf_llama": _gguf_llama, "sentence_encoder": _sentence_encoder}

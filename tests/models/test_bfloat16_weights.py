@@ -49,7 +49,9 @@ def test_logits_layer_within_the_rounding_bound():
     hidden = np.random.default_rng(1).normal(size=(3, 1, table.shape[1]))
     reference = hidden @ table.T
     model.cast_weights("bfloat16")
-    logits = np.asarray(model.backbone.token_embedding(hidden.astype("float32"), reverse=True))
+    logits = np.asarray(
+        model.backbone.token_embedding(hidden.astype("float32"), reverse=True)
+    )
     bound = np.abs(hidden) @ np.abs(table).T * 2.0**-9
     error = np.abs(logits - reference)
     assert np.all(error <= bound + 1e-5)

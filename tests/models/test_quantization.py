@@ -250,7 +250,9 @@ def test_int8_weight_only_logits_layer_within_the_rounding_bound():
     hidden = np.random.default_rng(1).normal(size=(3, 1, table.shape[1]))
     reference = hidden @ table.T
     model.quantize("int8", config=keras_tfm.models.int8_weight_only_config())
-    logits = np.asarray(model.backbone.token_embedding(hidden.astype("float32"), reverse=True))
+    logits = np.asarray(
+        model.backbone.token_embedding(hidden.astype("float32"), reverse=True)
+    )
     # Per token row: |w - dequantized w| <= max|row| / 254.
     bound = np.abs(hidden).sum(-1, keepdims=True) * np.abs(table).max(axis=1) / 254
     error = np.abs(logits - reference)

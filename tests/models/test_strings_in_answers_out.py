@@ -15,6 +15,8 @@ from keras_tfm.models import (
     EncoderBackbone,
     EncoderClassifier,
     MaskedLanguageModel,
+    MaskedLMPreprocessor,
+    TextClassifierPreprocessor,
 )
 from tests import builders
 
@@ -30,6 +32,10 @@ def word_pieces():
         oov_token="[UNK]",
         lowercase=True,
     )
+
+
+def text_classifier_preprocessor():
+    return TextClassifierPreprocessor(word_pieces(), sequence_length=16)
 
 
 def backbone():
@@ -57,7 +63,10 @@ BIAS = np.array([0.5, 2.0, -1.0])  # forces "furniture", then "animals"
 
 def forced_classifier():
     model = EncoderClassifier(
-        backbone(), num_classes=3, tokenizer=word_pieces(), class_names=NAMES
+        backbone(),
+        num_classes=3,
+        preprocessor=text_classifier_preprocessor(),
+        class_names=NAMES,
     )
     # A zero kernel makes the logits the bias, whatever the text.
     model.classifier.kernel.assign(np.zeros(model.classifier.kernel.shape))
@@ -75,14 +84,18 @@ def test_classify_returns_the_name_of_the_forced_class():
     np.testing.assert_allclose([p for _, p in ranked], expected[[1, 0]], rtol=1e-6)
 
 
-def test_predict_and_call_take_strings_as_the_encoded_ids_do():
-    model = EncoderClassifier(backbone(), num_classes=3, tokenizer=word_pieces())
+def test_predict_and_pool_take_strings_as_the_encoded_ids_do():
+    model = EncoderClassifier(
+        backbone(), num_classes=3, preprocessor=text_classifier_preprocessor()
+    )
     texts = ["The cat sat on the mat.", "a dog"]
     ids = keras_tfm.data.encode_for_classification(model.tokenizer, texts, 16)
     np.testing.assert_array_equal(ids[1, :4], [ID["[CLS]"], ID["a"], ID["dog"], 3])
     expected = model.predict(ids, verbose=0)
     np.testing.assert_allclose(model.predict(texts, verbose=0), expected, atol=1e-6)
-    np.testing.assert_allclose(ops.convert_to_numpy(model(texts)), expected, atol=1e-5)
+    pooled = ops.convert_to_numpy(model.pool(ids))
+    from_texts = ops.convert_to_numpy(model.pool(texts))
+    np.testing.assert_allclose(from_texts, pooled, atol=1e-5)
     # Without names, classify returns the class index of the largest logit.
     assert model.classify(texts) == expected.argmax(axis=1).tolist()
 
@@ -116,7 +129,9 @@ def test_bad_top_k_raises(top_k):
 
 
 def forced_mlm(bias):
-    model = MaskedLanguageModel(backbone(), tokenizer=word_pieces())
+    model = MaskedLanguageModel(
+        backbone(), preprocessor=MaskedLMPreprocessor(word_pieces(), 16)
+    )
     head = model.mlm_head
     # Zero dense and LayerNorm: LayerNorm(GELU(0)) = beta = 0, so the logits
     # are the output bias at every masked position.
@@ -165,7 +180,7 @@ def test_fill_mask_answers_each_mask_and_each_text():
     [
         (lambda m: m.fill_mask("no mask here"), r"\[MASK\]"),
         (lambda m: m.fill_mask("the [MASK]", top_k=0), "top_k"),
-        (lambda m: m.fill_mask("the " * 20 + "[MASK]"), "max_sequence_length"),
+        (lambda m: m.fill_mask("the " * 20 + "[MASK]"), "sequence_length=16"),
     ],
 )
 def test_fill_mask_bad_input_raises(call, match):
@@ -305,12 +320,11 @@ def test_causal_lm_string_output_starts_with_the_prompt():
     [
         lambda: EncoderClassifier(backbone(), 3).predict(["the cat"]),
         lambda: EncoderClassifier(backbone(), 3).classify("the cat"),
-        lambda: EncoderClassifier(backbone(), 3)(["the cat"]),
         lambda: MaskedLanguageModel(backbone()).fill_mask("the [MASK]"),
         lambda: seq2seq(tokenizer=None, start_token_id=5).generate("the cat", 2),
         lambda: causal_lm(None, 20).generate("the cat", 2),
     ],
 )
 def test_strings_without_a_tokenizer_raise_naming_the_fix(call):
-    with pytest.raises(ValueError, match="tokenizer"):
+    with pytest.raises(ValueError, match="tokenizer|preprocessor"):
         call()
