@@ -485,7 +485,7 @@ class CausalLM(QuantizationMixin, Task):
             The answer, without the template's markup (a generator of its
             pieces with `stream=True`).
 
-        Example (the README's test runs it; here it would load SmolLM2):
+        Example:
         >>> model = keras_tfm.models.CausalLM.from_preset(  # doctest: +SKIP
         ...     "smollm2_135m_instruct")
         >>> model.chat("What is the capital of France?",  # doctest: +SKIP
