@@ -20,6 +20,7 @@ import pytest
 
 from keras_tfm import cli, convert, layers, models, saving, training, zoo
 from keras_tfm.data import language_model_datasets
+from tests.builders import causal_lm
 from tests.convert.tiny_gguf import Q, write_tiny_llama
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
@@ -40,7 +41,7 @@ def lm(**overrides):
         vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
         intermediate_dim=32, max_sequence_length=16,
     )  # fmt: skip
-    return models.CausalLM(**{**config, **overrides})
+    return causal_lm(**{**config, **overrides})
 
 
 def byte_data(text, sequence_length=8, batch_size=2):

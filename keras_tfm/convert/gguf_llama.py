@@ -215,6 +215,6 @@ def load_gguf_llama(path, max_sequence_length=None):
             f"llama.vocab_size={config['vocabulary_size']}"
         )
     weights = llama_weights(hf_tensors(reader, config), config, f"The GGUF file {path}")
-    model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     assign_weights(model, weights)
     return model

@@ -219,7 +219,7 @@ def load_hf_gpt2(directory, max_sequence_length=None):
         table = weights["position_embedding/embeddings"]
         weights["position_embedding/embeddings"] = table[:max_sequence_length]
     tokenizer = _load_tokenizer(directory, config["vocabulary_size"])
-    model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     assign_weights(model, weights)
     return model
 
@@ -229,7 +229,7 @@ def _check_saveable(model, tokenizer):
         raise ValueError(
             f"`model` must be a keras_tfm CausalLM. Received: {type(model).__name__}"
         )
-    attention = model.transformer_layers[0].self_attention
+    attention = model.backbone.transformer_layers[0].self_attention
     checks = {
         "normalize_first": (True, model.normalize_first),
         "normalization": ("layer_norm", model.normalization),

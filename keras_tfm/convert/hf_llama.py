@@ -209,7 +209,7 @@ def load_hf_llama(directory, max_sequence_length=None):
         tensors = _add_qwen2_zero_biases(tensors, config)
     weights = llama_weights(tensors, config, str(directory))
     tokenizer = _load_tokenizer(directory, config["vocabulary_size"])
-    model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     assign_weights(model, weights)
     return model
 
@@ -238,7 +238,7 @@ def _saveable_config(model, tokenizer):
             f"Received: {tokenizer.vocabulary_size()} tokens and "
             f"vocabulary_size={model.vocabulary_size}"
         )
-    attention = model.transformer_layers[0].self_attention
+    attention = model.backbone.transformer_layers[0].self_attention
     config = model.get_config()
     config["head_dim"] = attention.effective_head_dim
     config["num_key_value_heads"] = attention.effective_num_key_value_heads

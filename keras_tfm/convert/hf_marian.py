@@ -1,4 +1,4 @@
-"""HuggingFace-format Marian (opus-mt) checkpoints -> `Seq2SeqTransformer`.
+"""HuggingFace-format Marian (opus-mt) checkpoints -> `Seq2SeqLM`.
 
 A checkpoint directory holds config.json (a `MarianConfig`), model.safetensors
 (a `MarianMTModel`'s weights) and the tokenizer files source.spm, target.spm
@@ -26,7 +26,7 @@ from keras_tfm.convert._hf_files import (
 )
 from keras_tfm.convert.marian_tokenizer import MarianTokenizer
 from keras_tfm.layers.positional_encoding import PositionalEncoding
-from keras_tfm.models.seq2seq_transformer import Seq2SeqTransformer
+from keras_tfm.models.seq2seq_lm import Seq2SeqLM
 
 # HuggingFace `activation_function` -> our FeedForward activation.
 ACTIVATIONS = {
@@ -58,7 +58,7 @@ PREFIX = "model."
 
 
 def marian_config(config, directory="."):
-    """`Seq2SeqTransformer` arguments from a Marian config.json dict."""
+    """`Seq2SeqLM` arguments from a Marian config.json dict."""
     where = f"{directory}/config.json"
     check_model_type(config, ("marian",), "Marian", directory)
     activation = config_choice(
@@ -282,7 +282,7 @@ def _load_tokenizer(directory, config, where):
 
 
 def load_hf_marian(directory):
-    """Loads a HuggingFace Marian (opus-mt) checkpoint as a `Seq2SeqTransformer`.
+    """Loads a HuggingFace Marian (opus-mt) checkpoint as a `Seq2SeqLM`.
 
     The model is post-LN with the checkpoint's sizes, `position_encoding=
     "sinusoidal_split"` (Marian's [sin | cos] table, from position 0),
@@ -302,7 +302,7 @@ def load_hf_marian(directory):
             target.spm and vocab.json (tokenizer_config.json optional).
 
     Returns:
-        A float32 `keras_tfm.models.Seq2SeqTransformer`.
+        A float32 `keras_tfm.models.Seq2SeqLM`.
 
     Example:
     >>> model = load_hf_marian(FIXTURES / "tiny_marian_hf")
@@ -318,7 +318,9 @@ def load_hf_marian(directory):
     tensors = _standardize_names(read_safetensors(directory))
     weights, sources = marian_weights(tensors, config, directory)
     tokenizer = _load_tokenizer(directory, raw, where)
-    model = Seq2SeqTransformer(**config, tokenizer=tokenizer, dtype="float32")
+    model = Seq2SeqLM.from_config(
+        {**config, "tokenizer": tokenizer, "dtype": "float32"}
+    )
     _check_shapes(model, weights, sources)
     assign_weights(model, weights)
     return model

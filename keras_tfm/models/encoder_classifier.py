@@ -3,7 +3,7 @@ import numpy as np
 
 from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
-from keras_tfm.models.legacy import preprocessor_from_legacy_config
+from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.pooling import mean_pool
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.task import Task, restore_preprocessor

@@ -7,7 +7,7 @@ from keras_tfm.models.encoder_backbone import (
     EncoderBackbone,
     unpack_encoder_inputs,
 )
-from keras_tfm.models.legacy import preprocessor_from_legacy_config
+from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.masked_lm_preprocessor import MaskedLMPreprocessor
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.task import Task, restore_preprocessor

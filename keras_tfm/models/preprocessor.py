@@ -15,7 +15,9 @@ presets save it separately): here the tokenizer is a tracked sublayer, so a
 
 import keras
 import numpy as np
+import tensorflow as tf
 
+from keras_tfm.generation.generation_utils import format_outputs
 from keras_tfm.models.tokenizer_attachment import (
     is_text,
     restore_tokenizer,
@@ -45,6 +47,12 @@ class Preprocessor(keras.layers.Layer):
         self.tokenizer = tokenizer
         self.built = True
 
+    def __call__(self, x, y=None, sample_weight=None, **kwargs):
+        # Keras takes only tensors positionally; Python strings and lists
+        # become tensors first (keras-hub's PreprocessingLayer does the same).
+        x, y, sample_weight = (_as_tensors(v) for v in (x, y, sample_weight))
+        return super().__call__(x, y=y, sample_weight=sample_weight, **kwargs)
+
     @property
     def end_token_id(self):
         """The tokenizer's end-of-sequence id ("[END]", "</s>", ...), or None."""
@@ -67,10 +75,26 @@ class Preprocessor(keras.layers.Layer):
             ids = keras.ops.convert_to_numpy(ids).tolist()
         return [np.asarray(row, "int64").reshape(-1) for row in ids]
 
+    def generate_preprocess(self, texts):
+        """The token ids of each prompt or source: a list of 1-D int arrays."""
+        return self.token_lists(texts)
+
+    def generate_postprocess(self, rows, kind, stop_token_ids):
+        """Id rows back to clean text (stop ids dropped), shaped by `kind`."""
+        return format_outputs(rows, kind, self.tokenizer, stop_token_ids)
+
     def get_config(self):
         config = super().get_config()
         config["tokenizer"] = serialize_tokenizer(self.tokenizer)
         return config
+
+
+def _as_tensors(value):
+    if value is None or isinstance(value, dict):
+        return value if value is None else {k: _as_tensors(v) for k, v in value.items()}
+    if isinstance(value, (str, bytes, list, tuple, np.ndarray)):
+        return tf.convert_to_tensor(value)
+    return value
 
 
 __all__ = ["Preprocessor", "is_text"]

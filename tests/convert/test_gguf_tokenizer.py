@@ -18,7 +18,7 @@ from keras_tfm.convert import (
 from keras_tfm.convert.chat_template import apply_chatml, parse_chatml_template
 from keras_tfm.convert.gguf_llama import llama_tokenizer
 from keras_tfm.convert.gguf_tokenizer import LLAMA3_SPLIT_PATTERN, QWEN2_SPLIT_PATTERN
-from keras_tfm.models import CausalLM
+from tests.builders import causal_lm
 from tests.convert.tiny_gguf import (
     MERGES,
     SPECIALS,
@@ -172,7 +172,7 @@ def test_smollm2_tf_data_path_equals_the_fixture(smollm2, reference):
 
 
 def test_tokenizer_is_saved_with_the_model(tiny, tmp_path):
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=tiny.vocabulary_size(), num_layers=1, num_heads=2,
         hidden_dim=8, intermediate_dim=16, max_sequence_length=16, tokenizer=tiny,
     )  # fmt: skip

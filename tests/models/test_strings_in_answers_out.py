@@ -12,14 +12,13 @@ from keras import ops
 
 import keras_tfm
 from keras_tfm.models import (
-    CausalLM,
     EncoderBackbone,
     EncoderClassifier,
     MaskedLanguageModel,
     MaskedLMPreprocessor,
-    Seq2SeqTransformer,
     TextClassifierPreprocessor,
 )
+from tests import builders
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[START]", "[END]"]
 WORDS += ["the", "cat", "dog", "sat", "on", "mat", ".", "i", "'", "ve", "a", "##s"]
@@ -200,8 +199,8 @@ def test_masked_language_model_keeps_its_tokenizer_when_saved(tmp_path):
 # Translation.
 
 
-def seq2seq(tokenizer="word_pieces"):
-    return Seq2SeqTransformer(
+def seq2seq(tokenizer="word_pieces", **kwargs):
+    return builders.seq2seq_lm(
         vocabulary_size=len(WORDS),
         num_encoder_layers=1,
         num_decoder_layers=1,
@@ -210,14 +209,15 @@ def seq2seq(tokenizer="word_pieces"):
         intermediate_dim=32,
         max_sequence_length=16,
         tokenizer=word_pieces() if tokenizer == "word_pieces" else tokenizer,
+        **kwargs,
     )
 
 
 def force_logit(model, token_id):
     """Adds 1e4 to one token's logit at every step: it always wins."""
-    logits = model._logits
+    logits = model.logits
     bonus = ops.one_hot(token_id, model.vocabulary_size) * 1e4
-    model._logits = lambda x: logits(x) + bonus
+    model.logits = lambda x: logits(x) + bonus
 
 
 def test_seq2seq_takes_start_and_stop_from_the_tokenizer():
@@ -243,7 +243,6 @@ def test_seq2seq_strings_are_the_detokenized_ids_without_special_tokens():
     ids = model.generate(
         [[ID[w] for w in ["the", "cat", "sat", "on", "the", "mat", "."]]],
         max_new_tokens=8,
-        start_token_id=ID["[START]"],
         stop_token_ids=ID["[END]"],
     )[0]
     text = model.generate(source, max_new_tokens=8)
@@ -263,7 +262,7 @@ def test_generated_strings_join_word_pieces_and_apostrophes():
 
 
 def test_seq2seq_without_a_start_token_says_how_to_give_one():
-    model = Seq2SeqTransformer(
+    model = builders.seq2seq_lm(
         vocabulary_size=260,
         num_encoder_layers=1,
         num_decoder_layers=1,
@@ -275,14 +274,17 @@ def test_seq2seq_without_a_start_token_says_how_to_give_one():
     )
     with pytest.raises(ValueError, match="start_token_id"):
         model.generate("hallo", max_new_tokens=2)
-    assert isinstance(model.generate("hallo", 2, start_token_id=1), str)
+    given = keras_tfm.models.Seq2SeqLM(
+        model.backbone, model.preprocessor, start_token_id=1
+    )
+    assert isinstance(given.generate("hallo", 2), str)
 
 
 # Causal language models.
 
 
 def causal_lm(tokenizer, vocabulary_size):
-    return CausalLM(
+    return builders.causal_lm(
         vocabulary_size=vocabulary_size,
         num_layers=1,
         num_heads=2,
@@ -319,7 +321,7 @@ def test_causal_lm_string_output_starts_with_the_prompt():
         lambda: EncoderClassifier(backbone(), 3).predict(["the cat"]),
         lambda: EncoderClassifier(backbone(), 3).classify("the cat"),
         lambda: MaskedLanguageModel(backbone()).fill_mask("the [MASK]"),
-        lambda: seq2seq(tokenizer=None).generate("the cat", 2, start_token_id=5),
+        lambda: seq2seq(tokenizer=None, start_token_id=5).generate("the cat", 2),
         lambda: causal_lm(None, 20).generate("the cat", 2),
     ],
 )

@@ -9,6 +9,7 @@ import pytest
 import keras_tfm
 from keras_tfm import zoo
 from keras_tfm.models import CausalLM, SentenceEncoder
+from tests.builders import causal_lm
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -131,7 +132,7 @@ def test_smollm2_answers_a_question_in_one_call(smollm2):
 
 
 def test_chat_needs_a_chat_template():
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=16,
     )  # fmt: skip
