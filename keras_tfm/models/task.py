@@ -40,6 +40,13 @@ def restore_preprocessor(preprocessor):
     return preprocessor
 
 
+def _holds_text(dataset):
+    """Whether a dataset's inputs are strings (a dataset of ids is ready)."""
+    spec = dataset.element_spec
+    spec = spec[0] if isinstance(spec, tuple) else spec
+    return getattr(spec, "dtype", None) == tf.string
+
+
 class Task(PresetMixin, keras.Model):
     """Base of the tasks: `preprocessor`, `from_preset` and the data pipeline.
 
@@ -65,7 +72,7 @@ class Task(PresetMixin, keras.Model):
         """The data as `fit` reads it: preprocessed, labels checked."""
         limit, kind = self.label_range(), self.label_kind or "class"
         if isinstance(x, tf.data.Dataset):
-            if self.preprocessor is not None:
+            if self.preprocessor is not None and _holds_text(x):
                 x = x.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
             if limit is not None:
                 x = with_checked_labels(x, limit, name)

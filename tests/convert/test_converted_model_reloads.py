@@ -20,7 +20,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_bert_hf"
 
 def test_a_fresh_process_loads_a_converted_model_after_import_keras_tfm(tmp_path):
     backbone, tokenizer = load_hf_bert(FIXTURE)
-    preprocessor = TextClassifierPreprocessor(tokenizer, sequence_length=16)
+    preprocessor = TextClassifierPreprocessor(tokenizer, sequence_length=12)
     model = EncoderClassifier(backbone, num_classes=2, preprocessor=preprocessor)
     ids = np.array([[2, 5, 7, 3]])
     np.save(tmp_path / "expected.npy", np.asarray(model(ids)))

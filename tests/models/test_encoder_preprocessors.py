@@ -214,3 +214,15 @@ def test_classify_and_encode_say_what_they_accept(texts):
 def test_classify_of_no_texts_is_empty():
     assert classifier().classify([]) == []
     assert classifier().classify([], top_k=2) == []
+
+
+def test_fit_maps_the_preprocessor_over_strings_only():
+    model = classifier()
+    model.compile("adam", "sparse_categorical_crossentropy")
+    labels = np.array([0, 1, 2])
+    strings = tf.data.Dataset.from_tensor_slices((TEXTS, labels)).batch(3)
+    ids = strings.map(model.preprocessor)  # already token ids: used as they are
+    from_strings = model.evaluate(strings, verbose=0)
+    assert model.evaluate(ids, verbose=0) == from_strings
+    with pytest.raises(ValueError, match=r"class ids in \[0, 3\)"):
+        model.fit(strings.map(lambda x, y: (x, y + 1)), verbose=0)
