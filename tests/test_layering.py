@@ -1,4 +1,4 @@
-"""The package's layers import downwards only: layers -> models -> zoo.
+"""The package's layers import downwards only: kernels -> layers -> models -> zoo.
 
 A module that imports the top-level package (or a higher layer) while the
 package is still initializing is an import cycle that works by accident of
@@ -23,6 +23,8 @@ HIGHER = (
     "keras_tfm.training",
 )
 LOW = ("keras_tfm/layers/", "keras_tfm/data/", "keras_tfm/datasets/")
+# The kernels are functions of tensors under the layers: they import none.
+KERNELS = "keras_tfm/kernels/"
 
 
 def imported_modules(path):
@@ -53,3 +55,10 @@ def test_no_module_imports_the_top_level_package(module):
 def test_layers_and_data_never_import_models_or_the_zoo(module):
     imports = set(imported_modules(PACKAGE.parent / module))
     assert not [name for name in imports if name.startswith(HIGHER)]
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith(KERNELS)])
+def test_kernels_never_import_layers_or_higher(module):
+    imports = set(imported_modules(PACKAGE.parent / module))
+    higher = HIGHER + ("keras_tfm.layers", "keras_tfm.data", "keras_tfm.datasets")
+    assert not [name for name in imports if name.startswith(higher)]

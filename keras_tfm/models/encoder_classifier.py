@@ -2,7 +2,6 @@ import keras
 import numpy as np
 
 from keras_tfm.data.tokenizers import encode_for_classification
-from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.models.class_labels import ClassLabelCheckMixin
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
 from keras_tfm.models.pooling import mean_pool
@@ -13,6 +12,7 @@ from keras_tfm.models.tokenizer_attachment import (
     serialize_tokenizer,
     text_list,
 )
+from keras_tfm.quantized_weights import QuantizableDense
 from keras_tfm.validation import check_choice, check_positive_int, check_rate
 
 POOLINGS = ("cls", "mean")
