@@ -216,3 +216,25 @@ class QuantizableDense(keras.layers.Dense):
         own = {key: store[key] for key in store.keys()}
         own["0"] = np.transpose(np.asarray(own["0"]))
         super().load_own_variables(own)
+
+
+def projection(layer, units, name):
+    """A `QuantizableDense` of `units` configured as `layer`'s projections are.
+
+    It takes `layer`'s `use_bias`, `kernel_initializer`, `bias_initializer`
+    and dtype policy, as every projection of `FeedForward` and
+    `MultiHeadSelfAttention` does.
+
+    Example:
+    >>> ffn = keras_tfm.layers.FeedForward(8, use_bias=False)
+    >>> projection(ffn, 4, "output").use_bias
+    False
+    """
+    return QuantizableDense(
+        units,
+        use_bias=layer.use_bias,
+        kernel_initializer=layer.kernel_initializer,
+        bias_initializer=layer.bias_initializer,
+        dtype=layer.dtype_policy,
+        name=name,
+    )

@@ -10,6 +10,6 @@ an import cycle.
 Example:
 >>> from keras_tfm.kernels.attention import dot_product_attention
 >>> q = k = v = np.ones((1, 4, 2, 8), "float32")
->>> dot_product_attention(q, k, v, causal_start=0).shape
+>>> dot_product_attention(q, k, v, causal_start=0)[0].shape
 TensorShape([1, 4, 2, 8])
 """

@@ -1,10 +1,10 @@
 """Scaled dot-product attention: one function, which picks its own kernel.
 
-`dot_product_attention` returns the outputs only and runs the plain kernel
-(`plain_dot_product_attention`, every weight formed at once) or the tiled
-one (`chunked_dot_product_attention`, memory linear in the length) as the
-shapes call for; `dot_product_attention_with_scores` always runs the plain
-kernel and also returns the weights. Both take the same masks, combined as
+`dot_product_attention` runs the plain kernel (`plain_dot_product_attention`,
+every weight formed at once) or the tiled one (`chunked_dot_product_attention`,
+memory linear in the length) as the shapes call for, and returns
+`(outputs, scores)` whatever it runs: the scores only with
+`return_scores=True`, which takes the plain kernel. The masks are combined as
 `masks.attention_mask` combines them.
 """
 
@@ -30,15 +30,16 @@ def dot_product_attention(
     scale=1.0,
     dropout_layer=None,
     training=None,
+    return_scores=False,
 ):
-    """softmax(Q K^T * scale, masked) V, tiled when the keys are long.
+    """`(outputs, scores)`: softmax(Q K^T * scale, masked) V, tiled when long.
 
     The tiled kernel runs when the keys number `CHUNKED_ATTENTION_MIN_LENGTH`
     or more (a run-time choice when their number is unknown at trace time),
-    unless attention dropout is active (it needs the weights) or there is a
-    single query (a decoding step: its logits are one row, which a tile of
-    queries would only pad). Both kernels give the same numbers to float32
-    rounding, gradients included.
+    unless the scores are asked for or attention dropout is active (both
+    need the weights), or there is a single query (a decoding step: its
+    logits are one row, which a tile of queries would only pad). Both
+    kernels give the same numbers to float32 rounding, gradients included.
 
     Args:
         query: (batch, q_len, num_heads, head_dim).
@@ -51,27 +52,40 @@ def dot_product_attention(
         scale: the logit scale, usually 1 / sqrt(head_dim).
         dropout_layer: optional dropout on the attention weights.
         training: passed to `dropout_layer`.
+        return_scores: whether to return the attention weights.
 
     Returns:
-        (batch, q_len, num_heads, head_dim) in the query's dtype; a query
-        that may attend to nothing gets zeros.
+        Always a pair `(outputs, scores)`: outputs (batch, q_len, num_heads,
+        head_dim) in the query's dtype (zeros for a query that may attend to
+        nothing); scores None, or with `return_scores=True` the float32
+        weights (batch, num_heads, q_len, k_len), before dropout.
 
     Example:
-    >>> q = k = v = np.random.rand(2, 5, 4, 8).astype("float32")
-    >>> dot_product_attention(q, k, v, causal_start=0).shape
-    TensorShape([2, 5, 4, 8])
+    >>> q = k = v = np.random.rand(1, 3, 2, 4).astype("float32")
+    >>> out, scores = dot_product_attention(q, k, v, causal_start=0)
+    >>> out.shape, scores
+    (TensorShape([1, 3, 2, 4]), None)
+    >>> _, scores = dot_product_attention(
+    ...     q, k, v, causal_start=0, return_scores=True)
+    >>> np.round(np.asarray(scores)[0, 0, 0], 3).tolist()
+    [1.0, 0.0, 0.0]
     """
     query_length, key_length = query.shape[1], key.shape[1]
     if (
-        (dropout_layer is not None and bool(training))
+        return_scores
+        or (dropout_layer is not None and bool(training))
         or query_length == 1
         or (key_length is not None and key_length < CHUNKED_ATTENTION_MIN_LENGTH)
     ):
-        return dot_product_attention_with_scores(
-            query, key, value, key_mask, mask, causal_start, scale,
-            dropout_layer, training,
-        )[0]  # fmt: skip
-    return chunked_dot_product_attention(
+        combined = attention_mask(
+            ops.shape(query)[1], ops.shape(key)[1], key_mask, mask, causal_start
+        )
+        outputs, scores = plain_dot_product_attention(
+            query, key, value, mask=combined, scale=scale,
+            dropout_layer=dropout_layer, training=training,
+        )  # fmt: skip
+        return outputs, scores if return_scores else None
+    outputs = chunked_dot_product_attention(
         query,
         key,
         value,
@@ -82,38 +96,4 @@ def dot_product_attention(
         causal_start=causal_start,
         plain_below=None if key_length is not None else CHUNKED_ATTENTION_MIN_LENGTH,
     )
-
-
-def dot_product_attention_with_scores(
-    query,
-    key,
-    value,
-    key_mask=None,
-    mask=None,
-    causal_start=None,
-    scale=1.0,
-    dropout_layer=None,
-    training=None,
-):
-    """`(outputs, scores)`: `dot_product_attention`'s outputs and weights.
-
-    Always the plain kernel (the weights are formed to be returned). The
-    arguments are `dot_product_attention`'s.
-
-    Returns:
-        outputs (batch, q_len, num_heads, head_dim) in the query's dtype and
-        scores (batch, num_heads, q_len, k_len) in float32, before dropout.
-
-    Example:
-    >>> q = k = v = np.random.rand(1, 3, 2, 4).astype("float32")
-    >>> _, scores = dot_product_attention_with_scores(q, k, v, causal_start=0)
-    >>> np.round(np.asarray(scores)[0, 0, 0], 3).tolist()
-    [1.0, 0.0, 0.0]
-    """
-    combined = attention_mask(
-        ops.shape(query)[1], ops.shape(key)[1], key_mask, mask, causal_start
-    )
-    return plain_dot_product_attention(
-        query, key, value, mask=combined, scale=scale,
-        dropout_layer=dropout_layer, training=training,
-    )  # fmt: skip
+    return outputs, None

@@ -10,7 +10,7 @@ from keras_tfm.kernels.chunked_feed_forward import (
     CHUNKED_FEED_FORWARD_MIN_LENGTH,
     chunked_feed_forward,
 )
-from keras_tfm.quantized_weights import QuantizableDense
+from keras_tfm.quantized_weights import projection
 from keras_tfm.validation import check_choice, check_positive_int
 
 
@@ -70,26 +70,16 @@ class FeedForward(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
 
-    def _dense(self, units, name):
-        return QuantizableDense(
-            units,
-            use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
         inner_shape = (*inputs_shape[:-1], self.intermediate_dim)
         # SwiGLU's gate and up projections are fused into one matmul.
         width = 2 if self.activation in GATED_ACTIVATIONS else 1
-        self.intermediate_dense = self._dense(
-            width * self.intermediate_dim, "intermediate"
+        self.intermediate_dense = projection(
+            self, width * self.intermediate_dim, "intermediate"
         )
         self.intermediate_dense.build(inputs_shape)
-        self.output_dense = self._dense(hidden_dim, "output")
+        self.output_dense = projection(self, hidden_dim, "output")
         self.output_dense.build(inner_shape)
 
     def call(self, inputs):

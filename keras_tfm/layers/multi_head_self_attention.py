@@ -4,12 +4,9 @@ import keras
 from keras import ops
 
 from keras_tfm.kernels import masks as mask_utils
-from keras_tfm.kernels.attention import (
-    dot_product_attention,
-    dot_product_attention_with_scores,
-)
+from keras_tfm.kernels.attention import dot_product_attention
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
-from keras_tfm.quantized_weights import QuantizableDense
+from keras_tfm.quantized_weights import projection
 from keras_tfm.validation import (
     check_heads,
     check_last_dim,
@@ -142,16 +139,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
 
-    def _dense(self, units, name):
-        return QuantizableDense(
-            units,
-            use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
     def build(self, inputs_shape, context_shape=None):
         hidden_dim = inputs_shape[-1]
         if self.head_dim is None:
@@ -166,16 +153,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         kv_source_shape = inputs_shape if context_shape is None else context_shape
         self.context_dim = kv_source_shape[-1]
         # Queries in one projection; keys and values fused into a second one.
-        self.query_dense = self._dense(
-            self.num_heads * self.effective_head_dim, "query"
+        self.query_dense = projection(
+            self, self.num_heads * self.effective_head_dim, "query"
         )
         self.query_dense.build(inputs_shape)
-        self.key_value_dense = self._dense(
+        self.key_value_dense = projection(
+            self,
             2 * self.effective_num_key_value_heads * self.effective_head_dim,
             "key_value",
         )
         self.key_value_dense.build(kv_source_shape)
-        self.output_dense = self._dense(hidden_dim, "attention_output")
+        self.output_dense = projection(self, hidden_dim, "attention_output")
         self.output_dense.build((None, None, self.num_heads * self.effective_head_dim))
         self.dropout_layer = keras.layers.Dropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
@@ -288,12 +276,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             key_mask = None if key_mask is None else key_mask[:, :query_length]
             if attention_mask is not None:
                 attention_mask = attention_mask[:, :, :query_length]
-        attend = (
-            dot_product_attention_with_scores
-            if return_attention_scores
-            else dot_product_attention
-        )
-        result = attend(
+        outputs, scores = dot_product_attention(
             query,
             key,
             value,
@@ -303,8 +286,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             scale=1.0 / math.sqrt(self.effective_head_dim),
             dropout_layer=self.dropout_layer if self.dropout > 0 else None,
             training=training,
+            return_scores=return_attention_scores,
         )
-        outputs, scores = result if return_attention_scores else (result, None)
         outputs = ops.reshape(
             outputs, (batch, query_length, self.num_heads * self.effective_head_dim)
         )
