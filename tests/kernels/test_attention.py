@@ -7,28 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tfm.kernels import attention as attention_module
-from keras_tfm.kernels import chunked_attention
 from keras_tfm.kernels.attention import dot_product_attention
 
 B, T, S, N, K, H = 2, 14, 14, 4, 2, 8
-
-
-@pytest.fixture
-def small_tiles(monkeypatch):
-    """Keys from 12 on are long; tiles of 5 keys and 3 queries; calls spied."""
-    monkeypatch.setattr(attention_module, "CHUNKED_ATTENTION_MIN_LENGTH", 12)
-    monkeypatch.setattr(chunked_attention, "DEFAULT_CHUNK_SIZE", 5)
-    monkeypatch.setattr(chunked_attention, "DEFAULT_QUERY_CHUNK_SIZE", 3)
-    calls = []
-    tiled = attention_module.chunked_dot_product_attention
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return tiled(*args, **kwargs)
-
-    monkeypatch.setattr(attention_module, "chunked_dot_product_attention", spy)
-    return calls
 
 
 def _inputs(q_len=T, k_len=S, seed=0):

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tfm.kernels import attention as attention_module
 from keras_tfm.kernels import chunked_attention
 from keras_tfm.kernels.chunked_attention import chunked_dot_product_attention
 from keras_tfm.kernels.plain_attention import (
@@ -268,22 +267,6 @@ def test_bad_sizes(name, bad):
     query, key, value, _, _ = _inputs(0, 1, 3, 3, 1, 1, 2)
     with pytest.raises(ValueError, match=name):
         chunked_dot_product_attention(query, key, value, **{name: bad})
-
-
-@pytest.fixture
-def small_tiles(monkeypatch):
-    """Long means 12 keys or more, tiles of 5 keys and 3 queries: cheap."""
-    monkeypatch.setattr(attention_module, "CHUNKED_ATTENTION_MIN_LENGTH", 12)
-    monkeypatch.setattr(chunked_attention, "DEFAULT_CHUNK_SIZE", 5)
-    monkeypatch.setattr(chunked_attention, "DEFAULT_QUERY_CHUNK_SIZE", 3)
-    calls = []
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return chunked_dot_product_attention(*args, **kwargs)
-
-    monkeypatch.setattr(attention_module, "chunked_dot_product_attention", spy)
-    return calls
 
 
 def _layer_run(layer, x, **kwargs):

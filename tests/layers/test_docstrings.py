@@ -1,4 +1,4 @@
-"""The runnable example in every layer's docstring runs and prints what it says."""
+"""The runnable example in every layer's and kernel's docstring runs as it says."""
 
 import doctest
 
@@ -7,6 +7,8 @@ import pytest
 from keras import ops
 
 import keras_tfm
+from keras_tfm import kernels
+from keras_tfm.kernels import activations, attention, masks, plain_attention
 from keras_tfm.layers import (
     decoder_block,
     feed_forward,
@@ -19,6 +21,11 @@ from keras_tfm.layers import (
 )
 
 MODULES = [
+    activations,
+    attention,
+    kernels,
+    masks,
+    plain_attention,
     decoder_block,
     feed_forward,
     learned_positional_embedding,
