@@ -31,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 # Not public API: TensorFlow's profile format, to read the events back.
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
-from keras_tfm.layers.chunked_attention import (  # noqa: E402
+from keras_tfm.kernels.chunked_attention import (  # noqa: E402
     chunked_dot_product_attention,
 )
 

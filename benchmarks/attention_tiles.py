@@ -5,7 +5,7 @@ mask, static length), forward and forward + backward, one XLA-compiled
 function per setting, median of 3 calls after a warm-up; PyTorch's
 `scaled_dot_product_attention` on the same shapes beside it when
 --torch-python names a Python with torch. The defaults of
-`keras_tfm.layers.chunked_attention` come from this table
+`keras_tfm.kernels.chunked_attention` come from this table
 (docs/benchmarks.md, "Long sequences").
 
     python benchmarks/attention_tiles.py --lengths 4096 16384 \
@@ -63,7 +63,7 @@ def median_seconds(function, inputs, repeats=3):
 def keras_tfm_seconds(length, query_tile, key_tile):
     import tensorflow as tf
 
-    from keras_tfm.layers.chunked_attention import chunked_dot_product_attention
+    from keras_tfm.kernels.chunked_attention import chunked_dot_product_attention
 
     inputs = [tf.random.normal((1, length, 4, 64)) for _ in range(3)]
 

@@ -28,7 +28,7 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 from run import copy_bandwidth  # noqa: E402
 
-from keras_tfm.layers.weight_only_matmul import weight_only_matmul  # noqa: E402
+from keras_tfm.kernels.weight_only_matmul import weight_only_matmul  # noqa: E402
 
 IN, OUT, LAYERS, REPEATS = 576, 1536, 30, 15
 

@@ -658,10 +658,10 @@ def memory_worker(impl, length, hidden_dim=256, num_heads=4, ffn=1024):
         if impl == "keras-tfm":
             block = TransformerEncoderBlock(num_heads, ffn)
         elif impl == "keras-tfm plain":
+            import keras_tfm.kernels.attention as attention
             import keras_tfm.layers.feed_forward as feed_forward
-            import keras_tfm.layers.multi_head_self_attention as mhsa
 
-            mhsa.CHUNKED_ATTENTION_MIN_LENGTH = 10**9
+            attention.CHUNKED_ATTENTION_MIN_LENGTH = 10**9
             feed_forward.CHUNKED_FEED_FORWARD_MIN_LENGTH = 10**9
             block = TransformerEncoderBlock(num_heads, ffn)
         else:
@@ -782,9 +782,9 @@ def long_worker(impl, length, shape, hidden_dim=256, num_heads=4, ffn=1024):
                     return int(line.split()[1]) / 1024  # MB
 
     if impl.endswith("plain"):  # the quadratic path, as before issue 19
-        import keras_tfm.layers.multi_head_self_attention as mhsa
+        import keras_tfm.kernels.attention as attention
 
-        mhsa.CHUNKED_ATTENTION_MIN_LENGTH = 10**9
+        attention.CHUNKED_ATTENTION_MIN_LENGTH = 10**9
     if impl.startswith("prefill"):
         return prefill_worker(length, hidden_dim, num_heads, ffn, rss)
     block = TransformerEncoderBlock(num_heads, ffn)

@@ -4,7 +4,7 @@ Importing the package registers every serializable class (layers, models,
 losses, metrics, schedules, the converted checkpoints' tokenizers), so
 `keras.models.load_model` reads any keras-tfm `.keras` file after a plain
 `import keras_tfm`. On a CPU with AVX-512 it also asks XLA for 512-bit
-vector code (`keras_tfm.training.prefer_wide_vectors`).
+vector code (`keras_tfm.runtime.prefer_wide_vectors`).
 
 Example:
 >>> import keras_tfm
@@ -19,11 +19,12 @@ from keras_tfm import (
     generation,
     layers,
     models,
+    runtime,
     training,
     zoo,
 )
 
-training.prefer_wide_vectors()
+runtime.prefer_wide_vectors()
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     "generation",
     "layers",
     "models",
+    "runtime",
     "training",
     "zoo",
 ]

@@ -5,9 +5,6 @@ value received, so that a bad call fails at the line that made it rather
 than as a NaN or a silent broadcast three layers later.
 """
 
-# "gelu" is the exact erf form (BERT); "gelu_approximate" the tanh form
-# (GPT-2's "gelu_new"); "silu" is x * sigmoid(x) (swish, Marian's).
-ACTIVATIONS = ("relu", "gelu", "gelu_approximate", "silu", "swiglu")
 NORMALIZATIONS = ("layer_norm", "rms_norm")
 
 

@@ -1,6 +1,10 @@
 """The package imports downwards only, with no ring between its parts.
 
-    validation, _keras_compat, legacy_files      shared checks and helpers
+    validation, _keras_compat, legacy_files,     shared checks and helpers
+        runtime
+    kernels                                      attention, activations, masks,
+                                                 the weight-only matmul
+    quantized_weights                            the storage of quantized weights
     layers, data, datasets, saving, distribute   the building blocks
     generation, baselines                        samplers and decoding loops;
                                                  the model-free baselines
@@ -30,18 +34,21 @@ RANKS = {
     "validation": 0,
     "_keras_compat": 0,
     "legacy_files": 0,
-    "layers": 1,
-    "data": 1,
-    "datasets": 1,
-    "saving": 1,
-    "baselines": 2,
-    "distribute": 1,
-    "generation": 2,
-    "models": 3,
-    "training": 4,
-    "convert": 5,
-    "zoo": 6,
-    "cli": 7,
+    "runtime": 0,
+    "kernels": 1,
+    "quantized_weights": 2,
+    "layers": 3,
+    "data": 3,
+    "datasets": 3,
+    "saving": 3,
+    "distribute": 3,
+    "baselines": 4,
+    "generation": 4,
+    "models": 5,
+    "training": 6,
+    "convert": 7,
+    "zoo": 8,
+    "cli": 9,
 }
 TOP = {"keras_tfm/__init__.py"}
 

@@ -10,10 +10,10 @@ from keras_tfm.layers.feed_forward import FeedForward
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_tfm.layers.positional_encoding import PositionalEncoding
-from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_tfm.quantized_weights import QuantizableDense
 
 __all__ = [
     "DecoderBlock",

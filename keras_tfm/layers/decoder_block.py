@@ -1,6 +1,6 @@
 import keras
 
-from keras_tfm.layers.masks import implicit_mask
+from keras_tfm.kernels.masks import implicit_mask
 from keras_tfm.layers.transformer_block import TransformerBlock
 from keras_tfm.validation import check_rank
 

@@ -1,12 +1,17 @@
 import keras
 from keras import ops
 
-from keras_tfm.layers.chunked_feed_forward import (
+from keras_tfm.kernels.activations import (
+    ACTIVATION_FUNCTIONS,
+    ACTIVATIONS,
+    GATED_ACTIVATIONS,
+)
+from keras_tfm.kernels.chunked_feed_forward import (
     CHUNKED_FEED_FORWARD_MIN_LENGTH,
     chunked_feed_forward,
 )
-from keras_tfm.layers.quantizable_dense import QuantizableDense
-from keras_tfm.validation import ACTIVATIONS, check_choice, check_positive_int
+from keras_tfm.quantized_weights import projection
+from keras_tfm.validation import check_choice, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -65,26 +70,16 @@ class FeedForward(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
 
-    def _dense(self, units, name):
-        return QuantizableDense(
-            units,
-            use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
         inner_shape = (*inputs_shape[:-1], self.intermediate_dim)
         # SwiGLU's gate and up projections are fused into one matmul.
-        width = 2 if self.activation == "swiglu" else 1
-        self.intermediate_dense = self._dense(
-            width * self.intermediate_dim, "intermediate"
+        width = 2 if self.activation in GATED_ACTIVATIONS else 1
+        self.intermediate_dense = projection(
+            self, width * self.intermediate_dim, "intermediate"
         )
         self.intermediate_dense.build(inputs_shape)
-        self.output_dense = self._dense(hidden_dim, "output")
+        self.output_dense = projection(self, hidden_dim, "output")
         self.output_dense.build(inner_shape)
 
     def call(self, inputs):
@@ -100,17 +95,7 @@ class FeedForward(keras.layers.Layer):
                 plain_below=plain_below,
             )
         hidden = self.intermediate_dense(inputs)
-        if self.activation == "relu":
-            hidden = ops.relu(hidden)
-        elif self.activation == "gelu":
-            hidden = ops.gelu(hidden, approximate=False)
-        elif self.activation == "gelu_approximate":
-            hidden = ops.gelu(hidden, approximate=True)
-        elif self.activation == "silu":
-            hidden = ops.silu(hidden)
-        else:
-            gate, up = ops.split(hidden, 2, axis=-1)
-            hidden = ops.silu(gate) * up
+        hidden = ACTIVATION_FUNCTIONS[self.activation].apply(hidden)
         return self.output_dense(hidden)
 
     def _chunked_path(self, inputs):

@@ -3,14 +3,10 @@ import math
 import keras
 from keras import ops
 
-from keras_tfm.layers import masks as mask_utils
-from keras_tfm.layers.attention_kernel import dot_product_attention
-from keras_tfm.layers.chunked_attention import (
-    CHUNKED_ATTENTION_MIN_LENGTH,
-    chunked_dot_product_attention,
-)
-from keras_tfm.layers.quantizable_dense import QuantizableDense
+from keras_tfm.kernels import masks as mask_utils
+from keras_tfm.kernels.attention import dot_product_attention
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
+from keras_tfm.quantized_weights import projection
 from keras_tfm.validation import (
     check_heads,
     check_last_dim,
@@ -37,8 +33,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     softmax runs in float32 under every dtype policy; a query that may attend
     to nothing gets zero attention weights (its output is the output bias),
     never NaN. With keys of `CHUNKED_ATTENTION_MIN_LENGTH` (1024) or more,
-    no returned scores and no active attention dropout, the exact tiled
-    kernel (`chunked_dot_product_attention`) is used, so memory grows
+    no returned scores, no active attention dropout and more than one query,
+    `keras_tfm.kernels.attention` runs the exact tiled kernel, so memory grows
     linearly with the length: in self- and cross-attention, and in a prefill
     (a cache written at `cache_update_index=0`, where the queries attend to
     their own keys). When the length is unknown at trace time (a
@@ -143,16 +139,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
 
-    def _dense(self, units, name):
-        return QuantizableDense(
-            units,
-            use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
     def build(self, inputs_shape, context_shape=None):
         hidden_dim = inputs_shape[-1]
         if self.head_dim is None:
@@ -167,16 +153,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         kv_source_shape = inputs_shape if context_shape is None else context_shape
         self.context_dim = kv_source_shape[-1]
         # Queries in one projection; keys and values fused into a second one.
-        self.query_dense = self._dense(
-            self.num_heads * self.effective_head_dim, "query"
+        self.query_dense = projection(
+            self, self.num_heads * self.effective_head_dim, "query"
         )
         self.query_dense.build(inputs_shape)
-        self.key_value_dense = self._dense(
+        self.key_value_dense = projection(
+            self,
             2 * self.effective_num_key_value_heads * self.effective_head_dim,
             "key_value",
         )
         self.key_value_dense.build(kv_source_shape)
-        self.output_dense = self._dense(hidden_dim, "attention_output")
+        self.output_dense = projection(self, hidden_dim, "attention_output")
         self.output_dense.build((None, None, self.num_heads * self.effective_head_dim))
         self.dropout_layer = keras.layers.Dropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
@@ -240,6 +227,82 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
+        is_cross = self._check_call(
+            inputs, context, cache, cache_update_index, return_attention_scores
+        )
+        batch, query_length = ops.shape(inputs)[0], ops.shape(inputs)[1]
+        start_index = 0 if cache_update_index is None else cache_update_index
+        # A prefill (the whole prompt written at position 0) attends to its
+        # own keys only: the cache's later slots are masked anyway.
+        prefill = (
+            cache is not None
+            and isinstance(cache_update_index, int)
+            and not isinstance(cache_update_index, bool)
+            and cache_update_index == 0
+        )
+
+        # Projections.
+        query = ops.reshape(
+            self.query_dense(inputs),
+            (batch, query_length, self.num_heads, self.effective_head_dim),
+        )  # (B, T, N, H)
+        if self.rotary_embedding is not None:
+            query = self.rotary_embedding(query, start_index=start_index)
+        if cache is not None and cache_update_index is None:
+            key, value = cache[:, 0], cache[:, 1]  # a read-only context cache
+        else:
+            key, value = self._keys_and_values(
+                inputs if context is None else context, start_index
+            )  # (B, S, K, H) each
+            if cache is not None:
+                # One in-place update of the cache, rather than two updates
+                # and a stack, which copied the whole cache at every step.
+                cache = ops.slice_update(
+                    cache,
+                    [0, 0, cache_update_index, 0, 0],
+                    ops.stack([key, value], axis=1),
+                )
+                if not prefill:
+                    key, value = cache[:, 0], cache[:, 1]
+
+        # Masks, then the kernel (`dot_product_attention` picks plain or tiled).
+        key_mask, attention_mask, causal_start = self._attention_masks(
+            inputs, context,
+            ops.shape(cache)[2] if cache is not None else ops.shape(key)[1],
+            padding_mask, context_padding_mask, attention_mask, use_causal_mask,
+            cache_update_index, is_cross,
+        )  # fmt: skip
+        if prefill:
+            key_mask = None if key_mask is None else key_mask[:, :query_length]
+            if attention_mask is not None:
+                attention_mask = attention_mask[:, :, :query_length]
+        outputs, scores = dot_product_attention(
+            query,
+            key,
+            value,
+            key_mask=key_mask,
+            mask=attention_mask,
+            causal_start=causal_start,
+            scale=1.0 / math.sqrt(self.effective_head_dim),
+            dropout_layer=self.dropout_layer if self.dropout > 0 else None,
+            training=training,
+            return_scores=return_attention_scores,
+        )
+        outputs = ops.reshape(
+            outputs, (batch, query_length, self.num_heads * self.effective_head_dim)
+        )
+        outputs = self.output_dense(outputs)
+
+        if cache is not None:
+            return outputs, cache
+        if return_attention_scores:
+            return outputs, scores
+        return outputs
+
+    def _check_call(
+        self, inputs, context, cache, cache_update_index, return_attention_scores
+    ):
+        """Checks `call`'s arguments; returns whether it is cross-attention."""
         check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
         check_last_dim("inputs", inputs, self.hidden_dim)
         if cache is not None and return_attention_scores:
@@ -273,127 +336,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                     self.effective_head_dim,
                 ),
             )
+        return is_cross
 
-        batch, query_length = ops.shape(inputs)[0], ops.shape(inputs)[1]
-        start_index = 0 if cache_update_index is None else cache_update_index
-
-        # Projections.
-        query = ops.reshape(
-            self.query_dense(inputs),
-            (batch, query_length, self.num_heads, self.effective_head_dim),
-        )  # (B, T, N, H)
-        if self.rotary_embedding is not None:
-            query = self.rotary_embedding(query, start_index=start_index)
-        prefill_key = prefill_value = None
-        if cache is not None and cache_update_index is None:
-            key, value = cache[:, 0], cache[:, 1]
-        else:
-            key, value = self._keys_and_values(
-                inputs if context is None else context, start_index
-            )
-            prefill_key, prefill_value = key, value
-            if cache is not None:
-                # One in-place update of the cache, rather than two updates
-                # and a stack, which copied the whole cache at every step.
-                cache = ops.slice_update(
-                    cache,
-                    [0, 0, cache_update_index, 0, 0],
-                    ops.stack([key, value], axis=1),
-                )
-                key, value = cache[:, 0], cache[:, 1]
-
-        key_mask, attention_mask, causal = self._attention_mask(
-            inputs,
-            context,
-            key,
-            padding_mask,
-            context_padding_mask,
-            attention_mask,
-            use_causal_mask,
-            cache_update_index,
-            is_cross,
-        )
-        scale = 1.0 / math.sqrt(self.effective_head_dim)
-        dropout_active = self.dropout > 0 and bool(training)
-        # A prefill (the whole prompt written at position 0) attends to its
-        # own keys only: the cache's later slots are masked anyway.
-        prefill = (
-            cache is not None
-            and cache_update_index is not None
-            and not isinstance(cache_update_index, bool)
-            and isinstance(cache_update_index, int)
-            and cache_update_index == 0
-        )
-
-        def plain():
-            return dot_product_attention(
-                query,
-                key,
-                value,
-                mask=mask_utils.merge_masks(
-                    None if key_mask is None else mask_utils.key_padding_mask(key_mask),
-                    attention_mask,
-                    causal,
-                ),
-                scale=scale,
-                dropout_layer=self.dropout_layer if self.dropout > 0 else None,
-                training=training,
-            )
-
-        def chunked(plain_below=None):
-            own_key, own_value = key, value
-            tiled_key_mask, tiled_mask = key_mask, attention_mask
-            if prefill:
-                own_key, own_value = prefill_key, prefill_value
-                if key_mask is not None:
-                    tiled_key_mask = key_mask[:, :query_length]
-                if attention_mask is not None:
-                    tiled_mask = attention_mask[:, :, :query_length]
-            return chunked_dot_product_attention(
-                query,
-                own_key,
-                own_value,
-                key_mask=tiled_key_mask,
-                use_causal_mask=use_causal_mask,
-                mask=tiled_mask,
-                scale=scale,
-                causal_start=0,
-                plain_below=plain_below,
-            )
-
-        if (
-            return_attention_scores
-            or dropout_active
-            or (cache is not None and not prefill)
-        ):
-            outputs, scores = plain()
-        else:
-            # Long keys: memory linear in the length, same numbers. Decided
-            # now if the length is known, else when the graph runs.
-            scores = None
-            key_length = (prefill_key if prefill else key).shape[1]
-            if key_length is None:
-                outputs = chunked(plain_below=CHUNKED_ATTENTION_MIN_LENGTH)
-            elif key_length >= CHUNKED_ATTENTION_MIN_LENGTH:
-                outputs = chunked()
-            else:
-                outputs = plain()[0]
-        outputs = ops.reshape(
-            outputs, (batch, query_length, self.num_heads * self.effective_head_dim)
-        )
-        outputs = self.output_dense(outputs)
-
-        if cache is not None:
-            return outputs, cache
-        if return_attention_scores:
-            return outputs, scores
-        return outputs
-
-    def _attention_mask(
+    def _attention_masks(
         self,
         inputs,
         context,
-        key,
+        key_length,
         padding_mask,
         context_padding_mask,
         attention_mask,
@@ -401,43 +350,38 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         cache_update_index,
         is_cross,
     ):
-        """`(key_mask, attention_mask, causal)`, each checked or None.
+        """`(key_mask, attention_mask, causal_start)`, checked, for the kernel.
 
-        key_mask is (batch, k_len), attention_mask (batch, q_len, k_len) and
-        causal (1, q_len, k_len); the attention is their AND.
+        key_mask is (batch or 1, k_len), attention_mask (batch, q_len, k_len),
+        each None or checked against `key_length` (an int, or a scalar
+        tensor when unknown at trace time); causal_start is None or where the
+        causal diagonal starts (see `dot_product_attention`).
         """
         query_length = inputs.shape[1]
-        key_length = key.shape[1]
+        static_length = key_length if isinstance(key_length, int) else None
         if is_cross:
             if context_padding_mask is None and context is not None:
                 context_padding_mask = mask_utils.implicit_mask(context)
             check_mask_shape(
-                "context_padding_mask", context_padding_mask, (None, key_length)
+                "context_padding_mask", context_padding_mask, (None, static_length)
             )
             key_mask = context_padding_mask
         else:
             if padding_mask is None and cache_update_index is None:
                 padding_mask = mask_utils.implicit_mask(inputs)
-            check_mask_shape("padding_mask", padding_mask, (None, key_length))
+            check_mask_shape("padding_mask", padding_mask, (None, static_length))
             key_mask = padding_mask
         check_mask_shape(
-            "attention_mask", attention_mask, (None, query_length, key_length)
+            "attention_mask", attention_mask, (None, query_length, static_length)
         )
-
-        causal = None
-        if cache_update_index is not None:
-            # Never attend to cache slots that are not written yet.
-            causal = mask_utils.causal_mask(
-                ops.shape(inputs)[1], ops.shape(key)[1], cache_update_index
-            )
-            if not use_causal_mask:
-                last = cache_update_index + ops.shape(inputs)[1]
-                causal = ops.expand_dims(
-                    ops.expand_dims(ops.arange(ops.shape(key)[1]) < last, 0), 0
-                )
-        elif use_causal_mask:
-            causal = mask_utils.causal_mask(ops.shape(inputs)[1], ops.shape(key)[1])
-        return key_mask, attention_mask, causal
+        if cache_update_index is None:
+            return key_mask, attention_mask, 0 if use_causal_mask else None
+        if use_causal_mask:
+            return key_mask, attention_mask, cache_update_index
+        # Never attend to cache slots that are not written yet.
+        last = cache_update_index + ops.shape(inputs)[1]
+        written = ops.expand_dims(ops.arange(key_length) < last, 0)  # (1, S)
+        return mask_utils.merge_masks(key_mask, written), attention_mask, None
 
     def compute_output_shape(self, inputs_shape, context_shape=None):
         return inputs_shape

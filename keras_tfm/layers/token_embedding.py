@@ -5,7 +5,8 @@ import numpy as np
 from keras import ops
 
 from keras_tfm._keras_compat import get_keras_mask, replace_variable, set_keras_mask
-from keras_tfm.layers.weight_only_matmul import check_cast_dtype, weight_only_matmul
+from keras_tfm.kernels.weight_only_matmul import weight_only_matmul
+from keras_tfm.quantized_weights import check_cast_dtype
 from keras_tfm.validation import check_positive_int
 
 

@@ -2,11 +2,11 @@
 
 import keras
 
+from keras_tfm.kernels.activations import ACTIVATIONS
 from keras_tfm.layers.feed_forward import FeedForward
 from keras_tfm.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_tfm.layers.normalization import make_normalization
 from keras_tfm.validation import (
-    ACTIVATIONS,
     NORMALIZATIONS,
     check_choice,
     check_heads,

@@ -11,13 +11,13 @@ segments, a tokenizer) and calls `super()` for the rest.
 import keras
 from keras import ops
 
+from keras_tfm.kernels.activations import ACTIVATIONS
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.normalization import make_normalization
 from keras_tfm.layers.positional_encoding import PositionalEncoding
-from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.quantized_weights import QuantizableDense
 from keras_tfm.validation import (
-    ACTIVATIONS,
     NORMALIZATIONS,
     check_choice,
     check_heads,

@@ -1,7 +1,6 @@
 import keras
 import numpy as np
 
-from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
 from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.pooling import mean_pool
@@ -15,6 +14,7 @@ from keras_tfm.models.text_inputs import (
     refuse_tokenizer,
 )
 from keras_tfm.models.tokenizer_attachment import is_text
+from keras_tfm.quantized_weights import QuantizableDense
 from keras_tfm.validation import check_choice, check_positive_int, check_rate
 
 POOLINGS = ("cls", "mean")

@@ -6,7 +6,8 @@ sublayers in `__init__` from constructor arguments, so a reloaded model would
 get float layers while the file holds int8 variables. `QuantizationMixin`
 records the mode in `get_config` (`"quantization_mode"`) and `from_config`
 quantizes the freshly built float model before the weights are loaded, so the
-variable structure matches.
+variable structure matches. The storage format itself (weight-only int8,
+bfloat16, `QuantizableDense`) is `keras_tfm.quantized_weights`.
 """
 
 import warnings
@@ -20,63 +21,17 @@ from keras_tfm._keras_compat import (
 )
 from keras_tfm.generation.compiled_loops import invalidate_compiled_loops
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
-from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.layers.token_embedding import TokenEmbedding
-from keras_tfm.layers.weight_only_matmul import CAST_WEIGHT_DTYPES, check_cast_dtype
+from keras_tfm.quantized_weights import (
+    CAST_WEIGHT_DTYPES,
+    QuantizableDense,
+    check_cast_dtype,
+    int8_weight_only_config,  # noqa: F401 (keras_tfm.models exports it)
+    keras_mode_and_config,
+    saved_mode,
+)
 
 QUANTIZATION_MODES = ("int8", "int4")
-
-# Keras's "int8" also quantizes every matmul's inputs per token at run time
-# (AbsMaxQuantizer); TensorFlow has no fast int8 x int8 matmul on CPU, so that
-# saves no time. Without an activation quantizer Keras's int8 layers compute
-# `matmul(float inputs, int8 kernel) / scale`: XLA fuses the int8 -> float
-# conversion into the matmul, so a decoding step reads 1 byte per weight.
-INT8_WEIGHT_ONLY = "int8_weight_only"
-"""`quantized_to` of a model quantized with `int8_weight_only_config()`."""
-
-
-def int8_weight_only_config():
-    """Keras's int8 config without activation quantization (weight-only int8).
-
-    `model.quantize("int8", config=int8_weight_only_config())` stores each
-    weight matrix as int8 with one float scale per output channel (per token
-    row for the tied embedding, which is the output channel of the logits)
-    and keeps the activations float: every matmul is
-    `matmul(x, int8 kernel) / scale`, which under XLA reads the int8 bytes
-    and converts them inside the matmul. Each weight is off by at most
-    max|channel| / 254, so an output by at most
-    sum_i |x_i| * max_i |w_ij| / 254.
-
-    Example:
-    >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
-    ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-    ...     intermediate_dim=32, max_sequence_length=16))
-    >>> model.quantize("int8", config=int8_weight_only_config())
-    >>> model.quantized_to
-    'int8_weight_only'
-    """
-    return keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
-
-
-def _is_weight_only_int8(mode, config):
-    return (
-        mode == "int8"
-        and config is not None
-        and config.activation_quantizer is None
-        and config.weight_quantizer is None
-    )
-
-
-def _saved_mode(mode, config):
-    """The mode recorded in `get_config`; from_config redoes it from this."""
-    return INT8_WEIGHT_ONLY if _is_weight_only_int8(mode, config) else mode
-
-
-def _keras_mode_and_config(saved_mode):
-    if saved_mode == INT8_WEIGHT_ONLY:
-        return "int8", int8_weight_only_config()
-    return saved_mode, None
-
 
 # Keras's own quantizable layers refuse subclasses (their `type_check`), so
 # these are matched by exact type; a layer defining its own `quantize`
@@ -241,7 +196,7 @@ class QuantizationMixin:
     def _record_quantization(self, mode, config):
         for layer in flatten_layers(self):
             if isinstance(layer, QuantizationMixin):
-                layer._quantization_mode = _saved_mode(mode, config)
+                layer._quantization_mode = saved_mode(mode, config)
         # A traced decoding loop keeps reading the float variables.
         invalidate_compiled_loops(self)
 
@@ -270,6 +225,6 @@ class QuantizationMixin:
         if mode in CAST_WEIGHT_DTYPES:
             model.cast_weights(mode)
         elif mode is not None:
-            mode, quantization_config = _keras_mode_and_config(mode)
+            mode, quantization_config = keras_mode_and_config(mode)
             model.quantize(mode, config=quantization_config)
         return model

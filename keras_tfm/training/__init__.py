@@ -2,7 +2,7 @@
 label-smoothed loss, padding-aware metrics, a throughput/MFU callback, LoRA
 (`enable_lora`) and linear-probe initialisation of a classifier's head
 (`pooled_features`, `probe_head`), and the device's fastest settings
-(`device_defaults`; `prefer_wide_vectors`, which `import keras_tfm` calls).
+(`device_defaults`).
 
 `Perplexity` is `keras_hub.metrics.Perplexity`, re-exported: pass
 `from_logits=True, mask_token_id=<padding id>` to ignore padding.
@@ -34,7 +34,6 @@ from keras_tfm.training.token_accuracy import TokenAccuracy
 from keras_tfm.training.token_count import TokenCount
 from keras_tfm.training.token_cross_entropy import TokenCrossEntropy
 from keras_tfm.training.transformer_schedule import TransformerSchedule
-from keras_tfm.training.xla_cpu_flags import prefer_wide_vectors, with_wide_vectors
 
 __all__ = [
     "DeviceDefaults",
@@ -51,8 +50,6 @@ __all__ = [
     "measure_peak_flops",
     "model_flops_utilization",
     "pooled_features",
-    "prefer_wide_vectors",
     "probe_head",
     "training_flops_per_token",
-    "with_wide_vectors",
 ]

@@ -2,6 +2,8 @@
 
 import collections
 
+from keras_tfm.runtime import cpu_flags
+
 DeviceDefaults = collections.namedtuple(
     "DeviceDefaults", ["dtype_policy", "jit_compile", "reason"]
 )
@@ -11,18 +13,6 @@ name), `jit_compile` (bool) and `reason` (why, in words)."""
 # CPU flags of a native bfloat16 dot product (AVX-512 BF16: Zen 4, Cooper
 # Lake and later Xeons; AMX: Sapphire Rapids and later).
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def cpu_flags(path="/proc/cpuinfo"):
-    """The CPU's feature flags (Linux), or an empty set where unknown."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def device_defaults(gpus=None, flags=None):

@@ -173,14 +173,14 @@ def test_one_row_logits_loop_never_copies_the_table_to_float32():
     assert not any(float_copies(optimized_loop_hlo(step, rows=1), UNITS, INPUT_DIM))
 
 
-@pytest.mark.parametrize("module", ["quantizable_dense", "token_embedding",
-                                    "weight_only_matmul"])  # fmt: skip
+@pytest.mark.parametrize("module", ["quantized_weights", "layers.token_embedding",
+                                    "kernels.weight_only_matmul"])  # fmt: skip
 def test_docstring_examples(module):
     import doctest
     import importlib
 
     import keras_tfm
 
-    module = importlib.import_module(f"keras_tfm.layers.{module}")
+    module = importlib.import_module(f"keras_tfm.{module}")
     result = doctest.testmod(module, extraglobs={"np": np, "keras_tfm": keras_tfm})
     assert result.attempted > 0 and result.failed == 0

@@ -1,4 +1,4 @@
-"""The runnable example in every layer's docstring runs and prints what it says."""
+"""The runnable example in every layer's and kernel's docstring runs as it says."""
 
 import doctest
 
@@ -7,11 +7,12 @@ import pytest
 from keras import ops
 
 import keras_tfm
+from keras_tfm import kernels
+from keras_tfm.kernels import activations, attention, masks, plain_attention
 from keras_tfm.layers import (
     decoder_block,
     feed_forward,
     learned_positional_embedding,
-    masks,
     multi_head_self_attention,
     positional_encoding,
     rotary_embedding,
@@ -20,10 +21,14 @@ from keras_tfm.layers import (
 )
 
 MODULES = [
+    activations,
+    attention,
+    kernels,
+    masks,
+    plain_attention,
     decoder_block,
     feed_forward,
     learned_positional_embedding,
-    masks,
     multi_head_self_attention,
     positional_encoding,
     rotary_embedding,

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_tfm.kernels.weight_only_matmul import weight_only_matmul
 from keras_tfm.layers import QuantizableDense, TokenEmbedding
-from keras_tfm.layers.weight_only_matmul import weight_only_matmul
 from keras_tfm.models import int8_weight_only_config
 
 UNITS, INPUT_DIM = 96, 64

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tfm.layers import FeedForward
-from keras_tfm.layers import chunked_feed_forward as chunked_module
-from keras_tfm.layers import feed_forward as feed_forward_module
-from keras_tfm.layers.chunked_feed_forward import (
+from keras_tfm.kernels import chunked_feed_forward as chunked_module
+from keras_tfm.kernels.chunked_feed_forward import (
     CHUNKED_FEED_FORWARD_MIN_LENGTH,
     chunked_feed_forward,
 )
+from keras_tfm.layers import FeedForward
+from keras_tfm.layers import feed_forward as feed_forward_module
 
 
 def _outputs_and_gradients(fn, x, weights):

@@ -4,14 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tfm.layers import (
-    DecoderBlock,
-    MultiHeadSelfAttention,
-    chunked_attention,
+from keras_tfm.kernels import chunked_attention
+from keras_tfm.kernels.chunked_attention import chunked_dot_product_attention
+from keras_tfm.kernels.plain_attention import (
+    plain_dot_product_attention as dot_product_attention,
 )
-from keras_tfm.layers import multi_head_self_attention as mhsa_module
-from keras_tfm.layers.attention_kernel import dot_product_attention
-from keras_tfm.layers.chunked_attention import chunked_dot_product_attention
+from keras_tfm.layers import DecoderBlock, MultiHeadSelfAttention
 
 
 def _inputs(seed, batch, q_len, k_len, num_heads, kv_heads, head_dim):
@@ -271,22 +269,6 @@ def test_bad_sizes(name, bad):
         chunked_dot_product_attention(query, key, value, **{name: bad})
 
 
-@pytest.fixture
-def small_tiles(monkeypatch):
-    """Long means 12 keys or more, tiles of 5 keys and 3 queries: cheap."""
-    monkeypatch.setattr(mhsa_module, "CHUNKED_ATTENTION_MIN_LENGTH", 12)
-    monkeypatch.setattr(chunked_attention, "DEFAULT_CHUNK_SIZE", 5)
-    monkeypatch.setattr(chunked_attention, "DEFAULT_QUERY_CHUNK_SIZE", 3)
-    calls = []
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return chunked_dot_product_attention(*args, **kwargs)
-
-    monkeypatch.setattr(mhsa_module, "chunked_dot_product_attention", spy)
-    return calls
-
-
 def _layer_run(layer, x, **kwargs):
     scores = kwargs.get("return_attention_scores", False)
     with tf.GradientTape() as tape:
@@ -402,7 +384,7 @@ def test_short_inputs_dropout_and_decoding_steps_keep_the_plain_path(small_tiles
 def test_docstring_example_runs():
     result = doctest.testmod(
         chunked_attention,
-        extraglobs={"np": np, "dot_product_attention": dot_product_attention},
+        extraglobs={"np": np, "plain_dot_product_attention": dot_product_attention},
         optionflags=doctest.ELLIPSIS,
     )
     assert result.attempted > 0 and result.failed == 0

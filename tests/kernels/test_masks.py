@@ -1,6 +1,6 @@
 import numpy as np
 
-from keras_tfm.layers import masks
+from keras_tfm.kernels import masks
 
 
 def test_causal_mask_with_offset():

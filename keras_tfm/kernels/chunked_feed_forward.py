@@ -7,74 +7,14 @@ tokens are processed `chunk_size` at a time and the backward pass recomputes
 each chunk's hidden activations, so only one chunk's exist at once.
 """
 
-import math
-
 from keras import ops
 
-from keras_tfm.validation import check_positive_int
+from keras_tfm.kernels.activations import ACTIVATION_FUNCTIONS, ACTIVATIONS
+from keras_tfm.validation import check_choice, check_positive_int
 
 # Sequences at least this long run the chunked path in `FeedForward`.
 CHUNKED_FEED_FORWARD_MIN_LENGTH = 1024
 DEFAULT_FEED_FORWARD_CHUNK = 512
-
-
-def _activate(hidden, activation):
-    """`(activated, derivative)` where derivative(d_activated) -> d_hidden.
-
-    What only the derivative needs is computed when it is called, so the
-    forward pass (which never calls it) does not pay for it without XLA.
-    """
-    if activation == "relu":
-
-        def derivative(d_out):
-            return ops.where(hidden > 0, d_out, 0.0)
-
-        return ops.relu(hidden), derivative
-    if activation == "gelu":
-        h = ops.cast(hidden, "float32")
-        cdf = 0.5 * (1.0 + ops.erf(h / math.sqrt(2.0)))
-
-        def derivative(d_out):
-            pdf = ops.exp(-0.5 * h * h) / math.sqrt(2.0 * math.pi)
-            slope = cdf + h * pdf  # d/dh of h * cdf(h)
-            return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
-
-        return ops.cast(h * cdf, hidden.dtype), derivative
-    if activation == "gelu_approximate":
-        h = ops.cast(hidden, "float32")
-        c = math.sqrt(2.0 / math.pi)
-        t = ops.tanh(c * (h + 0.044715 * h * h * h))
-
-        def derivative(d_out):
-            # d/dh of 0.5 h (1 + t), t = tanh(c (h + 0.044715 h^3)).
-            dt = (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * h * h)
-            slope = 0.5 * (1.0 + t) + 0.5 * h * dt
-            return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
-
-        return ops.cast(0.5 * h * (1.0 + t), hidden.dtype), derivative
-    if activation == "silu":
-        h = ops.cast(hidden, "float32")
-        sigmoid = ops.sigmoid(h)
-
-        def derivative(d_out):
-            # d/dh of h sigmoid(h).
-            slope = sigmoid * (1.0 + h * (1.0 - sigmoid))
-            return ops.cast(ops.cast(d_out, "float32") * slope, hidden.dtype)
-
-        return ops.cast(h * sigmoid, hidden.dtype), derivative
-    # swiglu: silu(gate) * up.
-    gate, up = ops.split(hidden, 2, axis=-1)
-    g = ops.cast(gate, "float32")
-    sigmoid = ops.sigmoid(g)
-    silu = g * sigmoid
-
-    def derivative(d_out):
-        d_out = ops.cast(d_out, "float32")
-        d_gate = d_out * ops.cast(up, "float32") * sigmoid * (1.0 + g * (1.0 - sigmoid))
-        d_up = d_out * silu
-        return ops.cast(ops.concatenate([d_gate, d_up], axis=-1), hidden.dtype)
-
-    return ops.cast(silu, hidden.dtype) * up, derivative
 
 
 def chunked_feed_forward(
@@ -99,8 +39,7 @@ def chunked_feed_forward(
         intermediate_bias: (width,).
         output_kernel: (intermediate_dim, hidden_dim).
         output_bias: (hidden_dim,).
-        activation: "relu", "gelu" (exact), "gelu_approximate" (tanh),
-            "silu" or "swiglu".
+        activation: a name from `activations.ACTIVATIONS`.
         chunk_size: tokens per chunk; any number of tokens works.
         plain_below: optional sequence length (the inputs' second-to-last
             axis) under which the unchunked computation runs instead, chosen
@@ -120,6 +59,8 @@ def chunked_feed_forward(
     True
     """
     check_positive_int("chunk_size", chunk_size)
+    check_choice("activation", activation, ACTIVATIONS)
+    activate = ACTIVATION_FUNCTIONS[activation].with_derivative
     inputs = ops.convert_to_tensor(inputs)
     dtype = inputs.dtype
     # As tensors: the gradient reaches variables (and LoRA factors) through
@@ -149,14 +90,14 @@ def chunked_feed_forward(
     def feed_forward(rows, w1, b1, w2, b2):
         def plain_forward():
             hidden = ops.matmul(rows, w1) + b1
-            activated, _ = _activate(hidden, activation)
+            activated, _ = activate(hidden)
             return ops.matmul(activated, w2) + b2, hidden
 
         def chunked_forward(placeholder=True):
             chunks = to_chunks(rows)
 
             def forward_step(j, outputs):
-                activated, _ = _activate(ops.matmul(chunks[j], w1) + b1, activation)
+                activated, _ = activate(ops.matmul(chunks[j], w1) + b1)
                 out = ops.matmul(activated, w2) + b2
                 return ops.slice_update(outputs, [j, 0, 0], out[None])
 
@@ -177,7 +118,7 @@ def chunked_feed_forward(
             upstream = ops.cast(upstream, dtype)
 
             def plain_backward():
-                activated, derivative = _activate(hidden, activation)
+                activated, derivative = activate(hidden)
                 d_hidden = derivative(ops.matmul(upstream, ops.transpose(w2)))
                 return (
                     ops.matmul(d_hidden, ops.transpose(w1)),
@@ -193,9 +134,7 @@ def chunked_feed_forward(
                 def backward_step(j, state):
                     d_chunks, d_w1, d_b1, d_w2, d_b2 = state
                     x, d_out = chunks[j], d_outputs[j]
-                    activated, derivative = _activate(
-                        ops.matmul(x, w1) + b1, activation
-                    )
+                    activated, derivative = activate(ops.matmul(x, w1) + b1)
                     d_hidden = derivative(ops.matmul(d_out, ops.transpose(w2)))
                     d_x = ops.matmul(d_hidden, ops.transpose(w1))
                     d_chunks = ops.slice_update(d_chunks, [j, 0, 0], d_x[None])

@@ -67,20 +67,3 @@ def weight_only_matmul(inputs, kernel, scale=None):
         # longer fuse the conversion of the weights into it.
         scale = ops.cast(zero, dtype) + 1
     return ops.divide(outputs, ops.cast(scale, dtype))
-
-
-CAST_WEIGHT_DTYPES = ("bfloat16",)
-"""Dtypes `cast_weights` stores weight matrices in (activations stay float)."""
-
-
-def check_cast_dtype(dtype, layer=None):
-    """Refuses a dtype `cast_weights` does not store, or an unbuilt layer."""
-    if layer is not None and not layer.built:
-        raise ValueError(
-            f"Layer '{layer.name}' is not built: build it (or call it once) "
-            "before casting its weights."
-        )
-    if dtype not in CAST_WEIGHT_DTYPES:
-        raise ValueError(
-            f"`dtype` must be one of {CAST_WEIGHT_DTYPES}. Received: dtype={dtype!r}"
-        )

@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-from keras_tfm.training import xla_cpu_flags
-from keras_tfm.training.device_settings import cpu_flags
-from keras_tfm.training.xla_cpu_flags import WIDE_VECTOR_FLAG, with_wide_vectors
+from keras_tfm import runtime
+from keras_tfm.runtime import WIDE_VECTOR_FLAG, cpu_flags, with_wide_vectors
 
 
 @pytest.mark.parametrize(
@@ -67,5 +66,5 @@ def test_a_width_the_user_set_is_kept(tmp_path):
 
 
 def test_docstring_example():
-    result = doctest.testmod(xla_cpu_flags)
+    result = doctest.testmod(runtime)
     assert result.attempted > 0 and result.failed == 0

@@ -1,9 +1,98 @@
+"""How keras-tfm stores quantized and cast weights: the format, in one place.
+
+Keras's `quantize("int8")` stores each weight matrix as int8 with one float
+scale per output channel and quantizes every matmul's inputs at run time;
+`int8_weight_only_config()` keeps the int8 weights and float activations
+(`INT8_WEIGHT_ONLY`). `cast_weights("bfloat16")` stores the matrices in
+bfloat16 (`CAST_WEIGHT_DTYPES`). In both weight-only forms `QuantizableDense`
+(and `TokenEmbedding`'s tied logits) hold the matrix output-major and
+multiply with `keras_tfm.kernels.weight_only_matmul`. `get_config` records
+the mode as `saved_mode` names it; loading redoes it from
+`keras_mode_and_config`. Which layers of a model take a mode, and the
+model-level `quantize`, are `keras_tfm.models.quantization`'s.
+
+Example:
+>>> saved_mode("int8", int8_weight_only_config())
+'int8_weight_only'
+>>> keras_mode_and_config("int8")
+('int8', None)
+"""
+
 import keras
 import numpy as np
 from keras import ops
 
 from keras_tfm._keras_compat import replace_variable
-from keras_tfm.layers.weight_only_matmul import check_cast_dtype, weight_only_matmul
+from keras_tfm.kernels.weight_only_matmul import weight_only_matmul
+
+CAST_WEIGHT_DTYPES = ("bfloat16",)
+"""Dtypes `cast_weights` stores weight matrices in (activations stay float)."""
+
+# Keras's "int8" also quantizes every matmul's inputs per token at run time
+# (AbsMaxQuantizer); TensorFlow has no fast int8 x int8 matmul on CPU, so that
+# saves no time. Without an activation quantizer Keras's int8 layers compute
+# `matmul(float inputs, int8 kernel) / scale`: XLA fuses the int8 -> float
+# conversion into the matmul, so a decoding step reads 1 byte per weight.
+INT8_WEIGHT_ONLY = "int8_weight_only"
+"""`quantized_to` of a model quantized with `int8_weight_only_config()`."""
+
+
+def int8_weight_only_config():
+    """Keras's int8 config without activation quantization (weight-only int8).
+
+    `model.quantize("int8", config=int8_weight_only_config())` stores each
+    weight matrix as int8 with one float scale per output channel (per token
+    row for the tied embedding, which is the output channel of the logits)
+    and keeps the activations float: every matmul is
+    `matmul(x, int8 kernel) / scale`, which under XLA reads the int8 bytes
+    and converts them inside the matmul. Each weight is off by at most
+    max|channel| / 254, so an output by at most
+    sum_i |x_i| * max_i |w_ij| / 254.
+
+    Example:
+    >>> model = keras_tfm.models.CausalLM(
+    ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+    ...     intermediate_dim=32, max_sequence_length=16)
+    >>> model.quantize("int8", config=int8_weight_only_config())
+    >>> model.quantized_to
+    'int8_weight_only'
+    """
+    return keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
+
+
+def is_weight_only_int8(mode, config):
+    """Whether Keras's `quantize(mode, config=config)` is weight-only int8."""
+    return (
+        mode == "int8"
+        and config is not None
+        and config.activation_quantizer is None
+        and config.weight_quantizer is None
+    )
+
+
+def saved_mode(mode, config):
+    """The mode recorded in `get_config`; `keras_mode_and_config` undoes it."""
+    return INT8_WEIGHT_ONLY if is_weight_only_int8(mode, config) else mode
+
+
+def keras_mode_and_config(mode):
+    """`(mode, config)` for Keras's `quantize`, from a `saved_mode`."""
+    if mode == INT8_WEIGHT_ONLY:
+        return "int8", int8_weight_only_config()
+    return mode, None
+
+
+def check_cast_dtype(dtype, layer=None):
+    """Refuses a dtype `cast_weights` does not store, or an unbuilt layer."""
+    if layer is not None and not layer.built:
+        raise ValueError(
+            f"Layer '{layer.name}' is not built: build it (or call it once) "
+            "before casting its weights."
+        )
+    if dtype not in CAST_WEIGHT_DTYPES:
+        raise ValueError(
+            f"`dtype` must be one of {CAST_WEIGHT_DTYPES}. Received: dtype={dtype!r}"
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -127,3 +216,25 @@ class QuantizableDense(keras.layers.Dense):
         own = {key: store[key] for key in store.keys()}
         own["0"] = np.transpose(np.asarray(own["0"]))
         super().load_own_variables(own)
+
+
+def projection(layer, units, name):
+    """A `QuantizableDense` of `units` configured as `layer`'s projections are.
+
+    It takes `layer`'s `use_bias`, `kernel_initializer`, `bias_initializer`
+    and dtype policy, as every projection of `FeedForward` and
+    `MultiHeadSelfAttention` does.
+
+    Example:
+    >>> ffn = keras_tfm.layers.FeedForward(8, use_bias=False)
+    >>> projection(ffn, 4, "output").use_bias
+    False
+    """
+    return QuantizableDense(
+        units,
+        use_bias=layer.use_bias,
+        kernel_initializer=layer.kernel_initializer,
+        bias_initializer=layer.bias_initializer,
+        dtype=layer.dtype_policy,
+        name=name,
+    )

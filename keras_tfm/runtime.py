@@ -1,4 +1,6 @@
-"""512-bit vectors for XLA's CPU code where the CPU has AVX-512.
+"""Process-wide runtime settings keras-tfm makes on import: XLA's CPU flags.
+
+512-bit vectors for XLA's CPU code where the CPU has AVX-512.
 
 XLA's CPU backend emits 256-bit vector code by default, even on an AVX-512
 CPU. Its fused loops are what a batch-1 decoding step spends its time in
@@ -19,9 +21,19 @@ To keep XLA's default, set the width yourself before importing keras_tfm:
 
 import os
 
-from keras_tfm.training.device_settings import cpu_flags
-
 WIDE_VECTOR_FLAG = "--xla_cpu_prefer_vector_width=512"
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+    """The CPU's feature flags (Linux), or an empty set where unknown."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 def with_wide_vectors(xla_flags, flags):

@@ -1,13 +1,38 @@
-"""The scaled dot-product attention kernel shared by every attention layer."""
+"""The untiled scaled dot-product attention, which forms every attention weight."""
 
 from keras import ops
 
-# Finite, and far below any real logit: exp() of it underflows to 0 in float32.
-# The logits are float32 when it is applied, so it never overflows float16.
-MASKED_LOGIT = -1e9
+from keras_tfm.kernels.masks import MASKED_LOGIT
 
 
-def dot_product_attention(
+def grouped_logits(query, key, keep=None):
+    """Float32 logits Q K^T, (batch, kv_heads, groups, q_len, k_len), masked.
+
+    Args:
+        query: (batch, q_len, num_heads, head_dim), already scaled.
+        key: (batch, k_len, kv_heads, head_dim); query head `n` reads key
+            head `n // (num_heads // kv_heads)`.
+        keep: optional boolean mask broadcastable to the logits; where it is
+            False the logit is `MASKED_LOGIT`.
+
+    Example:
+    >>> q = np.ones((1, 2, 4, 3), "float32")
+    >>> k = np.ones((1, 5, 2, 3), "float32")
+    >>> tuple(grouped_logits(q, k).shape)
+    (1, 2, 2, 2, 5)
+    """
+    batch, q_len = ops.shape(query)[0], ops.shape(query)[1]
+    kv_heads, head_dim = key.shape[2], query.shape[3]
+    groups = query.shape[2] // kv_heads
+    query = ops.reshape(query, (batch, q_len, kv_heads, groups, head_dim))
+    logits = ops.einsum("btkgh,bskh->bkgts", query, key)  # (B, K, G, T, S)
+    logits = ops.cast(logits, "float32")
+    if keep is not None:
+        logits = ops.where(keep, logits, MASKED_LOGIT)
+    return logits
+
+
+def plain_dot_product_attention(
     query, key, value, mask=None, scale=1.0, dropout_layer=None, training=None
 ):
     """softmax(Q K^T * scale, masked) V with grouped key/value heads.
@@ -26,18 +51,19 @@ def dot_product_attention(
         `(outputs, weights)`: outputs (batch, q_len, num_heads, head_dim) in the
         query's dtype, weights (batch, num_heads, q_len, k_len) in float32. A
         query whose mask row is all False gets all-zero weights.
+
+    Example:
+    >>> q = k = v = np.random.rand(2, 3, 4, 8).astype("float32")
+    >>> out, weights = plain_dot_product_attention(q, k, v)
+    >>> bool(np.allclose(np.sum(weights, -1), 1.0))
+    True
     """
     batch, q_len = ops.shape(query)[0], ops.shape(query)[1]
     num_heads, head_dim = query.shape[2], query.shape[3]
-    kv_heads = key.shape[2]
-    groups = num_heads // kv_heads
-    query = ops.reshape(query, (batch, q_len, kv_heads, groups, head_dim))
     query = query * ops.cast(scale, query.dtype)
-    logits = ops.einsum("btkgh,bskh->bkgts", query, key)  # (B, K, G, T, S)
-    logits = ops.cast(logits, "float32")
     if mask is not None:
         mask = ops.cast(mask, "bool")[:, None, None]  # (B, 1, 1, T, S)
-        logits = ops.where(mask, logits, MASKED_LOGIT)
+    logits = grouped_logits(query, key, mask)
     if logits.shape[-1] == 1:
         # One key (a one-token uncached pass): ops.softmax would warn.
         weights = ops.ones_like(logits)

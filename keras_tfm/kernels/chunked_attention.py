@@ -12,14 +12,15 @@ and for lengths unknown when the graph is traced.
 import tensorflow as tf
 from keras import ops
 
-from keras_tfm.layers.attention_kernel import MASKED_LOGIT
+from keras_tfm.kernels.masks import (
+    MASKED_LOGIT,
+    attention_mask,
+    causal_mask,
+    merge_masks,
+)
+from keras_tfm.kernels.plain_attention import grouped_logits
 from keras_tfm.validation import check_positive_int
 
-# Keys at least this long use the chunked path in `MultiHeadSelfAttention`
-# (decided when the graph runs if the length is unknown when it is traced):
-# below it the plain path's (q_len, k_len) logits are small and one big matmul
-# is faster than a loop.
-CHUNKED_ATTENTION_MIN_LENGTH = 1024
 # Keys and queries per tile (benchmarks/attention_tiles.py).
 DEFAULT_CHUNK_SIZE = 128
 DEFAULT_QUERY_CHUNK_SIZE = 1024
@@ -40,7 +41,7 @@ def chunked_dot_product_attention(
 ):
     """softmax(Q K^T * scale, masked) V, tiled, in memory linear in the length.
 
-    It equals `dot_product_attention` to float32 rounding, gradients
+    It equals `plain_dot_product_attention` to float32 rounding, gradients
     included, and follows its contract: float32 softmax, a query whose keys
     are all masked gets zero weights (zero output). Attention weights are
     never formed, so it returns only the outputs and has no dropout. Any
@@ -50,7 +51,7 @@ def chunked_dot_product_attention(
     Args:
         query: (batch, q_len, num_heads, head_dim).
         key, value: (batch, k_len, kv_heads, head_dim), grouped as in
-            `dot_product_attention`.
+            `plain_dot_product_attention`.
         key_mask: optional boolean (batch, k_len), True for real keys.
         use_causal_mask: query `t` sees keys `<= t + causal_start`.
         mask: optional general boolean (batch or 1, q_len, k_len) mask, read
@@ -63,6 +64,7 @@ def chunked_dot_product_attention(
         causal_start: the causal diagonal's offset; default `k_len - q_len`
             (the queries are the last positions of the keys). Self-attention
             and `masks.causal_mask` use 0.
+        The three masks are combined as `masks.attention_mask` combines them.
         plain_below: optional key length under which the untiled
             computation runs instead (chosen when the graph runs, for
             lengths unknown at trace time); its backward pass also
@@ -75,7 +77,7 @@ def chunked_dot_product_attention(
     >>> q = k = v = np.random.rand(2, 10, 4, 8).astype("float32")
     >>> out = chunked_dot_product_attention(
     ...     q, k, v, chunk_size=4, query_chunk_size=3)
-    >>> plain, _ = dot_product_attention(q, k, v)
+    >>> plain, _ = plain_dot_product_attention(q, k, v)
     >>> bool(np.allclose(out, plain, atol=1e-6))
     True
     """
@@ -157,25 +159,19 @@ class _Tiles:
     # Plain (untiled) computation, for short keys.
 
     def _plain_mask(self):  # (B or 1, 1, 1, T, S) or None
-        keep = None
-        if self.key_mask is not None:
-            keep = self.key_mask[:, None, :]
-        if self.causal:
-            rows = ops.arange(self.q_len) + self.causal_start
-            causal = (rows[:, None] >= ops.arange(self.k_len)[None, :])[None]
-            keep = causal if keep is None else ops.logical_and(keep, causal)
-        if self.mask is not None:
-            keep = self.mask if keep is None else ops.logical_and(keep, self.mask)
+        keep = attention_mask(
+            self.q_len,
+            self.k_len,
+            self.key_mask,
+            self.mask,
+            self.causal_start if self.causal else None,
+        )
         return None if keep is None else keep[:, None, None]
 
     def _plain_weights(self, query, key, log_sum_exp=None):
-        b, t, k, g, h = (self.batch, self.q_len, self.kv_heads, self.groups,
-                         self.head_dim)  # fmt: skip
-        query = ops.reshape(query, (b, t, k, g, h))
-        logits = ops.cast(ops.einsum("btkgh,bskh->bkgts", query, key), "float32")
+        b, t, k, g = self.batch, self.q_len, self.kv_heads, self.groups
         keep = self._plain_mask()
-        if keep is not None:
-            logits = ops.where(keep, logits, MASKED_LOGIT)
+        logits = grouped_logits(query, key, keep)
         if log_sum_exp is None:
             log_sum_exp = ops.max(logits, -1, keepdims=True)
             weights = ops.exp(logits - log_sum_exp)
@@ -296,22 +292,17 @@ class _Tiles:
                 (ops.shape(mask)[0], self.num_q_tiles, tq, self.num_k_tiles, tk),
             )
             mask = ops.transpose(mask, (1, 3, 0, 2, 4))[:, :, :, None, None]
-        rows, columns = ops.arange(tq), ops.arange(tk)
 
         def keep(i, j):
-            result = None if valid is None else valid[j]
+            causal = None
             if self.causal:
-                causal = (rows + i * tq + self.causal_start)[:, None] >= (
-                    columns + j * tk
-                )[None, :]
-                result = causal if result is None else ops.logical_and(result, causal)
-            if mask is not None:
-                result = (
-                    mask[i, j]
-                    if result is None
-                    else ops.logical_and(result, mask[i, j])
-                )
-            return result
+                start = i * tq + self.causal_start - j * tk
+                causal = causal_mask(tq, tk, start)  # (1, tq, tk)
+            return merge_masks(
+                None if valid is None else valid[j],
+                causal,
+                None if mask is None else mask[i, j],
+            )
 
         def last_row(i):
             return i * tq + tq - 1 + self.causal_start
