@@ -19,6 +19,7 @@ from keras_tfm import (
     generation,
     layers,
     models,
+    tokenizers,
     training,
     zoo,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "generation",
     "layers",
     "models",
+    "tokenizers",
     "training",
     "zoo",
 ]

@@ -17,12 +17,18 @@ PACKAGE = Path(keras_tfm.__file__).parent
 TOP = {"keras_tfm/__init__.py", "keras_tfm/cli.py"}
 # What the low layers must never import.
 HIGHER = (
+    "keras_tfm.convert",
     "keras_tfm.models",
     "keras_tfm.zoo",
     "keras_tfm.generation",
     "keras_tfm.training",
 )
-LOW = ("keras_tfm/layers/", "keras_tfm/data/", "keras_tfm/datasets/")
+LOW = (
+    "keras_tfm/layers/",
+    "keras_tfm/data/",
+    "keras_tfm/datasets/",
+    "keras_tfm/tokenizers/",
+)
 
 
 def imported_modules(path):

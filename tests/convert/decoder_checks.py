@@ -4,6 +4,7 @@ The references were made by tools/make_hf_decoder_fixtures.py with
 transformers on PyTorch.
 """
 
+import doctest
 import json
 import shutil
 from pathlib import Path
@@ -117,3 +118,14 @@ def edit_json(folder, name, **changes):
         else:
             config[key] = value
     path.write_text(json.dumps(config))
+
+
+def run_docstring_examples(functions, globs):
+    """doctest's results for the examples of `functions` only (a family
+    module's HuggingFace and GGUF examples need different fixtures)."""
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for function in functions:
+        examples = {**function.__globals__, **globs}
+        for test in doctest.DocTestFinder().find(function, globs=examples):
+            runner.run(test)
+    return runner.summarize(verbose=False)

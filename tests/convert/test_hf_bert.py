@@ -9,7 +9,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import keras_tfm
-from keras_tfm.convert import HFBertTokenizer, hf_bert, load_hf_bert, save_hf_bert
+from keras_tfm.convert import HFBertTokenizer, load_hf_bert, save_hf_bert
+from keras_tfm.convert import bert as hf_bert
 from keras_tfm.models import EncoderBackbone
 from tests.conftest import require_data, requires_pip_package
 

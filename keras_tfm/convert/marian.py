@@ -13,7 +13,7 @@ projections are concatenated into our fused `key_value` projection.
 
 import numpy as np
 
-from keras_tfm.convert._hf_files import (
+from keras_tfm.convert.hf_directory import (
     assign_weights,
     check_directory,
     check_model_type,
@@ -24,9 +24,9 @@ from keras_tfm.convert._hf_files import (
     refuse_unsupported_options,
     require_tensors,
 )
-from keras_tfm.convert.marian_tokenizer import MarianTokenizer
 from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.models.seq2seq_transformer import Seq2SeqTransformer
+from keras_tfm.tokenizers.marian_tokenizer import MarianTokenizer
 
 # HuggingFace `activation_function` -> our FeedForward activation.
 ACTIVATIONS = {

@@ -11,12 +11,7 @@ projections side by side, and the key and value part is our fused
 
 import numpy as np
 
-from keras_tfm.convert._hf_bpe import (
-    read_vocab_and_merges,
-    tokenizer_vocabulary,
-    write_vocab_and_merges,
-)
-from keras_tfm.convert._hf_files import (
+from keras_tfm.convert.hf_directory import (
     assign_weights,
     check_directory,
     check_format_settings,
@@ -31,8 +26,13 @@ from keras_tfm.convert._hf_files import (
     write_json,
     write_safetensors,
 )
-from keras_tfm.convert.gguf_tokenizer import GGUFBytePairTokenizer
+from keras_tfm.convert.hf_tokenizer_files import (
+    read_vocab_and_merges,
+    tokenizer_vocabulary,
+    write_vocab_and_merges,
+)
 from keras_tfm.models.causal_lm import CausalLM
+from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 
 # HuggingFace `activation_function` -> our FeedForward activation.
 ACTIVATIONS = {
@@ -164,7 +164,7 @@ def _load_tokenizer(directory, vocabulary_size):
         )
     # keras-hub's own split is Llama 3's regex; GPT-2's differs (e.g. on
     # runs of spaces), hence the tokenizer with GPT-2's pre-tokenization.
-    return GGUFBytePairTokenizer(
+    return ByteLevelBPETokenizer(
         vocabulary=vocabulary,
         merges=merges,
         unsplittable_tokens=sorted({END_OF_TEXT, *special}),
@@ -182,7 +182,7 @@ def load_hf_gpt2(directory, max_sequence_length=None):
     the head tied to the token embedding. GPT-2 has no padding token, so
     `padding_id` is the config's `pad_token_id`, usually None. The
     tokenizer is attached (`generate` then takes and returns strings): a
-    `GGUFBytePairTokenizer`, keras-hub's byte-level `BytePairTokenizer` with
+    `ByteLevelBPETokenizer`, keras-hub's byte-level `BytePairTokenizer` with
     the checkpoint's vocabulary and merges, GPT-2's pre-tokenization and
     "<|endoftext|>" as its start and end token.
 
@@ -262,7 +262,7 @@ def _check_saveable(model, tokenizer):
         )
     if END_OF_TEXT not in tokenizer.vocabulary:
         raise ValueError(f"A GPT-2 vocabulary needs the {END_OF_TEXT!r} token.")
-    if isinstance(tokenizer, GGUFBytePairTokenizer):
+    if isinstance(tokenizer, ByteLevelBPETokenizer):
         # vocab.json and merges.txt hold no pre-tokenization: GPT-2's applies.
         settings = {
             "pre_tokenizer": ("gpt2", tokenizer.pre_tokenizer),
@@ -287,7 +287,7 @@ def save_hf_gpt2(model, directory, tokenizer=None):
             "gelu_approximate", "gelu" or "relu".
         directory: the folder to write (created; files in it are replaced).
         tokenizer: a keras-hub byte-level `BytePairTokenizer` (such as
-            `GPT2Tokenizer` or `GGUFBytePairTokenizer`) with an
+            `GPT2Tokenizer` or `ByteLevelBPETokenizer`) with an
             "<|endoftext|>" token; by default the model's attached tokenizer.
 
     Returns:

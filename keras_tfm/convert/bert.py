@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from keras_tfm.convert._hf_files import (
+from keras_tfm.convert.hf_directory import (
     check_format_settings,
     check_model_type,
     config_choice,
 )
-from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer
 from keras_tfm.models.encoder_backbone import EncoderBackbone
+from keras_tfm.tokenizers.hf_bert_tokenizer import HFBertTokenizer
 
 # HuggingFace `hidden_act` -> our FeedForward activation. HF's "gelu" is the
 # exact erf form, as ours; the tanh approximations ("gelu_new",
