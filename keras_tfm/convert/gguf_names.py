@@ -1,4 +1,4 @@
-"""llama.cpp's Llama tensor names and q/k row order <-> HuggingFace's.
+"""llama.cpp's names (tensors, pre-tokenizers) and q/k row order.
 
 llama.cpp's converter renames every tensor (`blk.{i}.attn_q.weight` for
 `model.layers.{i}.self_attn.q_proj.weight`) and reorders the rows of each
@@ -7,10 +7,35 @@ HuggingFace's and ours rotate the half-split pairs (i, i + head_dim / 2).
 Within a head of size d, GGUF row 2i + j (j = 0, 1) is HuggingFace row
 i + j * d / 2; `unpermute_rows` puts them back (transformers does the same
 when it loads a GGUF file, and tests/convert checks the result against its
-weights).
+weights). GGUF files name their pre-tokenizer (`tokenizer.ggml.pre`) as
+llama.cpp does; `GGUF_PRE_TOKENIZERS` gives each its `ByteLevelBPETokenizer`
+arguments.
 """
 
 import re
+
+from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
+    LLAMA3_SPLIT_PATTERN,
+    QWEN2_SPLIT_PATTERN,
+)
+
+# GGUF `tokenizer.ggml.pre` values -> the tokenizer's arguments, as
+# llama.cpp's llama-vocab.cpp reads them (it ignores merges for Llama 3:
+# a piece that is a whole vocabulary token is that token).
+_LLAMA3 = dict(
+    pre_tokenizer="split", split_pattern=LLAMA3_SPLIT_PATTERN, ignore_merges=True
+)
+_QWEN2 = dict(pre_tokenizer="split", split_pattern=QWEN2_SPLIT_PATTERN)
+GGUF_PRE_TOKENIZERS = {
+    "gpt2": dict(pre_tokenizer="gpt2"),
+    "gpt-2": dict(pre_tokenizer="gpt2"),
+    "smollm": dict(pre_tokenizer="smollm"),
+    "llama-bpe": _LLAMA3,
+    "llama3": _LLAMA3,
+    "llama-v3": _LLAMA3,
+    "qwen2": _QWEN2,
+    "deepseek-r1-qwen": _QWEN2,
+}
 
 # llama.cpp's GGUF tensor names -> HuggingFace's ("{i}" the layer index).
 GGUF_TO_HF = {

@@ -11,18 +11,16 @@ projections side by side, and the key and value part is our fused
 
 import numpy as np
 
-from keras_tfm.convert.hf_directory import (
-    assign_weights,
-    check_directory,
+from keras_tfm.convert.config_checks import (
     check_format_settings,
     check_model_type,
     config_choice,
-    model_weights,
+    refuse_unsupported_options,
+)
+from keras_tfm.convert.hf_directory import (
+    check_directory,
     read_json,
     read_safetensors,
-    refuse_unknown_tensors,
-    refuse_unsupported_options,
-    require_tensors,
     write_json,
     write_safetensors,
 )
@@ -30,6 +28,12 @@ from keras_tfm.convert.hf_tokenizer_files import (
     read_vocab_and_merges,
     tokenizer_vocabulary,
     write_vocab_and_merges,
+)
+from keras_tfm.convert.weights import (
+    assign_weights,
+    model_weights,
+    refuse_unknown_tensors,
+    require_tensors,
 )
 from keras_tfm.models.causal_lm import CausalLM
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
@@ -53,7 +57,7 @@ UNSUPPORTED = {
 BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 
 
-def gpt2_config(config, directory="."):
+def convert_backbone_config(config, directory="."):
     """`CausalLM` arguments from a GPT-2 config.json dict."""
     check_model_type(config, ("gpt2",), "GPT-2", directory)
     activation = config_choice(
@@ -125,8 +129,21 @@ def _standardize_names(tensors):
     return out
 
 
-def gpt2_weights(tensors, num_layers, hidden_dim, directory="."):
-    """Our weight path -> array, from GPT-2's (standardized) tensors."""
+def convert_weights(tensors, config, directory="."):
+    """Our weight path -> array, from a GPT-2 checkpoint's tensors.
+
+    Args:
+        tensors: HuggingFace name -> array (with or without the
+            "transformer." prefix; old mask buffers and a tied lm_head are
+            dropped).
+        config: the `CausalLM` arguments (`num_layers`, `hidden_dim`).
+        directory: how errors name the checkpoint.
+
+    Returns:
+        A dict for every `CausalLM` weight path.
+    """
+    tensors = _standardize_names(tensors)
+    num_layers, hidden_dim = config["num_layers"], config["hidden_dim"]
     names = _hf_names(num_layers)
     attention = [f"h.{i}.attn.c_attn.{leaf}" for i in range(num_layers)
                  for leaf in ("weight", "bias")]  # fmt: skip
@@ -150,7 +167,10 @@ def gpt2_weights(tensors, num_layers, hidden_dim, directory="."):
     return weights
 
 
-def _load_tokenizer(directory, vocabulary_size):
+def convert_tokenizer(directory, config):
+    """A `ByteLevelBPETokenizer` with GPT-2's pre-tokenization from the
+    directory's tokenizer files, checked against config.json (`config`)."""
+    vocabulary_size = config["vocab_size"]
     vocabulary, merges, special, options = read_vocab_and_merges(directory)
     if END_OF_TEXT not in vocabulary:
         raise ValueError(
@@ -203,11 +223,9 @@ def load_hf_gpt2(directory, max_sequence_length=None):
     '<|endoftext|>'
     """
     directory = check_directory(directory)
-    config = gpt2_config(read_json(directory / "config.json"), directory)
-    tensors = _standardize_names(read_safetensors(directory))
-    weights = gpt2_weights(
-        tensors, config["num_layers"], config["hidden_dim"], directory
-    )
+    hf_config = read_json(directory / "config.json")
+    config = convert_backbone_config(hf_config, directory)
+    weights = convert_weights(read_safetensors(directory), config, directory)
     if max_sequence_length is not None:
         if not 0 < max_sequence_length <= config["max_sequence_length"]:
             raise ValueError(
@@ -218,7 +236,7 @@ def load_hf_gpt2(directory, max_sequence_length=None):
         config["max_sequence_length"] = max_sequence_length
         table = weights["position_embedding/embeddings"]
         weights["position_embedding/embeddings"] = table[:max_sequence_length]
-    tokenizer = _load_tokenizer(directory, config["vocabulary_size"])
+    tokenizer = convert_tokenizer(directory, hf_config)
     model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
     assign_weights(model, weights)
     return model

@@ -1,8 +1,10 @@
-"""What every HuggingFace-directory converter reads and writes alike.
+"""The files of a HuggingFace checkpoint directory, read and written.
 
 A checkpoint directory holds config.json, the weights as safetensors (one
 `model.safetensors`, or shards listed by `model.safetensors.index.json`) and
-tokenizer files. Pickled weights are refused: unpickling can run code.
+tokenizer files. Every family's converter reads its weights through
+`read_safetensors`, so each reads sharded checkpoints. Pickled weights are
+refused: unpickling can run code.
 """
 
 import json
@@ -36,45 +38,18 @@ def read_json(path, required=True):
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def check_model_type(config, model_types, family, directory):
-    """The config's `model_type`, refused unless it is one of `model_types`."""
-    model_type = config.get("model_type")
-    if model_type not in model_types:
-        raise ValueError(
-            f"Only {family} checkpoints (model_type in {list(model_types)}) are "
-            f"supported. Received: model_type={model_type!r} in "
-            f"{directory}/config.json"
-        )
-    return model_type
-
-
-def config_choice(config, key, choices, default, directory):
-    """`choices[config[key]]` (the key's value in our terms), or a clear error."""
-    value = config.get(key, default)
-    if value not in choices:
-        raise ValueError(
-            f"`{key}` must be one of {list(choices)}. Received: {key}={value!r} "
-            f"in {directory}/config.json"
-        )
-    return choices[value]
-
-
-def refuse_unsupported_options(config, unsupported, family, directory):
-    """Raises for the first option whose value differs from its only one."""
-    for key, default in unsupported.items():
-        if config.get(key, default) != default:
-            raise ValueError(
-                f"{family} option {key}={config[key]!r} is not supported (only "
-                f"{key}={default!r}). Received in {directory}/config.json"
-            )
-
-
 def write_json(path, value):
     Path(path).write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
-def read_safetensors(directory):
-    """HuggingFace name -> NumPy array, from one file or an index of shards."""
+def read_safetensors(directory, auto_class="AutoModelForCausalLM"):
+    """HuggingFace name -> NumPy array, from one file or an index of shards.
+
+    Args:
+        directory: the checkpoint folder.
+        auto_class: the transformers class the error message suggests for
+            converting a pickled checkpoint (e.g. "AutoModel" for an encoder).
+    """
     directory = Path(directory)
     single = directory / "model.safetensors"
     index = directory / "model.safetensors.index.json"
@@ -93,7 +68,7 @@ def read_safetensors(directory):
             f" It holds {pickled[0]}, which is refused: loading a pickled "
             "checkpoint can execute arbitrary code. Convert it once, where you "
             "trust the file, to safetensors, e.g. with transformers: "
-            "`AutoModelForCausalLM.from_pretrained(directory).save_pretrained("
+            f"`{auto_class}.from_pretrained(directory).save_pretrained("
             "directory)`."
         )
     raise ValueError(
@@ -108,62 +83,3 @@ def write_safetensors(tensors, directory):
     }
     # transformers reads only safetensors files marked as PyTorch-format.
     save_file(tensors, str(Path(directory) / "model.safetensors"), {"format": "pt"})
-
-
-def require_tensors(tensors, names, what, directory):
-    """Raises naming the first missing HuggingFace tensors."""
-    missing = [name for name in names if name not in tensors]
-    if missing:
-        raise ValueError(
-            f"The {what} checkpoint in {directory} lacks {len(missing)} weights, "
-            f"e.g. {missing[:3]}. Received names such as {sorted(tensors)[:3]}"
-        )
-
-
-def refuse_unknown_tensors(tensors, known, what, directory):
-    unknown = sorted(set(tensors) - set(known))
-    if unknown:
-        raise ValueError(
-            f"The {what} checkpoint in {directory} has {len(unknown)} weights "
-            f"the model has no place for, e.g. {unknown[:3]} (a task head or "
-            "another architecture?)"
-        )
-
-
-def assign_weights(model, weights):
-    """Assigns `weights` (our weight path -> array) to every weight of `model`.
-
-    Every weight of the model must be given, with its shape.
-    """
-    ours = {w.path: w for w in model.weights}
-    if set(ours) != set(weights):
-        raise ValueError(
-            "The model's weights do not match the mapping. Unmapped: "
-            f"{sorted(set(ours) - set(weights))[:4]}; unknown: "
-            f"{sorted(set(weights) - set(ours))[:4]}"
-        )
-    for path, value in weights.items():
-        if tuple(ours[path].shape) != tuple(value.shape):
-            raise ValueError(
-                f"Weight {path} has shape {tuple(ours[path].shape)} but the "
-                f"checkpoint's has {tuple(value.shape)}"
-            )
-        ours[path].assign(np.asarray(value, "float32"))
-
-
-def model_weights(model):
-    """Our weight path -> float32 NumPy array."""
-    return {w.path: np.asarray(w.numpy(), "float32") for w in model.weights}
-
-
-def check_format_settings(format_name, checks):
-    """Raises if a model setting differs from what `format_name` can hold.
-
-    `checks` maps each setting's name to `(wanted, got)`.
-    """
-    for name, (wanted, got) in checks.items():
-        if got != wanted:
-            raise ValueError(
-                f"A {format_name} checkpoint needs {name}={wanted!r}. "
-                f"Received: {name}={got!r}"
-            )

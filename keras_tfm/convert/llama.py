@@ -24,22 +24,21 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_tfm.convert.config_checks import (
+    check_format_settings,
+    check_model_type,
+)
 from keras_tfm.convert.gguf_names import (
+    GGUF_PRE_TOKENIZERS,
     gguf_name_from_hf,
     hf_name_from_gguf,
     unpermute_rows,
 )
 from keras_tfm.convert.gguf_reader import dequantize, metadata, open_gguf, tensor_table
 from keras_tfm.convert.hf_directory import (
-    assign_weights,
     check_directory,
-    check_format_settings,
-    check_model_type,
-    model_weights,
     read_json,
     read_safetensors,
-    refuse_unknown_tensors,
-    require_tensors,
     write_json,
     write_safetensors,
 )
@@ -47,11 +46,14 @@ from keras_tfm.convert.hf_tokenizer_files import (
     read_vocab_and_merges,
     write_tokenizer_json,
 )
-from keras_tfm.models.causal_lm import CausalLM
-from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
-    GGUF_PRE_TOKENIZERS,
-    ByteLevelBPETokenizer,
+from keras_tfm.convert.weights import (
+    assign_weights,
+    model_weights,
+    refuse_unknown_tensors,
+    require_tensors,
 )
+from keras_tfm.models.causal_lm import CausalLM
+from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 from keras_tfm.zoo.catalogue import preset_dir
 from keras_tfm.zoo.installed_checkpoints import checkpoint_path, read_source
 
@@ -342,7 +344,10 @@ def _token(value):
     return value.get("content") if isinstance(value, dict) else value
 
 
-def convert_tokenizer(directory, vocabulary_size):
+def convert_tokenizer(directory, config):
+    """A `ByteLevelBPETokenizer` from the directory's tokenizer.json and
+    tokenizer_config.json, checked against config.json (`config`)."""
+    vocabulary_size = config["vocab_size"]
     vocabulary, merges, special, options = read_vocab_and_merges(directory)
     if len(vocabulary) != vocabulary_size:
         raise ValueError(
@@ -424,7 +429,7 @@ def load_hf_llama(directory, max_sequence_length=None):
     if hf_config.get("model_type") == "qwen2":
         tensors = _add_qwen2_zero_biases(tensors, config)
     weights = convert_weights(tensors, config, str(directory))
-    tokenizer = convert_tokenizer(directory, config["vocabulary_size"])
+    tokenizer = convert_tokenizer(directory, hf_config)
     model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
     assign_weights(model, weights)
     return model

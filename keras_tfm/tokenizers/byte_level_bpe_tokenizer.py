@@ -32,24 +32,6 @@ LLAMA3_SPLIT_PATTERN = SPLIT_PATTERN_TOKENIZERS
 # Qwen2's (transformers' Qwen2Tokenizer): Llama 3's with single digits.
 QWEN2_SPLIT_PATTERN = LLAMA3_SPLIT_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 
-# GGUF `tokenizer.ggml.pre` values -> the tokenizer's arguments, as
-# llama.cpp's llama-vocab.cpp reads them (it ignores merges for Llama 3:
-# a piece that is a whole vocabulary token is that token).
-_LLAMA3 = dict(
-    pre_tokenizer="split", split_pattern=LLAMA3_SPLIT_PATTERN, ignore_merges=True
-)
-_QWEN2 = dict(pre_tokenizer="split", split_pattern=QWEN2_SPLIT_PATTERN)
-GGUF_PRE_TOKENIZERS = {
-    "gpt2": dict(pre_tokenizer="gpt2"),
-    "gpt-2": dict(pre_tokenizer="gpt2"),
-    "smollm": dict(pre_tokenizer="smollm"),
-    "llama-bpe": _LLAMA3,
-    "llama3": _LLAMA3,
-    "llama-v3": _LLAMA3,
-    "qwen2": _QWEN2,
-    "deepseek-r1-qwen": _QWEN2,
-}
-
 
 def _check_split_pattern(pre_tokenizer, split_pattern):
     if (pre_tokenizer == "split") != (split_pattern is not None):

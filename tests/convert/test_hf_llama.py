@@ -344,19 +344,7 @@ def test_pickled_checkpoints_are_refused(tmp_path):
 
 
 def test_sharded_checkpoints_load(tmp_path):
-    import json
-
-    from safetensors.numpy import save_file
-
-    folder = checks.copy_fixture("llama_gqa", tmp_path)
-    tensors = load_file(str(folder / "model.safetensors"))
-    (folder / "model.safetensors").unlink()
-    names = sorted(tensors)
-    shards = {"model-1.safetensors": names[:5], "model-2.safetensors": names[5:]}
-    for shard, keys in shards.items():
-        save_file({k: tensors[k] for k in keys}, str(folder / shard))
-    index = {"weight_map": {k: s for s, keys in shards.items() for k in keys}}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    folder = checks.shard_safetensors(checks.copy_fixture("llama_gqa", tmp_path))
     reference = checks.reference("llama_gqa")
     checks.check_logits(load_hf_llama(folder), reference)
 
