@@ -14,8 +14,11 @@ import numpy as np
 
 from keras_tfm.convert.config_checks import (
     check_format_settings,
+    check_model_class,
     check_model_type,
+    check_vocabulary_size,
     config_choice,
+    plain_attention_settings,
 )
 from keras_tfm.convert.hf_directory import (
     check_directory,
@@ -107,8 +110,7 @@ def _standardize_names(tensors):
     """Strips a task model's "bert." prefix and renames old gamma/beta norms."""
     out = {}
     for name, value in tensors.items():
-        if name.startswith("bert."):
-            name = name[len("bert.") :]
+        name = name.removeprefix("bert.")
         if "LayerNorm." in name:
             name = name.replace("LayerNorm.gamma", "LayerNorm.weight")
             name = name.replace("LayerNorm.beta", "LayerNorm.bias")
@@ -257,32 +259,19 @@ def load_hf_bert(directory):
 
 
 def _check_saveable(backbone, tokenizer):
-    if not isinstance(backbone, EncoderBackbone):
-        raise ValueError(
-            "`backbone` must be a keras_tfm EncoderBackbone. Received: "
-            f"backbone={type(backbone).__name__}"
-        )
+    check_model_class(backbone, EncoderBackbone, "backbone")
     if not isinstance(tokenizer, HFBertTokenizer):
         raise ValueError(
             "`tokenizer` must be an HFBertTokenizer (e.g. from load_hf_bert). "
             f"Received: tokenizer={type(tokenizer).__name__}"
         )
-    attention = backbone.transformer_layers[0].self_attention
-    # name: (what BERT needs, what the backbone has; for the heads, the
-    # values in use, whether passed or derived).
+    # name: (what BERT needs, what the backbone has).
     checks = {
         "normalize_first": (False, backbone.normalize_first),
         "normalization": ("layer_norm", backbone.normalization),
         "position_encoding": ("learned", backbone.position_encoding),
         "use_bias": (True, backbone.use_bias),
-        "head_dim": (
-            backbone.hidden_dim // backbone.num_heads,
-            attention.effective_head_dim,
-        ),
-        "num_key_value_heads": (
-            backbone.num_heads,
-            attention.effective_num_key_value_heads,
-        ),
+        **plain_attention_settings(backbone),
     }
     check_format_settings("BERT", checks)
     if backbone.activation not in ACTIVATIONS.values():
@@ -295,12 +284,7 @@ def _check_saveable(backbone, tokenizer):
             "A BERT checkpoint needs at least one segment (token type). "
             f"Received: num_segments={backbone.num_segments}"
         )
-    if tokenizer.vocabulary_size() != backbone.vocabulary_size:
-        raise ValueError(
-            "The tokenizer and the backbone disagree on the vocabulary size. "
-            f"Received: {tokenizer.vocabulary_size()} and vocabulary_size="
-            f"{backbone.vocabulary_size}"
-        )
+    check_vocabulary_size(tokenizer, backbone, "backbone")
 
 
 def save_hf_bert(backbone, tokenizer, directory):

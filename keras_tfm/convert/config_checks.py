@@ -50,3 +50,35 @@ def check_format_settings(format_name, checks):
                 f"A {format_name} checkpoint needs {name}={wanted!r}. "
                 f"Received: {name}={got!r}"
             )
+
+
+def check_model_class(model, model_class, argument="model"):
+    """Raises unless `model` is a `model_class` (our class, to be saved)."""
+    if not isinstance(model, model_class):
+        raise ValueError(
+            f"`{argument}` must be a keras_tfm {model_class.__name__}. Received: "
+            f"{argument}={type(model).__name__}"
+        )
+
+
+def plain_attention_settings(model):
+    """`check_format_settings` entries for formats without grouped-query
+    attention or a free head size: the values in use, passed or derived."""
+    attention = model.transformer_layers[0].self_attention
+    return {
+        "head_dim": (model.hidden_dim // model.num_heads, attention.effective_head_dim),
+        "num_key_value_heads": (
+            model.num_heads,
+            attention.effective_num_key_value_heads,
+        ),
+    }
+
+
+def check_vocabulary_size(tokenizer, model, what="model"):
+    """Raises if `tokenizer` and `model` disagree on the vocabulary size."""
+    size = tokenizer.vocabulary_size()
+    if size != model.vocabulary_size:
+        raise ValueError(
+            f"The tokenizer and the {what} disagree on the vocabulary size. "
+            f"Received: {size} tokens and vocabulary_size={model.vocabulary_size}"
+        )

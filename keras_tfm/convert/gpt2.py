@@ -13,8 +13,11 @@ import numpy as np
 
 from keras_tfm.convert.config_checks import (
     check_format_settings,
+    check_model_class,
     check_model_type,
+    check_vocabulary_size,
     config_choice,
+    plain_attention_settings,
     refuse_unsupported_options,
 )
 from keras_tfm.convert.hf_directory import (
@@ -114,11 +117,8 @@ def _standardize_names(tensors):
     """Drops the "transformer." prefix, old mask buffers and a tied lm_head."""
     out = {}
     for name, value in tensors.items():
-        if name.startswith("transformer."):
-            name = name[len("transformer.") :]
-        if name.endswith(BUFFER_SUFFIXES):
-            continue
-        out[name] = value
+        if not name.endswith(BUFFER_SUFFIXES):
+            out[name.removeprefix("transformer.")] = value
     head = out.pop("lm_head.weight", None)
     if head is not None and "wte.weight" in out:
         if not np.array_equal(head, out["wte.weight"]):
@@ -243,22 +243,14 @@ def load_hf_gpt2(directory, max_sequence_length=None):
 
 
 def _check_saveable(model, tokenizer):
-    if not isinstance(model, CausalLM):
-        raise ValueError(
-            f"`model` must be a keras_tfm CausalLM. Received: {type(model).__name__}"
-        )
-    attention = model.transformer_layers[0].self_attention
+    check_model_class(model, CausalLM)
     checks = {
         "normalize_first": (True, model.normalize_first),
         "normalization": ("layer_norm", model.normalization),
         "position_encoding": ("learned", model.position_encoding),
         "use_bias": (True, model.use_bias),
         "tie_word_embeddings": (True, model.tie_word_embeddings),
-        "head_dim": (model.hidden_dim // model.num_heads, attention.effective_head_dim),
-        "num_key_value_heads": (
-            model.num_heads,
-            attention.effective_num_key_value_heads,
-        ),
+        **plain_attention_settings(model),
     }
     check_format_settings("GPT-2", checks)
     if model.activation not in ACTIVATIONS.values():
@@ -272,12 +264,7 @@ def _check_saveable(model, tokenizer):
             "GPT2Tokenizer), or the model must have one attached. Received: "
             f"tokenizer={type(tokenizer).__name__}"
         )
-    size = tokenizer.vocabulary_size()
-    if size != model.vocabulary_size:
-        raise ValueError(
-            "The tokenizer and the model disagree on the vocabulary size. "
-            f"Received: {size} tokens and vocabulary_size={model.vocabulary_size}"
-        )
+    check_vocabulary_size(tokenizer, model)
     if END_OF_TEXT not in tokenizer.vocabulary:
         raise ValueError(f"A GPT-2 vocabulary needs the {END_OF_TEXT!r} token.")
     if isinstance(tokenizer, ByteLevelBPETokenizer):

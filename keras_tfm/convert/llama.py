@@ -26,7 +26,9 @@ import numpy as np
 
 from keras_tfm.convert.config_checks import (
     check_format_settings,
+    check_model_class,
     check_model_type,
+    check_vocabulary_size,
 )
 from keras_tfm.convert.gguf_names import (
     GGUF_PRE_TOKENIZERS,
@@ -436,10 +438,7 @@ def load_hf_llama(directory, max_sequence_length=None):
 
 
 def _saveable_config(model, tokenizer):
-    if not isinstance(model, CausalLM):
-        raise ValueError(
-            f"`model` must be a keras_tfm CausalLM. Received: {type(model).__name__}"
-        )
+    check_model_class(model, CausalLM)
     checks = {
         "normalize_first": (True, model.normalize_first),
         "normalization": ("rms_norm", model.normalization),
@@ -453,12 +452,7 @@ def _saveable_config(model, tokenizer):
             "attaches), or the model must have one attached. Received: "
             f"tokenizer={type(tokenizer).__name__}"
         )
-    if tokenizer.vocabulary_size() != model.vocabulary_size:
-        raise ValueError(
-            "The tokenizer and the model disagree on the vocabulary size. "
-            f"Received: {tokenizer.vocabulary_size()} tokens and "
-            f"vocabulary_size={model.vocabulary_size}"
-        )
+    check_vocabulary_size(tokenizer, model)
     attention = model.transformer_layers[0].self_attention
     config = model.get_config()
     config["head_dim"] = attention.effective_head_dim

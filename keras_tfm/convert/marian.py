@@ -131,10 +131,7 @@ def _layer_names(prefix, ours, cross):
 
 def _standardize_names(tensors):
     """Drops the "model." prefix of `MarianMTModel` names."""
-    return {
-        (name[len(PREFIX) :] if name.startswith(PREFIX) else name): value
-        for name, value in tensors.items()
-    }
+    return {name.removeprefix(PREFIX): value for name, value in tensors.items()}
 
 
 def _check_copies(tensors, embedding, tied, directory):
