@@ -545,7 +545,13 @@ CONTROL_TOKEN = 3  # llama.cpp's LLAMA_TOKEN_TYPE_CONTROL in tokenizer.ggml.toke
 
 
 def convert_gguf_backbone_config(reader):
-    """`CausalLM` arguments from a GGUF file's `llama.*` metadata."""
+    """`CausalLM` arguments from a GGUF file's `llama.*` metadata.
+
+    The metadata is checked for what only GGUF can say (the architecture,
+    partial RoPE, RoPE scaling), then read as the config.json keys it
+    stands for and converted by `convert_backbone_config`, as a
+    HuggingFace checkpoint's config is.
+    """
     architecture = metadata(reader, "general.architecture")
     if architecture != "llama":
         raise ValueError(
@@ -568,32 +574,23 @@ def convert_gguf_backbone_config(reader):
             "RoPE scaling is not supported. Received: "
             f"llama.rope.scaling.type={scaling!r}"
         )
-    vocabulary = metadata(reader, "tokenizer.ggml.tokens")
-    names = tensor_table(reader)
-    return dict(
-        vocabulary_size=len(vocabulary),
-        num_layers=metadata(reader, "llama.block_count"),
-        num_heads=num_heads,
-        hidden_dim=hidden_dim,
-        intermediate_dim=metadata(reader, "llama.feed_forward_length"),
-        max_sequence_length=metadata(reader, "llama.context_length"),
-        num_key_value_heads=metadata(reader, "llama.attention.head_count_kv"),
-        head_dim=head_dim,
-        activation="swiglu",
-        normalize_first=True,
-        normalization="rms_norm",
-        layer_norm_epsilon=float(
-            metadata(reader, "llama.attention.layer_norm_rms_epsilon")
-        ),
-        position_encoding="rotary",
-        rotary_max_wavelength=float(
-            metadata(reader, "llama.rope.freq_base", 10000.0, False)
-        ),
-        use_bias=False,
+    # config.json's keys for the metadata (transformers reads GGUF so too).
+    hf_config = {
+        "model_type": "llama",
+        "vocab_size": len(metadata(reader, "tokenizer.ggml.tokens")),
+        "num_hidden_layers": metadata(reader, "llama.block_count"),
+        "num_attention_heads": num_heads,
+        "hidden_size": hidden_dim,
+        "intermediate_size": metadata(reader, "llama.feed_forward_length"),
+        "max_position_embeddings": metadata(reader, "llama.context_length"),
+        "num_key_value_heads": metadata(reader, "llama.attention.head_count_kv"),
+        "head_dim": head_dim,
+        "rms_norm_eps": metadata(reader, "llama.attention.layer_norm_rms_epsilon"),
+        "rope_theta": metadata(reader, "llama.rope.freq_base", 10000.0, False),
         # Without an `output.weight` tensor the head is the embedding.
-        tie_word_embeddings="output.weight" not in names,
-        padding_id=None,
-    )
+        "tie_word_embeddings": "output.weight" not in tensor_table(reader),
+    }
+    return convert_backbone_config(hf_config, reader.data.filename)
 
 
 def convert_gguf_tokenizer(reader):
