@@ -13,7 +13,7 @@ classify_fortunes.py), runs a sentence through it with
 - alignment.png: where the translation model "translator_de_en" looks while
   it writes: the decoder's cross-attention over the German source words
   (across) for each English word it produces (down), averaged over the heads,
-  one panel per decoder layer (`Seq2SeqTransformer(...,
+  one panel per decoder layer (`Seq2SeqLM(...,
   return_attention_scores=True)`). docs/images/translation_alignment.png is
   this picture.
 
@@ -72,7 +72,8 @@ def load(args):
         labels = model.class_names
     if getattr(model, "tokenizer", None) is None:
         raise ValueError(
-            "The model must hold its tokenizer (EncoderClassifier(..., tokenizer=)). "
+            "The model must hold its tokenizer (EncoderClassifier(..., "
+            "preprocessor=TextClassifierPreprocessor(tokenizer, ...))). "
             f"Received: a {type(model).__name__} without one, from {args.model}"
         )
     return model, Path(history), labels
@@ -125,9 +126,7 @@ def alignment(model, sentence, max_new_tokens=MAX_TOKENS):
     tokenizer = model.tokenizer
     start, end = tokenizer.token_to_id("[START]"), tokenizer.token_to_id("[END]")
     source = np.asarray(tokenizer([sentence]), "int32")[:, :MAX_TOKENS]
-    (output,) = model.generate(
-        source, max_new_tokens, start_token_id=start, stop_token_ids=[end]
-    )
+    (output,) = model.generate(source, max_new_tokens, stop_token_ids=[end])
     target = np.array([[start, *output[:-1]]], "int32")
     _, scores = model(
         {"source_ids": source, "target_ids": target}, return_attention_scores=True

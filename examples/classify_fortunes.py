@@ -106,7 +106,9 @@ def build_classifier(config, tokenizer, num_classes):
         num_classes=num_classes,
         pooling=config["pooling"],
         dropout=config["dropout"],
-        tokenizer=tokenizer,
+        preprocessor=keras_tfm.models.TextClassifierPreprocessor(
+            tokenizer, sequence_length=config["max_sequence_length"]
+        ),
     )
 
 

@@ -96,8 +96,11 @@ def build_student(shape, tokenizer, num_classes, config):
         padding_id=tokenizer.token_to_id("[PAD]"),
         **shape,
     )
+    preprocessor = keras_tfm.models.TextClassifierPreprocessor(
+        tokenizer, sequence_length=config["max_sequence_length"]
+    )
     return keras_tfm.models.EncoderClassifier(
-        backbone, num_classes, pooling="mean", tokenizer=tokenizer
+        backbone, num_classes, pooling="mean", preprocessor=preprocessor
     )
 
 

@@ -238,7 +238,10 @@ def pretrain(config, tokenizer, texts):
     # (a re-iterated finite dataset replays them under a fixed seed).
     unlabelled = unlabelled.repeat().map(lambda ids, _: masker(ids))
     mlm = keras_tfm.models.MaskedLanguageModel(
-        make_backbone(config, tokenizer), tokenizer=tokenizer
+        make_backbone(config, tokenizer),
+        preprocessor=keras_tfm.models.MaskedLMPreprocessor(
+            tokenizer, sequence_length=config["max_sequence_length"]
+        ),
     )
     mlm.compile(
         optimizer=optimizer(
@@ -303,7 +306,9 @@ def finetune(config, tokenizer, new_backbone, datasets, num_classes, rates):
             num_classes=num_classes,
             pooling="mean",
             dropout=config["dropout"],
-            tokenizer=tokenizer,
+            preprocessor=keras_tfm.models.TextClassifierPreprocessor(
+                tokenizer, sequence_length=config["max_sequence_length"]
+            ),
         )
         if config["probe_head"]:
             features, labels = keras_tfm.training.pooled_features(model, train_ds)

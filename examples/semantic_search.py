@@ -164,11 +164,11 @@ def search(corpus, corpus_vectors, query_vectors, queries, top_k=3):
 
 def pooled_features(backbone, tokenizer, texts, config):
     """What the classifier's head sees: the mean over real tokens, unnormalised."""
+    preprocessor = keras_tfm.models.TextClassifierPreprocessor(
+        tokenizer, sequence_length=config["max_sequence_length"]
+    )
     encoder = keras_tfm.models.SentenceEncoder(
-        backbone,
-        tokenizer,
-        normalize=False,
-        max_sequence_length=config["max_sequence_length"],
+        backbone, preprocessor, normalize=False
     )
     return encoder.encode(list(texts), config["embed_batch_size"])
 
@@ -345,7 +345,10 @@ def main(argv=None):
 
     # 1. Semantic search over the test fortunes (unit-length embeddings).
     encoder = keras_tfm.models.SentenceEncoder(
-        backbone, tokenizer, max_sequence_length=config["max_sequence_length"]
+        backbone,
+        keras_tfm.models.TextClassifierPreprocessor(
+            tokenizer, sequence_length=config["max_sequence_length"]
+        ),
     )
     query_vectors = encoder.encode(QUERIES, config["embed_batch_size"])
     print(search(test[0], unit_length(features["test"]), query_vectors, QUERIES))

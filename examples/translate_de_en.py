@@ -34,7 +34,7 @@ import sacrebleu  # noqa: E402
 from keras_tfm import baselines, training  # noqa: E402
 from keras_tfm.data import translation  # noqa: E402
 from keras_tfm.datasets import trans_de_en  # noqa: E402
-from keras_tfm.models import Seq2SeqTransformer  # noqa: E402
+from keras_tfm.models import Seq2SeqBackbone, Seq2SeqLM  # noqa: E402
 
 # --- Configuration ------------------------------------------------------------
 FULL = dict(
@@ -108,7 +108,7 @@ BASELINE = "dictionary"  # word by word, keras_tfm.baselines.DictionaryTranslato
 def translate(model, sentences, batch_size=128, **generate_args):
     """Detokenized translations of German `sentences`."""
     tokenizer = model.tokenizer
-    start, end = tokenizer.token_to_id("[START]"), tokenizer.token_to_id("[END]")
+    end = tokenizer.token_to_id("[END]")
     outputs = []
     for i in range(0, len(sentences), batch_size):
         ids = translation._token_lists(tokenizer(sentences[i : i + batch_size]))
@@ -116,7 +116,6 @@ def translate(model, sentences, batch_size=128, **generate_args):
         generated = model.generate(
             ids,
             max_new_tokens=model.max_sequence_length - 1,
-            start_token_id=start,
             stop_token_ids=[end],
             **generate_args,
         )
@@ -145,13 +144,13 @@ def results_table(results, num_pairs):
 
 
 def build_model(config, tokenizer):
-    """The Seq2SeqTransformer, compiled with AdamW on a warm-up + cosine schedule."""
-    model = Seq2SeqTransformer(
+    """The Seq2SeqLM, compiled with AdamW on a warm-up + cosine schedule."""
+    backbone = Seq2SeqBackbone(
         vocabulary_size=tokenizer.vocabulary_size(),
         max_sequence_length=config["max_length"],
-        tokenizer=tokenizer,
         **config["model"],
     )
+    model = Seq2SeqLM(backbone, Seq2SeqLM.preprocessor_for(tokenizer, backbone))
     warmup_steps = min(config["warmup_steps"], config["steps"] // 5)
     schedule = keras.optimizers.schedules.CosineDecay(
         0.0,
@@ -306,7 +305,7 @@ def main(argv=None):
         keras.config.set_dtype_policy(training.device_defaults().dtype_policy)
     model = build_model(config, tokenizer)
     print(
-        f"Seq2SeqTransformer: {model.count_params():,} parameters, "
+        f"Seq2SeqLM: {model.count_params():,} parameters, "
         f"{keras.config.dtype_policy().name}; {len(datasets[0])} batches an epoch "
         f"of the data, trained for {config['steps']} steps"
     )

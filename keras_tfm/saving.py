@@ -6,9 +6,9 @@ finished file over it with `os.replace`, which is atomic on POSIX and
 Windows: a reader sees the old file or the new one, never half of one.
 
 Example:
->>> model = keras_tfm.models.CausalLM(
+>>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
 ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-...     intermediate_dim=32, max_sequence_length=16)
+...     intermediate_dim=32, max_sequence_length=16))
 >>> model(np.array([[5, 6, 7]])).shape
 TensorShape([1, 3, 50])
 >>> atomic_save(model, "/tmp/lm.keras")            # the whole model
@@ -39,6 +39,7 @@ from pathlib import Path
 import keras
 
 from keras_tfm._keras_compat import save_weights_only
+from keras_tfm.legacy_files import is_legacy_config, load_legacy_model
 
 MODEL_SUFFIX = ".keras"
 WEIGHTS_SUFFIX = ".weights.h5"
@@ -144,8 +145,11 @@ def uncompiled_copy(model, **overrides):
     True
     """
     config = model.get_config()
-    if getattr(model, "tokenizer", None) is not None:
-        config["tokenizer"] = model.tokenizer  # the config holds no vocabulary
+    # The config holds no vocabulary: the copy gets the model's own objects.
+    if getattr(model, "preprocessor", None) is not None:
+        config["preprocessor"] = model.preprocessor
+    elif getattr(model, "tokenizer", None) is not None:
+        config["tokenizer"] = model.tokenizer
     copy = type(model).from_config({**config, **overrides})
     copy.set_weights(model.get_weights())
     return copy
@@ -205,6 +209,11 @@ def check_model_file(path):
 def load_model(path, **kwargs):
     """`keras.saving.load_model` after `check_model_file`.
 
+    A file written before the Backbone/Task split (a flat `CausalLM` or
+    `Seq2SeqTransformer` config, a task with a `tokenizer`) is read by
+    `keras_tfm.legacy_files.load_legacy_model`: its config split and its
+    weights moved to the new paths, with identical values.
+
     Args:
         path: a `.keras` file.
         **kwargs: passed to `keras.saving.load_model` (e.g. `compile=False`).
@@ -216,7 +225,12 @@ def load_model(path, **kwargs):
         FileNotFoundError: if there is no file at `path`.
         ValueError: if the file is truncated or corrupt, naming the problem.
     """
-    return keras.saving.load_model(str(check_model_file(path)), **kwargs)
+    path = check_model_file(path)
+    with zipfile.ZipFile(path) as archive:
+        config = json.loads(archive.read("config.json"))
+    if is_legacy_config(config):
+        return load_legacy_model(path)
+    return keras.saving.load_model(str(path), **kwargs)
 
 
 def atomic_write_text(path, text):

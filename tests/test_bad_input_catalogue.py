@@ -10,6 +10,7 @@ yet fixed; its test is a strict xfail that starts failing once it is fixed.
 """
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 
 from keras_tfm import cli, convert, layers, models, saving, training, zoo
 from keras_tfm.data import language_model_datasets
+from tests.builders import causal_lm
 from tests.convert.tiny_gguf import Q, write_tiny_llama
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
@@ -39,7 +41,7 @@ def lm(**overrides):
         vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
         intermediate_dim=32, max_sequence_length=16,
     )  # fmt: skip
-    return models.CausalLM(**{**config, **overrides})
+    return causal_lm(**{**config, **overrides})
 
 
 def byte_data(text, sequence_length=8, batch_size=2):
@@ -99,6 +101,11 @@ def fit_classifier_with_label(label):
     )
     model.compile("adam", "sparse_categorical_crossentropy", jit_compile=True)
     model.fit(x(2, 4, dtype="int32", fill=1), np.array([0, label]), verbose=0)
+
+
+@functools.cache
+def fortunes():
+    return models.EncoderClassifier.from_preset("fortunes_classifier")
 
 
 def truncated(folder, name, save):
@@ -183,6 +190,22 @@ CATALOGUE = [
         lambda d: fit_classifier_with_label(3)),
     Row("model", "`EncoderClassifier.fit` with a negative label id", "ValueError",
         "Received: labels from -1 to 0", lambda d: fit_classifier_with_label(-1)),
+    Row("model", "`classifier.classify([12, 54, 99])` (token ids, not text)",
+        "ValueError", "must be a string or a list of strings. Received: "
+        "texts=[12, 54, 99]", lambda d: fortunes().classify([12, 54, 99])),
+    Row("model", "`classifier.classify(None)`", "ValueError",
+        "must be a string or a list of strings. Received: texts=None",
+        lambda d: fortunes().classify(None)),
+    Row("model", "`EncoderClassifier(..., tokenizer=...)` (the argument before "
+        "preprocessors)", "ValueError",
+        "pass preprocessor=TextClassifierPreprocessor(tokenizer, ",
+        lambda d: models.EncoderClassifier(
+            fortunes().backbone, 3, tokenizer=fortunes().tokenizer)),
+    Row("model", "a preprocessor packing longer rows than the backbone reads",
+        "ValueError", "Received: sequence_length=129",
+        lambda d: models.EncoderClassifier(
+            fortunes().backbone, 3, preprocessor=models.TextClassifierPreprocessor(
+                fortunes().tokenizer, sequence_length=129))),
     Row("zoo", "a preset whose `model.weights.h5` is truncated", "ValueError",
         "is truncated or corrupt", preset_with_truncated_weights),
     Row("zoo", "preset name that is a path (`../etc`)", "ValueError",
@@ -304,6 +327,10 @@ def render():
         "member's CRC) and names the problem. The CLI and the zoo check their",
         "files the same way (`keras_tfm.saving.check_model_file`).",
         "",
+        "An empty list is not bad input: `classifier.classify([])` returns",
+        "`[]` and `encoder.encode([])` a (0, hidden_dim) array, as `predict`",
+        "on zero rows gives zero rows.",
+        "",
         "| Area | Bad input | Error | Message contains | Status |",
         "|---|---|---|---|---|",
     ]
@@ -332,6 +359,11 @@ def test_bad_input_gets_its_error(row, tmp_path, request):
     assert type(info.value).__name__ == row.error, info.value
     text = str(info.value.code if row.error == "SystemExit" else info.value)
     assert row.message in text
+
+
+def test_no_texts_get_an_empty_answer():
+    assert fortunes().classify([]) == []
+    assert fortunes().classify([], top_k=3) == []
 
 
 def test_the_document_is_rendered_from_the_table():

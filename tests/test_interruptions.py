@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from keras_tfm.datasets import load_default_corpus
+from tests.builders import causal_lm
 
 TIMEOUT = 600  # the machine may be shared; a hang still ends
 KILL_AT, BACKUP_STEP = 7, 6
@@ -104,9 +105,8 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(tmp_path):
 
 
 def tiny_lm():
-    from keras_tfm.models import CausalLM
 
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=8,
     )  # fmt: skip

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from keras_tfm import _keras_compat as compat
-from keras_tfm.models import CausalLM
+from tests.builders import causal_lm
 
 
 def test_masks_are_set_and_read():
@@ -24,7 +24,7 @@ def test_masks_are_set_and_read():
 
 
 def tiny_lm():
-    return CausalLM(
+    return causal_lm(
         vocabulary_size=11,
         num_layers=2,
         num_heads=2,

@@ -21,16 +21,16 @@ def test_the_readme_has_python_blocks():
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_block_runs(index, smollm2, monkeypatch):
     from keras_tfm import zoo
+    from keras_tfm.models import preset_loading
 
     load = zoo.from_preset
-    # The session's SmolLM2 stands in for loading it a second time.
-    monkeypatch.setattr(
-        zoo,
-        "from_preset",
-        lambda name, **kw: (
-            smollm2 if name == "smollm2_135m_instruct" else load(name, **kw)
-        ),
-    )
+    # The session's SmolLM2 stands in for loading it a second time, through
+    # `zoo.from_preset` and every class's `from_preset` alike.
+    def from_preset(name, **kw):
+        return smollm2 if name == "smollm2_135m_instruct" else load(name, **kw)
+
+    monkeypatch.setattr(zoo, "from_preset", from_preset)
+    monkeypatch.setattr(preset_loading, "_loader", from_preset)
     namespace = {}
     exec(compile(BLOCKS[index], f"README.md python block {index}", "exec"), namespace)
     if "llm" in namespace:

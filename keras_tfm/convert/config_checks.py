@@ -61,14 +61,15 @@ def check_model_class(model, model_class, argument="model"):
         )
 
 
-def plain_attention_settings(model):
+def plain_attention_settings(backbone):
     """`check_format_settings` entries for formats without grouped-query
     attention or a free head size: the values in use, passed or derived."""
-    attention = model.transformer_layers[0].self_attention
+    attention = backbone.transformer_layers[0].self_attention
+    hidden_dim, num_heads = backbone.hidden_dim, backbone.num_heads
     return {
-        "head_dim": (model.hidden_dim // model.num_heads, attention.effective_head_dim),
+        "head_dim": (hidden_dim // num_heads, attention.effective_head_dim),
         "num_key_value_heads": (
-            model.num_heads,
+            num_heads,
             attention.effective_num_key_value_heads,
         ),
     }

@@ -237,7 +237,7 @@ def load_hf_gpt2(directory, max_sequence_length=None):
         table = weights["position_embedding/embeddings"]
         weights["position_embedding/embeddings"] = table[:max_sequence_length]
     tokenizer = convert_tokenizer(directory, hf_config)
-    model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     assign_weights(model, weights)
     return model
 
@@ -250,7 +250,7 @@ def _check_saveable(model, tokenizer):
         "position_encoding": ("learned", model.position_encoding),
         "use_bias": (True, model.use_bias),
         "tie_word_embeddings": (True, model.tie_word_embeddings),
-        **plain_attention_settings(model),
+        **plain_attention_settings(model.backbone),
     }
     check_format_settings("GPT-2", checks)
     if model.activation not in ACTIVATIONS.values():

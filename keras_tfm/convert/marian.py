@@ -1,4 +1,4 @@
-"""HuggingFace-format Marian (opus-mt) checkpoints -> `Seq2SeqTransformer`.
+"""HuggingFace-format Marian (opus-mt) checkpoints -> `Seq2SeqLM`.
 
 A checkpoint directory holds config.json (a `MarianConfig`), model.safetensors
 (a `MarianMTModel`'s weights) and the tokenizer files source.spm, target.spm
@@ -29,7 +29,7 @@ from keras_tfm.convert.weights import (
     require_tensors,
 )
 from keras_tfm.layers.positional_encoding import PositionalEncoding
-from keras_tfm.models.seq2seq_transformer import Seq2SeqTransformer
+from keras_tfm.models.seq2seq_lm import Seq2SeqLM
 from keras_tfm.tokenizers.marian_tokenizer import MarianTokenizer
 
 # HuggingFace `activation_function` -> our FeedForward activation.
@@ -62,7 +62,7 @@ PREFIX = "model."
 
 
 def convert_backbone_config(config, directory="."):
-    """`Seq2SeqTransformer` arguments from a Marian config.json dict."""
+    """`Seq2SeqLM` arguments from a Marian config.json dict."""
     where = f"{directory}/config.json"
     check_model_type(config, ("marian",), "Marian", directory)
     activation = config_choice(
@@ -200,11 +200,11 @@ def convert_weights(tensors, config, directory="."):
     Args:
         tensors: HuggingFace name -> array (with or without `MarianMTModel`'s
             "model." prefix).
-        config: the `Seq2SeqTransformer` arguments.
+        config: the `Seq2SeqLM` arguments.
         directory: how errors name the checkpoint.
 
     Returns:
-        A dict for every `Seq2SeqTransformer` weight path (kernels (in, out)).
+        A dict for every `Seq2SeqLM` weight path (kernels (in, out)).
     """
     tensors = _standardize_names(tensors)
     names, kv = _weight_names(config)
@@ -311,7 +311,7 @@ def convert_tokenizer(directory, config):
 
 
 def load_hf_marian(directory):
-    """Loads a HuggingFace Marian (opus-mt) checkpoint as a `Seq2SeqTransformer`.
+    """Loads a HuggingFace Marian (opus-mt) checkpoint as a `Seq2SeqLM`.
 
     The model is post-LN with the checkpoint's sizes, `position_encoding=
     "sinusoidal_split"` (Marian's [sin | cos] table, from position 0),
@@ -331,7 +331,7 @@ def load_hf_marian(directory):
             target.spm and vocab.json (tokenizer_config.json optional).
 
     Returns:
-        A float32 `keras_tfm.models.Seq2SeqTransformer`.
+        A float32 `keras_tfm.models.Seq2SeqLM`.
 
     Example:
     >>> model = load_hf_marian(FIXTURES / "tiny_marian_hf")
@@ -346,7 +346,9 @@ def load_hf_marian(directory):
     tensors = read_safetensors(directory, "AutoModelForSeq2SeqLM")
     weights = convert_weights(tensors, config, directory)
     tokenizer = convert_tokenizer(directory, hf_config)
-    model = Seq2SeqTransformer(**config, tokenizer=tokenizer, dtype="float32")
+    model = Seq2SeqLM.from_config(
+        {**config, "tokenizer": tokenizer, "dtype": "float32"}
+    )
     _check_shapes(model, weights, weight_sources(config))
     assign_weights(model, weights)
     return model

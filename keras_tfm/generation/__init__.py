@@ -1,10 +1,13 @@
-"""Text generation: the beam search sampler and the helpers `generate` uses.
+"""Text generation machinery, below the models: samplers and decoding loops.
 
 Greedy, random, top-k and top-p sampling are keras-hub's samplers
 (`keras_hub.samplers`); `BeamSearchSampler` adds a length penalty, finished
-beams and per-row prompt masks to beam search. `sliding_window` holds the
-host-side loops of `CausalLM.generate`: decoding past the context window
-(the window slides and the cache is re-filled) and streaming.
+beams and per-row prompt masks to beam search. `make_sampler` turns
+`generate`'s settings into a sampler (refusing settings the sampler would
+ignore); `sliding_window` holds the host-side loops for decoding past the
+context window and streaming; `CompiledLoops` keeps a model's compiled
+loops. `generate` itself is written once, in `keras_tfm.models.CausalLM`,
+for both generating families.
 
 Example:
 >>> from keras_tfm.generation import BeamSearchSampler
@@ -12,7 +15,16 @@ Example:
 """
 
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
-from keras_tfm.generation.conversation import chat
+from keras_tfm.generation.compiled_loops import (
+    CompiledLoops,
+    invalidate_compiled_loops,
+)
 from keras_tfm.generation.generation_utils import SAMPLERS, make_sampler
 
-__all__ = ["BeamSearchSampler", "SAMPLERS", "chat", "make_sampler"]
+__all__ = [
+    "BeamSearchSampler",
+    "CompiledLoops",
+    "SAMPLERS",
+    "invalidate_compiled_loops",
+    "make_sampler",
+]

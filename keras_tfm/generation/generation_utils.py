@@ -23,26 +23,72 @@ SAMPLERS = ("greedy", "random", "top_k", "top_p", "beam")
 """The names `generate(sampler=...)` and `make_sampler` accept."""
 
 
+# The settings each sampler reads (besides `seed`); any other is an error,
+# so that e.g. `top_p=0.5` without `sampler="top_p"` does not run greedy.
+SAMPLER_SETTINGS = {
+    "greedy": (),
+    "random": ("temperature",),
+    "top_k": ("temperature", "top_k"),
+    "top_p": ("temperature", "top_p", "top_k"),
+    "beam": ("temperature", "num_beams", "length_penalty"),
+}
+
+
+def _check_settings_read(sampler, settings):
+    """Refuses a setting that `sampler` would silently ignore."""
+    unread = [
+        name
+        for name, value in settings.items()
+        if value is not None and name not in SAMPLER_SETTINGS[sampler]
+    ]
+    if unread:
+        readers = sorted(
+            s for s, names in SAMPLER_SETTINGS.items() if unread[0] in names
+        )
+        raise ValueError(
+            f"`{unread[0]}` is not read by sampler={sampler!r}, so it would be "
+            f"ignored. Choose a sampler that reads it ({', '.join(readers)}), "
+            f"e.g. sampler={readers[-1]!r}. Received: "
+            + ", ".join(f"{n}={settings[n]!r}" for n in unread)
+        )
+
+
 def make_sampler(
     sampler,
-    temperature=1.0,
+    temperature=None,
     top_k=None,
     top_p=None,
-    num_beams=1,
-    length_penalty=0.0,
+    num_beams=None,
+    length_penalty=None,
     padding_id=0,
     seed=None,
 ):
     """A sampler for a `sampler` name (or instance) and its options.
 
+    Settings that the chosen sampler does not read are refused (`top_p`
+    without `sampler="top_p"`, a `temperature` with "greedy", ...), as is
+    `num_beams` > 1 with anything but "beam" or "greedy" (greedy with beams
+    is beam search). None means the sampler's default: temperature 1,
+    top_k 5 for "top_k", top_p 0.1 for "top_p", length penalty 0.
+
     Returns `(sampler, key)`, `key` a hashable description used to cache the
     compiled decoding loop that owns the sampler's seed state.
-    """
-    check_positive_int("num_beams", num_beams)
+
+    Example:
+    >>> make_sampler("top_k", top_k=1)[1]
+    ('top_k', 1.0, 1)
+    >>> make_sampler("greedy", top_p=0.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: `top_p` is not read by sampler='greedy', so it would be ignored. Choose a sampler that reads it (top_p), e.g. sampler='top_p'. Received: top_p=0.5
+    """  # noqa: E501
+    if num_beams is not None:
+        check_positive_int("num_beams", num_beams)
     if isinstance(sampler, keras_hub.samplers.Sampler):
         return sampler, ("instance", id(sampler))
     check_choice("sampler", sampler, SAMPLERS)
-    temperature = check_positive_float("temperature", temperature)
+    if temperature is not None:
+        temperature = check_positive_float("temperature", temperature)
     if top_k is not None:
         check_positive_int("top_k", top_k)
     if top_p is not None:
@@ -50,24 +96,48 @@ def make_sampler(
             raise ValueError(f"`top_p` must be a number. Received: top_p={top_p!r}")
         if not 0.0 < top_p <= 1.0:
             raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p!r}")
+    if length_penalty is not None and (
+        isinstance(length_penalty, bool)
+        or not isinstance(length_penalty, (int, float))
+        or not np.isfinite(length_penalty)
+    ):
+        raise ValueError(
+            "`length_penalty` must be a finite number. Received: "
+            f"length_penalty={length_penalty!r}"
+        )
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
-    if num_beams > 1 and sampler not in ("greedy", "beam"):
-        raise ValueError(
-            "`num_beams` > 1 means beam search, which does not sample. Received: "
-            f"num_beams={num_beams}, sampler={sampler!r}"
-        )
-    # The key holds only the options the sampler reads, so that e.g. greedy
-    # calls with different `top_p` share one compiled loop.
-    if sampler == "beam" or num_beams > 1:
+    if (num_beams or 1) > 1:
+        if sampler not in ("greedy", "beam"):
+            raise ValueError(
+                "`num_beams` > 1 means beam search, which does not sample. "
+                f"Received: num_beams={num_beams}, sampler={sampler!r}"
+            )
+        sampler = "beam"
+    _check_settings_read(
+        sampler,
+        {
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "num_beams": None if num_beams in (None, 1) else num_beams,
+            "length_penalty": length_penalty,
+        },
+    )
+    temperature = 1.0 if temperature is None else float(temperature)
+    # The key holds only the options the sampler reads, so that calls that
+    # differ in nothing it reads share one compiled loop.
+    if sampler == "beam":
+        num_beams = num_beams or 1
+        length_penalty = float(length_penalty or 0.0)
         instance = BeamSearchSampler(
             num_beams=num_beams,
             length_penalty=length_penalty,
             padding_id=padding_id,
             temperature=temperature,
         )
-        key = ("beam", temperature, num_beams, float(length_penalty))
-    elif sampler == "greedy":  # a temperature does not move the argmax
+        key = ("beam", temperature, num_beams, length_penalty)
+    elif sampler == "greedy":
         instance = keras_hub.samplers.GreedySampler()
         key = ("greedy",)
     elif sampler == "random":
@@ -93,30 +163,6 @@ def reset_seed(sampler, seed):
     generator = getattr(sampler, "seed_generator", None)
     if seed is not None and generator is not None:
         generator.state.assign(np.array([seed, 0], generator.state.dtype))
-
-
-def cached_function(owner, key, factory):
-    """`factory()` compiled once per `key` and kept on `owner`, untracked.
-
-    The dict is set with `object.__setattr__` so that Keras does not track the
-    samplers' seed variables as the model's weights.
-    """
-    functions = owner.__dict__.get("_tfm_generate_functions")
-    if functions is None:
-        functions = {}
-        object.__setattr__(owner, "_tfm_generate_functions", functions)
-    if key not in functions:
-        functions[key] = factory()
-    return functions[key]
-
-
-def forget_cached_functions(owner):
-    """Drops `owner`'s compiled functions, e.g. after its layers changed.
-
-    A traced function keeps reading the variables it captured: one traced
-    before `enable_lora` would ignore the adapters.
-    """
-    owner.__dict__.pop("_tfm_generate_functions", None)
 
 
 def compile_loop(function):
@@ -229,54 +275,71 @@ def check_stop_token_ids(stop_token_ids, vocabulary_size):
     return tuple(int(i) for i in ids)
 
 
-def _to_list(ids):
-    if hasattr(ids, "to_list"):
-        return ids.to_list()
-    if isinstance(ids, list):
-        return ids
-    return keras.ops.convert_to_numpy(ids).tolist()
+ACCEPTED = (
+    "a string or a list of strings (with a preprocessor), a list of token "
+    "ids, a list of token-id lists, or a (batch, seq) integer array"
+)
 
 
-def normalize_token_batch(name, inputs, vocabulary_size, padding_id, tokenizer):
+def normalize_token_batch(name, inputs, vocabulary_size, padding_id, tokenize):
     """Turns generation inputs into a list of 1-D int64 arrays.
 
-    Accepts a string or a list of strings (with a tokenizer), a list of
+    Accepts a string or a list of strings (read by `tokenize(texts)`, a
+    list of id arrays; None when the model has no preprocessor), a list of
     token ids (one sequence), a list of token-id lists of any lengths, or a
     dense (batch, seq) integer array whose `padding_id` entries are padding.
     Returns `(rows, kind)` with `kind` one of "string", "strings", "ids",
     "batch" (how to shape the output).
     """
+    if inputs is None or isinstance(inputs, (bytes, dict, set, float, int)):
+        raise ValueError(
+            f"`{name}` must be {ACCEPTED}. Received: {name}={inputs!r:.80} "
+            f"of type {type(inputs).__name__}"
+        )
     if isinstance(inputs, str) or (
         isinstance(inputs, (list, tuple))
         and inputs
         and all(isinstance(x, str) for x in inputs)
     ):
-        if tokenizer is None:
+        if tokenize is None:
             raise ValueError(
-                f"`{name}` are strings but the model has no `tokenizer` to read "
-                "them. Build it with `tokenizer=` (a keras-hub tokenizer), or "
-                f"pass token ids instead. Received: {name}={str(inputs)[:80]}"
+                f"`{name}` are strings but the model has no preprocessor (and "
+                "so no tokenizer) to read them. Build it with `preprocessor=`, "
+                f"or pass token ids instead. Received: {name}={str(inputs)[:80]}"
             )
         kind = "string" if isinstance(inputs, str) else "strings"
         texts = [inputs] if kind == "string" else list(inputs)
-        rows = [np.asarray(r, "int64").reshape(-1) for r in _to_list(tokenizer(texts))]
+        rows = tokenize(texts)
     elif isinstance(inputs, (list, tuple)) and all(
         isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in inputs
     ):
         kind, rows = "ids", [np.asarray(inputs)]
     elif isinstance(inputs, (list, tuple)):
-        kind, rows = "batch", [np.asarray(row) for row in inputs]
-        for i, row in enumerate(rows):
+        kind, rows = "batch", []
+        for i, row in enumerate(inputs):
+            if isinstance(row, (str, bytes)):
+                raise ValueError(
+                    f"`{name}` mixes strings and other items: it must be {ACCEPTED}. "
+                    f"Received: {name}[{i}]={row!r:.40}"
+                )
+            row = np.asarray(row)
             if row.ndim != 1:
                 raise ValueError(
                     f"Each item of `{name}` must be a list of token ids. Received: "
                     f"{name}[{i}] of shape {row.shape}"
                 )
+            rows.append(row)
     else:
-        array = keras.ops.convert_to_numpy(inputs)
+        try:
+            array = keras.ops.convert_to_numpy(inputs)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"`{name}` must be {ACCEPTED}. Received: {name}={inputs!r:.80} "
+                f"of type {type(inputs).__name__}"
+            ) from error
         if array.ndim not in (1, 2):
             raise ValueError(
-                f"`{name}` must be a (batch, seq) array of token ids. "
+                f"`{name}` must be {ACCEPTED}. "
                 f"Received: {name}.shape={array.shape}"
             )
         kind = "ids" if array.ndim == 1 else "batch"

@@ -129,6 +129,29 @@ def make_position_embedding(
     return layer
 
 
+def make_lm_head(backbone):
+    """The bias-free Dense `lm_head` (hidden_dim -> vocabulary) of an untied model.
+
+    It computes in float32 under a mixed policy, as the tied projection does
+    (`TokenEmbedding(reverse_dtype="float32")`).
+    """
+    policy = backbone.dtype_policy
+    if policy.compute_dtype != policy.variable_dtype:
+        policy = keras.DTypePolicy(policy.variable_dtype)
+    head = QuantizableDense(
+        backbone.vocabulary_size, use_bias=False, dtype=policy, name="lm_head"
+    )
+    head.build((None, None, backbone.hidden_dim))
+    return head
+
+
+def make_logits_bias(vocabulary_size):
+    """The layer adding a learned float32 bias (`logits_bias/bias`) to logits."""
+    layer = _LogitsBias(vocabulary_size, name="logits_bias")
+    layer.build()
+    return layer
+
+
 class _LogitsBias(keras.layers.Layer):
     """Adds one learned float32 bias per vocabulary entry to the logits."""
 
@@ -279,31 +302,6 @@ class TransformerModel(QuantizationMixin, keras.Model):
         )
         arguments.update(overrides)
         return arguments
-
-    def _make_lm_head(self, tie_word_embeddings):
-        """None when tied to the token embedding, else a bias-free Dense.
-
-        The untied head computes in float32 under a mixed policy, as the tied
-        projection does (`TokenEmbedding(reverse_dtype="float32")`).
-        """
-        if tie_word_embeddings:
-            return None
-        policy = self.dtype_policy
-        if policy.compute_dtype != policy.variable_dtype:
-            policy = keras.DTypePolicy(policy.variable_dtype)
-        head = QuantizableDense(
-            self.vocabulary_size, use_bias=False, dtype=policy, name="lm_head"
-        )
-        head.build((None, None, self.hidden_dim))
-        return head
-
-    def _make_logits_bias(self, use_logits_bias):
-        """None, or the layer adding a bias (`logits_bias/bias`) to the logits."""
-        if not use_logits_bias:
-            return None
-        layer = _LogitsBias(self.vocabulary_size, name="logits_bias")
-        layer.build()
-        return layer
 
     def get_config(self):
         config = super().get_config()

@@ -3,195 +3,128 @@ from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation import sliding_window
-from keras_tfm.generation.conversation import chat
-from keras_tfm.layers.decoder_block import DecoderBlock
-from keras_tfm.layers.token_embedding import TokenEmbedding
-from keras_tfm.models._common import TransformerModel, check_token_ids
-from keras_tfm.models.tokenizer_attachment import (
-    restore_tokenizer,
-    serialize_tokenizer,
-    tokenizer_end_id,
+from keras_tfm.generation.chat_pieces import answer_pieces
+from keras_tfm.generation.compiled_loops import CompiledLoops
+from keras_tfm.models._common import make_lm_head
+from keras_tfm.models.causal_lm_preprocessor import CausalLMPreprocessor
+from keras_tfm.models.decoder_backbone import DecoderBackbone
+from keras_tfm.models.legacy_configs import (
+    constructor_arguments,
+    split_legacy_config,
 )
+from keras_tfm.models.quantization import QuantizationMixin
+from keras_tfm.models.task import Task, restore_preprocessor
 from keras_tfm.validation import check_positive_int, check_rank
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class CausalLM(TransformerModel):
-    """A GPT-style decoder-only language model, with cached generation.
+class CausalLM(QuantizationMixin, Task):
+    """A decoder-only language model, and the generation of both generating families.
 
-        h_0 = E[x] + P            (P: learned, sinusoidal, or rotary in attention)
-        h_l = DecoderBlock_l(h_{l-1})    causal self-attention, no cross-attention
-        logits = Norm(h_L) E^T    (the final norm only when `normalize_first`)
+        h      = DecoderBackbone(x)
+        logits = h E^T            (tied: the token embedding, transposed)
+               | h W_lm           (untied: a bias-free Dense `lm_head`)
 
-    The output projection is the token embedding, transposed (tied weights),
-    or with `tie_word_embeddings=False` a separate bias-free Dense `lm_head`
-    (Llama's layout); logits are float32. Tokens equal to `padding_id` are
-    never attended to.
+    The logits are float32. `generate` is written once, here, for both
+    generating families: `Seq2SeqLM` (encoder-decoder) derives from this
+    class and supplies only its encoder context and its cached decoder step.
 
-    Sublayers, by attribute and layer name (a checkpoint converter maps
-    weights by them): `token_embedding`, `position_embedding` (absent with
-    rotary positions), `embeddings_dropout`, `transformer_layers[i]` named
-    `transformer_layer_{i}` (DecoderBlock without cross-attention),
-    `final_norm` (only when `normalize_first`) and `lm_head` (only when
-    untied).
+    The generation contract: each input's output is the decoder prompt
+    followed by the new tokens, up to and including the first stop id (ids)
+    or without it (strings). A causal LM's decoder prompt is the prompt; a
+    sequence-to-sequence model's is its start token, which is not returned.
 
     Args:
-        vocabulary_size: number of token ids.
-        num_layers: number of decoder blocks.
-        num_heads: attention heads per block.
-        hidden_dim: width of the model.
-        intermediate_dim: inner width of the feed-forward networks.
-        max_sequence_length: the longest sequence (prompt plus new tokens).
-        head_dim: size of each head; by default `hidden_dim // num_heads`.
-        num_key_value_heads: fewer key/value heads for grouped-query attention.
-        activation: "gelu" (default, exact), "gelu_approximate"
-            (tanh, GPT-2's), "relu", "silu" or "swiglu".
-        dropout: dropout rate of the embeddings, attention and sublayers.
-        normalize_first: pre-LN (default, as GPT-2) or post-LN.
-        normalization: "layer_norm" or "rms_norm".
-        layer_norm_epsilon: epsilon of the normalization layers.
-        position_encoding: "learned" (default), "sinusoidal",
-            "sinusoidal_split" (sines and cosines in two halves) or "rotary".
-        rotary_max_wavelength: the RoPE base with rotary positions (10000;
-            100000 in SmolLM2).
-        use_bias: whether the attention and feed-forward projections have
-            biases (GPT-2: yes; Llama: no).
-        tie_word_embeddings: project to logits with the token embedding
-            (default) or with a separate `lm_head`.
-        padding_id: the id of padding tokens, or None if no id is padding.
-        tokenizer: optional keras-hub tokenizer; saved with the model, and
-            `generate` then also takes and returns strings.
+        backbone: a `DecoderBackbone`.
+        preprocessor: optional `CausalLMPreprocessor`; with it `generate`
+            and `chat` take and return strings, and `fit` takes strings.
+        tie_word_embeddings: project to logits with the backbone's token
+            embedding (default) or with a separate `lm_head` (Llama's layout).
 
     Call arguments:
         token_ids: int (batch, seq).
         training: whether dropout is active.
         return_attention_scores: also return every block's self-attention
-            weights.
+            weights (see `DecoderBackbone`).
 
     Returns:
         float32 logits (batch, seq, vocabulary_size) for the next token;
-        always `(logits, scores)` with `return_attention_scores=True`, where
-        `scores` is a tuple of `num_layers` float32 tensors (batch,
-        num_heads, seq, seq): zero on future and padding keys, each row a
-        distribution over the allowed keys.
+        `(logits, scores)` with `return_attention_scores=True`.
 
     Example:
-    >>> model = keras_tfm.models.CausalLM(
+    >>> backbone = keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
     ...     intermediate_dim=32, max_sequence_length=16)
+    >>> model = keras_tfm.models.CausalLM(backbone)
     >>> model(np.array([[5, 6, 7]])).shape
     TensorShape([1, 3, 50])
     >>> len(model.generate([[5, 6, 7], [8]], max_new_tokens=4)[1])
     5
     """
 
-    def __init__(
-        self,
-        vocabulary_size,
-        num_layers,
-        num_heads,
-        hidden_dim,
-        intermediate_dim,
-        max_sequence_length,
-        head_dim=None,
-        num_key_value_heads=None,
-        activation="gelu",
-        dropout=0.0,
-        normalize_first=True,
-        normalization="layer_norm",
-        layer_norm_epsilon=1e-5,
-        position_encoding="learned",
-        rotary_max_wavelength=10000,
-        use_bias=True,
-        tie_word_embeddings=True,
-        padding_id=0,
-        tokenizer=None,
-        **kwargs,
-    ):
-        super().__init__(
-            vocabulary_size=vocabulary_size,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            head_dim=head_dim,
-            num_key_value_heads=num_key_value_heads,
-            activation=activation,
-            dropout=dropout,
-            normalize_first=normalize_first,
-            normalization=normalization,
-            layer_norm_epsilon=layer_norm_epsilon,
-            position_encoding=position_encoding,
-            rotary_max_wavelength=rotary_max_wavelength,
-            use_bias=use_bias,
-            padding_id=padding_id,
-            **kwargs,
-        )
-        self.num_layers = check_positive_int("num_layers", num_layers)
-        self.tie_word_embeddings = bool(tie_word_embeddings)
-        self.tokenizer = restore_tokenizer(tokenizer)
+    backbone_class = DecoderBackbone
+    preprocessor_class = CausalLMPreprocessor
+    label_kind = "token"
 
-        # All weights exist from construction: saving needs no build config.
-        hidden_shape = (None, None, self.hidden_dim)
-        self.token_embedding = TokenEmbedding(
-            self.vocabulary_size,
-            self.hidden_dim,
-            dtype=self.dtype_policy,
-            name="token_embedding",
-        )
-        self.token_embedding.build((None, None))
-        self.position_embedding = self._make_position_embedding()
-        self.embeddings_dropout = self._make_dropout("embeddings_dropout")
-        self.transformer_layers = []
-        for i in range(self.num_layers):
-            block = DecoderBlock(
-                **self._block_arguments(), name=f"transformer_layer_{i}"
+    def __init__(
+        self, backbone, preprocessor=None, tie_word_embeddings=True, **kwargs
+    ):
+        if not isinstance(backbone, self.backbone_class):
+            raise ValueError(
+                f"`backbone` must be a {self.backbone_class.__name__}. "
+                f"Received: backbone={backbone!r}"
             )
-            block.build(hidden_shape)
-            self.transformer_layers.append(block)
-        self.final_norm = None
-        if self.normalize_first:
-            self.final_norm = self._make_norm("final_norm")
-        self.lm_head = self._make_lm_head(self.tie_word_embeddings)
+        kwargs.setdefault("dtype", backbone.dtype_policy)
+        super().__init__(**kwargs)
+        self.backbone = backbone
+        self.preprocessor = restore_preprocessor(preprocessor)
+        self.tie_word_embeddings = bool(tie_word_embeddings)
+        self.lm_head = None
+        if not self.tie_word_embeddings:
+            self.lm_head = make_lm_head(backbone)
+        # Untracked: the samplers' seed variables are not the model's weights.
+        object.__setattr__(self, "compiled_loops", CompiledLoops())
         self.built = True
 
-    def _embed(self, token_ids, start_index=0, training=None):
-        x = self.token_embedding(token_ids)
-        if self.position_embedding is not None:
-            x = self.position_embedding(x, start_index=start_index)
-        return self.embeddings_dropout(x, training=training)
+    def __getattr__(self, name):
+        # The backbone's configuration reads through the task
+        # (`llm.max_sequence_length`, `llm.num_layers`): only its constructor
+        # arguments, nothing else of it.
+        if not name.startswith("_") and name != "backbone":
+            backbone = self.__dict__.get("backbone")
+            if backbone is not None and name in constructor_arguments(
+                type(backbone)
+            ):
+                return getattr(backbone, name)
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r}"
+        )
 
-    def _logits(self, x):
-        if self.final_norm is not None:
-            x = self.final_norm(x)
+    # === The family's parts: the head, and the cached step of generation ===
+
+    def label_range(self):
+        return self.backbone.vocabulary_size
+
+    def logits(self, hidden):
+        """float32 logits (batch, seq, vocabulary_size) of the hidden states."""
         if self.lm_head is None:
-            return self.token_embedding(x, reverse=True)
-        return ops.cast(self.lm_head(x), "float32")
+            return self.backbone.token_embedding(hidden, reverse=True)
+        return ops.cast(self.lm_head(hidden), "float32")
 
     def call(self, token_ids, training=None, return_attention_scores=False):
-        check_token_ids("token_ids", token_ids, self.max_sequence_length)
-        padding_mask = self.padding_mask_of(token_ids)
-        x = self._embed(token_ids, training=training)
-        scores = []
-        for block in self.transformer_layers:
-            x = block(
-                x,
-                padding_mask=padding_mask,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
-            if return_attention_scores:
-                x, layer_scores = x
-                scores.append(layer_scores["self_attention"])
-        logits = self._logits(x)
-        return (logits, tuple(scores)) if return_attention_scores else logits
+        outputs = self.backbone(
+            token_ids,
+            training=training,
+            return_attention_scores=return_attention_scores,
+        )
+        if return_attention_scores:
+            hidden, scores = outputs
+            return self.logits(hidden), scores
+        return self.logits(outputs)
 
     def empty_cache(self, batch_size, max_length):
         """A zero cache (batch, num_layers, 2, max_length, kv_heads, head_dim)."""
-        caches = [
-            b.empty_cache(batch_size, max_length) for b in self.transformer_layers
-        ]
-        return ops.stack(caches, axis=1)
+        return ops.stack(self.backbone.empty_cache(batch_size, max_length), axis=1)
 
     def call_with_cache(self, token_ids, cache, cache_update_index, padding_mask=None):
         """One decoding step (or a prefill) with the key/value cache.
@@ -210,232 +143,251 @@ class CausalLM(TransformerModel):
             updated cache.
         """
         check_rank("cache", cache, 6, "(batch, num_layers, 2, max_length, heads, dim)")
-        layer_caches = [cache[:, i] for i in range(len(self.transformer_layers))]
-        logits, layer_caches = self._call_with_layer_caches(
-            token_ids, layer_caches, cache_update_index, padding_mask
+        caches = tuple(cache[:, i] for i in range(self.backbone.num_layers))
+        hidden, caches = self.backbone.call_with_cache(
+            token_ids, caches, cache_update_index, padding_mask
         )
-        return logits, ops.stack(layer_caches, axis=1)
+        return self.logits(hidden), ops.stack(caches, axis=1)
 
-    def _call_with_layer_caches(
-        self, token_ids, layer_caches, cache_update_index, padding_mask
-    ):
-        """`call_with_cache` on one cache tensor per block.
+    def encoder_context(self, encoder_inputs):
+        """What every decoding step reads besides the cache; none here."""
+        return ()
 
-        The generation loop carries these separately: stacking them into one
-        tensor at every step would copy every layer's cache once per token.
+    def repeat_context(self, context, num_beams):
+        """`context` with each row repeated per beam (beam search)."""
+        return context
+
+    def prefill(self, context, tokens, prefill_length):
+        """The decoder cache filled from `tokens[:, :prefill_length]`.
+
+        Slots past a row's prompt hold fill tokens' keys until the loop
+        overwrites them, before they are read.
         """
-        check_token_ids("token_ids", token_ids, self.max_sequence_length)
-        x = self._embed(token_ids, start_index=cache_update_index)
-        updated = []
-        for block, layer_cache in zip(
-            self.transformer_layers, layer_caches, strict=True
-        ):
-            x, layer_cache = block(
-                x,
-                padding_mask=padding_mask,
-                cache=layer_cache,
-                cache_update_index=cache_update_index,
+        backbone = self.backbone
+        batch_size, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
+        cache = backbone.empty_cache(batch_size, length)
+        if prefill_length:
+            _, cache = backbone.call_with_cache(
+                tokens[:, :prefill_length], cache, 0, backbone.padding_mask_of(tokens)
             )
-            updated.append(layer_cache)
-        return self._logits(x), tuple(updated)
+        return cache
 
-    def _generate_step(self, sampler, stop_token_ids):
-        """The compiled loop: prefill the cache, then sample token by token."""
+    def decode_step(self, context, tokens, cache, index):
+        """Logits (batch, vocabulary_size) for position `index` from the one before."""
+        token = gen.previous_token(tokens, index)
+        hidden, cache = self.backbone.call_with_cache(
+            token, cache, index - 1, self.backbone.padding_mask_of(tokens)
+        )
+        return self.logits(hidden)[:, 0, :], cache
 
-        def step(prompt, mask, start_index, end_index=None, prefill_length=None):
-            # `prefill_length` (a Python int, static): the cache is filled by
-            # one pass over the first `prefill_length` tokens only (default:
-            # the whole buffer). Slots past a row's prompt hold fill tokens'
-            # keys until the loop overwrites them, before they are read.
-            batch_size, length = ops.shape(prompt)[0], ops.shape(prompt)[1]
-            cache = tuple(
-                block.empty_cache(batch_size, length)
-                for block in self.transformer_layers
-            )
-            padding_mask = self.padding_mask_of(prompt)
-            prefill_length = length if prefill_length is None else prefill_length
-            if prefill_length:
-                _, cache = self._call_with_layer_caches(
-                    prompt[:, :prefill_length], cache, 0, padding_mask
-                )
+    def generation_inputs(self, rows):
+        """`(encoder_inputs, decoder_rows, skip)` for the checked input rows.
 
-            def next(prompt, cache, index):
-                token = gen.previous_token(prompt, index)
-                padding_mask = self.padding_mask_of(prompt)
-                logits, cache = self._call_with_layer_caches(
-                    token, cache, index - 1, padding_mask
-                )
-                return logits[:, 0, :], None, cache
+        `skip` is how many leading decoder tokens are not returned: none
+        here, the start token in a sequence-to-sequence model.
+        """
+        return (), rows, 0
+
+    def check_generation_length(self, rows, max_new_tokens):
+        """Whether decoding must slide its window (raises if it cannot)."""
+        longest = max(len(row) for row in rows)
+        return sliding_window.check_room(
+            self.backbone.position_encoding,
+            self.backbone.max_sequence_length,
+            longest,
+            max_new_tokens,
+        )
+
+    def decoder_buffer_length(self, longest, max_new_tokens):
+        """The decoding buffer: the longest prompt plus the new tokens, rounded
+        up to a multiple of 8 so that nearby lengths share one compiled loop."""
+        return min(
+            gen.bucket_length(longest + max_new_tokens),
+            self.backbone.max_sequence_length,
+        )
+
+    # === Generation, written once for both families ===
+
+    @property
+    def fill_id(self):
+        """The id written into padded slots: `padding_id`, or 0 without one."""
+        return self.backbone.fill_id
+
+    def default_stop_token_ids(self):
+        """The preprocessor's end token, when it has one."""
+        return None if self.preprocessor is None else self.preprocessor.end_token_id
+
+    def _loop(self, sampler, stop_token_ids):
+        """The compiled whole loop: context, prefill, then sample token by token."""
+        beams = getattr(sampler, "num_beams", 1)
+
+        def loop(encoder_inputs, tokens, mask, start, end, prefill_length):
+            # `prefill_length` is a Python int (static): one pass over the
+            # first `prefill_length` tokens fills the cache.
+            context = self.encoder_context(encoder_inputs)
+            cache = self.prefill(context, tokens, prefill_length)
+            if beams > 1:  # the sampler repeats its own state, not closures
+                context = self.repeat_context(context, beams)
+
+            def next(tokens, cache, index):
+                logits, cache = self.decode_step(context, tokens, cache, index)
+                return logits, None, cache
 
             return gen.run_sampler(
-                sampler,
-                next,
-                prompt,
-                cache,
-                start_index,
-                mask,
-                stop_token_ids,
-                end=end_index,
+                sampler, next, tokens, cache, start, mask, stop_token_ids, end
             )
 
-        return gen.compile_loop(step)
+        return gen.compile_loop(loop)
 
-    def _stream_functions(self, sampler):
-        """Compiled prefill and single sampling step for host-side decoding."""
+    def _stream_steps(self, sampler):
+        """Compiled prefill and single sampling step, for host-side decoding."""
 
-        def prefill(tokens):
-            batch_size, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
-            cache = tuple(
-                block.empty_cache(batch_size, length)
-                for block in self.transformer_layers
-            )
-            padding_mask = self.padding_mask_of(tokens)
-            _, cache = self._call_with_layer_caches(tokens, cache, 0, padding_mask)
-            return cache
+        def prefill(encoder_inputs, tokens):
+            context = self.encoder_context(encoder_inputs)
+            return context, self.prefill(context, tokens, ops.shape(tokens)[1])
 
-        def step(tokens, cache, index):
-            token = gen.previous_token(tokens, index)
-            logits, cache = self._call_with_layer_caches(
-                token, cache, index - 1, self.padding_mask_of(tokens)
-            )
-            probabilities = sampler.compute_probabilities(logits[:, 0, :])
+        def step(context, tokens, cache, index):
+            logits, cache = self.decode_step(context, tokens, cache, index)
+            probabilities = sampler.compute_probabilities(logits)
             return sampler.get_next_token(probabilities), cache
 
         return gen.compile_loop(prefill), gen.compile_loop(step)
 
     def generate(
         self,
-        prompts,
+        inputs,
         max_new_tokens,
         sampler="greedy",
-        temperature=1.0,
+        temperature=None,
         top_k=None,
         top_p=None,
-        num_beams=1,
+        num_beams=None,
         stop_token_ids=None,
         seed=None,
-        length_penalty=0.0,
+        length_penalty=None,
         stream=False,
         window_shift=None,
     ):
-        """Continues each prompt by up to `max_new_tokens` tokens.
+        """Continues each input by up to `max_new_tokens` tokens.
 
-        The prompts are right-padded into one batch; the cache is filled by one
-        forward pass, then one token per step is decoded by an XLA-compiled
-        loop (keras-hub samplers, or `BeamSearchSampler` for "beam"), kept per
-        sampler setting and retraced only for a new (batch, length), the
-        length rounded up to a multiple of 8. Each row
-        is decoded exactly as if it were alone.
+        The decoder prompts are right-padded into one batch; the cache is
+        filled by one forward pass, then one token per step is decoded by an
+        XLA-compiled loop (keras-hub samplers, or `BeamSearchSampler` for
+        "beam"), kept per sampler setting in `compiled_loops` and retraced
+        only for a new (batch, length), the length rounded up to a multiple
+        of 8. Each row is decoded exactly as if it were alone.
 
         Past the context window: with rotary or sinusoidal positions, a
         prompt plus `max_new_tokens` may exceed `max_sequence_length` (L).
         When the window is full it slides by `window_shift` tokens: the last
         L - window_shift tokens are kept, the cache is re-filled from them
-        (positions restart at 0) and decoding goes on, so each token is the
-        uncached forward pass's prediction from the last L - window_shift to
-        L - 1 tokens (see `keras_tfm.generation.sliding_window`). With
-        learned positions the error says how many new tokens still fit.
+        (positions restart at 0) and decoding goes on (see
+        `keras_tfm.generation.sliding_window`). With learned positions the
+        error says how many new tokens still fit.
 
         Streaming (`stream=True`): the tokens are decoded one XLA-compiled
         step at a time on the host and `generate` returns a generator of the
-        new pieces as they come (the compiled whole loop is faster when
-        nothing needs to be shown on the way).
+        new pieces as they come.
 
         Args:
-            prompts: a list of token-id lists (any lengths), one list, a
-                dense (batch, seq) int array padded with `padding_id`, or with
-                a tokenizer attached a string or a list of strings.
+            inputs: the prompts (a causal LM) or the sources (a
+                sequence-to-sequence model): a list of token-id lists (any
+                lengths), one list, a dense (batch, seq) int array padded
+                with `padding_id`, or with a preprocessor a string or a list
+                of strings.
             max_new_tokens: how many tokens to add at most.
             sampler: "greedy", "random", "top_k", "top_p", "beam", or a
-                `keras_hub.samplers.Sampler`.
-            temperature: divides the logits before the softmax.
-            top_k, top_p: the cut-offs of "top_k" / "top_p" sampling.
+                `keras_hub.samplers.Sampler`. A setting the sampler does not
+                read (`top_p` with "greedy", ...) is an error.
+            temperature: divides the logits before the softmax (default 1).
+            top_k, top_p: the cut-offs of "top_k" / "top_p" sampling
+                (default 5 and 0.1).
             num_beams: the beam width of "beam" (beam search if > 1).
             stop_token_ids: ids that end a row's generation (kept in the
-                output; dropped from strings). None: the attached tokenizer's
-                end token (`end_token_id`, or "[END]", "</s>",
-                "<|endoftext|>", "<|im_end|>" in its vocabulary) when it has
-                one; `[]` for none.
+                output; dropped from strings). None: the preprocessor's end
+                token when it has one; `[]` for none.
             seed: makes random sampling repeatable.
-            length_penalty: the GNMT length-penalty exponent of beam search.
+            length_penalty: the GNMT length-penalty exponent of beam search
+                ((5 + n) / 6) ** alpha (default 0: none).
             stream: return a generator of new pieces instead of the outputs;
                 not with beam search.
             window_shift: how far the window slides when it is full (rotary
                 and sinusoidal positions only); default
-                `max_sequence_length // 4`, which re-fills the cache once per
-                L // 4 new tokens while keeping at least 3/4 of the window as
-                context; 1 re-fills at every step, as nanoGPT crops.
+                `max_sequence_length // 4`.
 
         Returns:
-            Per prompt, the prompt followed by the new tokens: a list of lists
-            of ids (one list for one prompt), or strings for string prompts
-            (detokenized by `keras_tfm.data.detokenize`, without the stop
-            token).
+            Per input, the decoder prompt followed by the new tokens (see the
+            class docstring): a list of lists of ids (one list for one
+            input), or strings for string inputs (detokenized by
+            `keras_tfm.data.detokenize`, without the stop token).
             With `stream=True`, a generator yielding at each step the new
-            piece (a token id; with string prompts the new text), or for a
-            list of prompts a list with one piece per prompt ("" or None
-            where nothing is new); for string prompts the prompt followed by
-            the joined pieces is the non-streamed output.
+            piece (a token id; with string inputs the new text), or for a
+            list of inputs a list with one piece per input ("" or None where
+            nothing is new); joined, the pieces are what the non-streamed
+            call adds after the prompt.
         """
+        vocabulary_size = self.backbone.vocabulary_size
+        tokenize = None
+        if self.preprocessor is not None:
+            tokenize = self.preprocessor.generate_preprocess
         rows, kind = gen.normalize_token_batch(
-            "prompts", prompts, self.vocabulary_size, self.padding_id, self.tokenizer
+            "inputs", inputs, vocabulary_size, self.backbone.padding_id, tokenize
         )
         check_positive_int("max_new_tokens", max_new_tokens)
-        if stop_token_ids is None:
-            stop_token_ids = tokenizer_end_id(self.tokenizer)
-        stop_token_ids = gen.check_stop_token_ids(stop_token_ids, self.vocabulary_size)
-        longest = max(len(row) for row in rows)
-        slides = sliding_window.check_room(
-            self.position_encoding, self.max_sequence_length, longest, max_new_tokens
-        )
+        slides = self.check_generation_length(rows, max_new_tokens)
         window_shift = sliding_window.check_window_shift(
-            window_shift, self.max_sequence_length
+            window_shift, self.backbone.max_sequence_length
         )
         sampler, key = gen.make_sampler(
             sampler, temperature, top_k, top_p, num_beams, length_penalty,
             self.fill_id, seed,
         )  # fmt: skip
+        if stop_token_ids is None:
+            stop_token_ids = self.default_stop_token_ids()
+        stop_token_ids = gen.check_stop_token_ids(stop_token_ids, vocabulary_size)
+        encoder_inputs, decoder_rows, skip = self.generation_inputs(rows)
         if key[0] == "beam" and (stream or slides):
             raise ValueError(
                 "Beam search runs as one compiled loop: it cannot stream or "
-                "slide the window. Received: "
-                f"stream={stream}, prompt length {longest} + max_new_tokens="
-                f"{max_new_tokens} vs max_sequence_length={self.max_sequence_length}"
+                f"slide the window. Received: stream={stream}, a prompt plus "
+                f"max_new_tokens={max_new_tokens} past max_sequence_length="
+                f"{self.backbone.max_sequence_length}"
             )
         if stream:
             return self._stream(
-                rows,
-                kind,
-                max_new_tokens,
-                sampler,
-                key,
-                seed,
-                stop_token_ids,
-                slides,
-                window_shift,
-            )
-        function, sampler = gen.cached_function(
-            self,
+                encoder_inputs, decoder_rows, kind, max_new_tokens, sampler, key,
+                seed, stop_token_ids, slides, window_shift, skip,
+            )  # fmt: skip
+        function, sampler = self.compiled_loops.get(
             (key, stop_token_ids),
-            lambda: (self._generate_step(sampler, stop_token_ids), sampler),
+            lambda: (self._loop(sampler, stop_token_ids), sampler),
         )
         gen.reset_seed(sampler, seed)
         if slides:
             results = sliding_window.generate_sliding(
-                function,
-                rows,
+                lambda tokens, mask, start: function(
+                    encoder_inputs, tokens, mask, start, *[tokens.shape[1]] * 2
+                ),
+                decoder_rows,
                 max_new_tokens,
-                self.max_sequence_length,
+                self.backbone.max_sequence_length,
                 window_shift,
                 self.fill_id,
                 stop_token_ids,
             )
-            return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
-        # The buffer is rounded up to a multiple of 8 so that nearby lengths
-        # share one compiled loop; the extra positions are cut off below.
-        length = min(
-            gen.bucket_length(longest + max_new_tokens), self.max_sequence_length
-        )
+        else:
+            results = self._generate_in_buffer(
+                function, encoder_inputs, decoder_rows, max_new_tokens, stop_token_ids
+            )
+        results = [row[skip:] for row in results]
+        return self._format(results, kind, stop_token_ids)
+
+    def _generate_in_buffer(
+        self, function, encoder_inputs, rows, max_new_tokens, stop_token_ids
+    ):
+        longest = max(len(row) for row in rows)
+        # Positions past longest + max_new_tokens are not decoded, and cut off.
+        length = self.decoder_buffer_length(longest, max_new_tokens)
         tokens, mask = gen.pad_rows(rows, length, self.fill_id)
         start_index = min(len(row) for row in rows)
         # The loop re-reads token start_index - 1; the prefill covers the
@@ -443,6 +395,7 @@ class CausalLM(TransformerModel):
         prefill_length = min(gen.bucket_length(start_index), length)
         outputs = ops.convert_to_numpy(
             function(
+                encoder_inputs,
                 tokens,
                 mask,
                 ops.convert_to_tensor(start_index, "int32"),
@@ -450,16 +403,21 @@ class CausalLM(TransformerModel):
                 prefill_length,
             )
         )
-        results = [
+        return [
             gen.truncate_at_stop(
                 outputs[i, : len(row) + max_new_tokens], len(row), stop_token_ids
             )
             for i, row in enumerate(rows)
         ]
-        return gen.format_outputs(results, kind, self.tokenizer, stop_token_ids)
+
+    def _format(self, rows, kind, stop_token_ids):
+        if kind in ("string", "strings"):
+            return self.preprocessor.generate_postprocess(rows, kind, stop_token_ids)
+        return gen.format_outputs(rows, kind, None, stop_token_ids)
 
     def _stream(
         self,
+        encoder_inputs,
         rows,
         kind,
         max_new_tokens,
@@ -469,21 +427,30 @@ class CausalLM(TransformerModel):
         stop_token_ids,
         slides,
         window_shift,
+        skip,
     ):
         """`generate(stream=True)`: the generator of new pieces."""
-        (prefill, step), sampler = gen.cached_function(
-            self,
+        (prefill, step), sampler = self.compiled_loops.get(
             ("stream", key),
-            lambda: (self._stream_functions(sampler), sampler),
+            lambda: (self._stream_steps(sampler), sampler),
         )
         gen.reset_seed(sampler, seed)
         longest = max(len(row) for row in rows)
-        length = self.max_sequence_length
+        length = self.backbone.max_sequence_length
         if not slides:
-            length = min(-(-(longest + max_new_tokens) // 8) * 8, length)
+            length = self.decoder_buffer_length(longest, max_new_tokens)
+
+        def prefill_state(tokens):
+            return prefill(encoder_inputs, tokens)
+
+        def step_state(tokens, state, index):
+            context, cache = state
+            sampled, cache = step(context, tokens, cache, index)
+            return sampled, (context, cache)
+
         steps = sliding_window.stream_tokens(
-            prefill,
-            step,
+            prefill_state,
+            step_state,
             rows,
             max_new_tokens,
             length,
@@ -493,24 +460,87 @@ class CausalLM(TransformerModel):
         )
         return sliding_window.stream_pieces(
             steps,
-            rows,
+            [row[skip:] for row in rows],
             kind,
-            lambda ids: gen.format_outputs(
-                [ids], "string", self.tokenizer, stop_token_ids
-            ),
+            lambda ids: self._format([ids], "string", stop_token_ids),
         )
 
-    def chat(self, messages, max_new_tokens=256, **generate_kwargs):
-        """The answer to a message or conversation: `keras_tfm.generation.chat`."""
-        return chat(self, messages, max_new_tokens, **generate_kwargs)
+    def chat(self, messages, max_new_tokens=256, stream=False, **generate_kwargs):
+        """The model's answer to a message or a conversation, as a string.
+
+        The conversation is formatted by the tokenizer's chat template (with
+        the opening of the assistant's turn), generated from until the
+        tokenizer's end token (the end of the turn), and only the new tokens
+        are decoded.
+
+        Args:
+            messages: a string (one user message) or a list of
+                {"role": "system" | "user" | "assistant", "content": str}.
+            max_new_tokens: the longest answer, in tokens.
+            stream: return a generator of the answer's text pieces as they
+                are generated (joined, they are the answer).
+            **generate_kwargs: passed to `generate` (sampler, top_p, seed...).
+
+        Returns:
+            The answer, without the template's markup (a generator of its
+            pieces with `stream=True`).
+
+        Example (the README's test runs it; here it would load SmolLM2):
+        >>> model = keras_tfm.models.CausalLM.from_preset(  # doctest: +SKIP
+        ...     "smollm2_135m_instruct")
+        >>> model.chat("What is the capital of France?",  # doctest: +SKIP
+        ...            max_new_tokens=16)
+        'The capital of France is Paris.'
+        """
+        tokenizer = self.tokenizer
+        if not callable(getattr(tokenizer, "apply_chat_template", None)):
+            raise ValueError(
+                "`chat` needs a model whose tokenizer has a chat template (e.g. "
+                "the preset smollm2_135m_instruct). Received: a model with "
+                f"tokenizer={type(tokenizer).__name__}"
+            )
+        check_positive_int("max_new_tokens", max_new_tokens)
+        end_id = tokenizer.end_token_id
+        prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(messages))]
+        kwargs = dict(stop_token_ids=(end_id,), **generate_kwargs)
+        if stream:
+            steps = self.generate(prompt, max_new_tokens, stream=True, **kwargs)
+            return answer_pieces(tokenizer, steps, end_id)
+        output = self.generate(prompt, max_new_tokens, **kwargs)
+        answer = [int(i) for i in output[len(prompt) :]]
+        if end_id in answer:
+            answer = answer[: answer.index(end_id)]
+        return tokenizer.detokenize(answer).strip()
+
+    # === Configuration ===
 
     def get_config(self):
         config = super().get_config()
         config.update(
             {
-                "num_layers": self.num_layers,
+                "backbone": keras.saving.serialize_keras_object(self.backbone),
+                "preprocessor": keras.saving.serialize_keras_object(
+                    self.preprocessor
+                ),
                 "tie_word_embeddings": self.tie_word_embeddings,
-                "tokenizer": serialize_tokenizer(self.tokenizer),
             }
         )
-        return config
+        return self._add_quantization_config(config)
+
+    @classmethod
+    def preprocessor_for(cls, tokenizer, backbone):
+        """The default preprocessor of `tokenizer` for `backbone`."""
+        return cls.preprocessor_class(
+            tokenizer,
+            sequence_length=backbone.max_sequence_length,
+            padding_id=backbone.padding_id,
+        )
+
+    @classmethod
+    def from_config(cls, config):
+        config = split_legacy_config(cls, config)
+        if isinstance(config["backbone"], dict):
+            config["backbone"] = keras.saving.deserialize_keras_object(
+                config["backbone"]
+            )
+        return cls._from_quantized_config(config)

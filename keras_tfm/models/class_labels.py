@@ -6,7 +6,9 @@ kernel) or, under XLA (`jit_compile=True`), not at all: the loss silently
 becomes NaN, because XLA drops `Assert` ops. So the check runs where XLA does
 not: eagerly in NumPy for array labels, and inside the `tf.data` pipeline
 (which runs outside the compiled step) for datasets. Both raise a `ValueError`
-that names the labels and the valid range.
+that names the labels and the valid range. `keras_tfm.models.Task` applies
+them in `fit` and `evaluate`: class ids for classifiers, token ids (against
+the vocabulary) for language models.
 
 Checked: integer labels, and float labels of shape (batch,) or (batch, 1).
 Float labels whose last axis is `num_classes` (one-hot or soft targets) are
@@ -29,7 +31,13 @@ _ASSERTION = re.compile(
 )
 
 
-def _range_error(name, num_classes, low, high, where=""):
+def _range_error(name, num_classes, low, high, where="", kind="class"):
+    if kind == "token":
+        return ValueError(
+            f"`{name}` must hold token ids in [0, {num_classes}) for "
+            f"vocabulary_size={num_classes}{where}. Received: labels from {low} "
+            f"to {high}. (Labels from another tokenizer?)"
+        )
     return ValueError(
         f"`{name}` must hold class ids in [0, {num_classes}) for "
         f"num_classes={num_classes}{where}. Received: labels from {low} to "
@@ -46,7 +54,7 @@ def _is_class_id_shape(shape, dtype, num_classes):
     return len(shape) == 1 or (len(shape) >= 1 and shape[-1] == 1 != num_classes)
 
 
-def check_class_labels(labels, num_classes, name="y"):
+def check_class_labels(labels, num_classes, name="y", kind="class"):
     """Raises a ValueError if array `labels` hold an id outside [0, num_classes).
 
     Example:
@@ -63,7 +71,7 @@ def check_class_labels(labels, num_classes, name="y"):
         return
     low, high = array.min(), array.max()
     if low < 0 or high >= num_classes:
-        raise _range_error(name, num_classes, _plain(low), _plain(high))
+        raise _range_error(name, num_classes, _plain(low), _plain(high), "", kind)
 
 
 def _plain(value):
@@ -103,37 +111,8 @@ def with_checked_labels(dataset, num_classes, name="y"):
     return dataset.map(check)
 
 
-def _checked(data, num_classes, name):
-    if isinstance(data, tf.data.Dataset):
-        return with_checked_labels(data, num_classes, name)
-    if isinstance(data, tuple) and len(data) >= 2:
-        check_class_labels(data[1], num_classes, name)
-    return data
-
-
-class ClassLabelCheckMixin:
-    """`fit` and `evaluate` that check labels against `self.num_classes`."""
-
-    def fit(self, x=None, y=None, *args, **kwargs):
-        x = _checked(x, self.num_classes, "y")
-        check_class_labels(y, self.num_classes, "y")
-        validation = kwargs.get("validation_data")
-        if validation is not None:
-            kwargs["validation_data"] = _checked(
-                validation, self.num_classes, "validation_data labels"
-            )
-        with _label_errors(self.num_classes):
-            return super().fit(x, y, *args, **kwargs)
-
-    def evaluate(self, x=None, y=None, *args, **kwargs):
-        x = _checked(x, self.num_classes, "y")
-        check_class_labels(y, self.num_classes, "y")
-        with _label_errors(self.num_classes):
-            return super().evaluate(x, y, *args, **kwargs)
-
-
 @contextlib.contextmanager
-def _label_errors(num_classes):
+def label_errors(num_classes, kind="class"):
     """Re-raises the dataset check's InvalidArgumentError as a ValueError."""
     try:
         yield
@@ -147,4 +126,6 @@ def _label_errors(num_classes):
             int(match["low"]),
             int(match["high"]),
             " (in a batch of the dataset)",
+            kind,
         ) from None
+

@@ -4,6 +4,7 @@ from keras import ops
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfm.models._common import TransformerModel
+from keras_tfm.models.preset_loading import PresetMixin
 from keras_tfm.validation import check_mask_shape, check_positive_int, check_rank
 
 INPUT_KEYS = ("token_ids", "segment_ids", "padding_mask")
@@ -37,7 +38,7 @@ def unpack_encoder_inputs(inputs, allowed_keys=INPUT_KEYS):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class EncoderBackbone(TransformerModel):
+class EncoderBackbone(PresetMixin, TransformerModel):
     """A bidirectional Transformer encoder with BERT's architecture.
 
         h = Norm_emb(TokenEmb(ids) + PosEmb(positions) + SegmentEmb(segments))

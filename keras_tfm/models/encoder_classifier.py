@@ -1,18 +1,20 @@
 import keras
 import numpy as np
 
-from keras_tfm.data.tokenizers import encode_for_classification
 from keras_tfm.layers.quantizable_dense import QuantizableDense
-from keras_tfm.models.class_labels import ClassLabelCheckMixin
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
+from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.pooling import mean_pool
 from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.tokenizer_attachment import (
-    is_text,
-    restore_tokenizer,
-    serialize_tokenizer,
-    text_list,
+from keras_tfm.models.task import Task, restore_preprocessor
+from keras_tfm.models.text_classifier_preprocessor import TextClassifierPreprocessor
+from keras_tfm.models.text_inputs import (
+    check_preprocessor,
+    check_sequence_length,
+    check_texts,
+    refuse_tokenizer,
 )
+from keras_tfm.models.tokenizer_attachment import is_text
 from keras_tfm.validation import check_choice, check_positive_int, check_rate
 
 POOLINGS = ("cls", "mean")
@@ -37,7 +39,7 @@ def check_class_names(class_names, num_classes):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
+class EncoderClassifier(QuantizationMixin, Task):
     """Sequence classification on top of an `EncoderBackbone`.
 
         cls:   pooled = tanh(h[:, 0] W_p + b_p)     (BERT's pooler)
@@ -50,31 +52,27 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
     `BertForSequenceClassification`. A backbone pretrained with
     `MaskedLanguageModel` is reused as `EncoderClassifier(backbone=mlm.backbone,
     num_classes=...)`; its weights are shared, not copied. `fit` and
-    `evaluate` check the labels (arrays eagerly, datasets in the input
-    pipeline, so also under XLA) and raise a ValueError naming the valid range
-    [0, num_classes) for an id outside it.
+    `evaluate` (the `Task`'s) check the labels (arrays eagerly, datasets in
+    the input pipeline, so also under XLA) and raise a ValueError naming the
+    valid range [0, num_classes) for an id outside it.
 
     Args:
         backbone: an `EncoderBackbone`.
         num_classes: number of classes.
         pooling: "cls" (the first token) or "mean" (over real tokens).
         dropout: dropout rate before the classification layer.
-        tokenizer: optional keras-hub tokenizer (e.g. a `WordPieceTokenizer`
-            with "[CLS]", "[SEP]" and "[PAD]"); saved with the model (its
-            vocabulary as an asset), so that a `.keras` file or preset
-            carries what it needs to read text. With it, the model, `predict`
-            and `classify` take raw strings, as keras-hub's tasks do through
-            their preprocessor.
+        preprocessor: optional `TextClassifierPreprocessor` (it owns the
+            tokenizer, saved with the model, its vocabulary as an asset).
+            With it, `predict`, `fit`, `evaluate` and `classify` take raw
+            strings, as keras-hub's tasks do.
         class_names: optional names of the classes, by index (e.g. the
             categories a dataset loader returns); `classify` returns them.
             Saved in the config, so a preset carries its label set.
 
     Call arguments:
         inputs: what the backbone takes: int token ids (batch, seq), or a dict
-            with "token_ids" and optionally "segment_ids" and "padding_mask";
-            with a tokenizer, also a string or a list of strings (encoded as
-            "[CLS] text [SEP]", truncated to the backbone's
-            `max_sequence_length`).
+            with "token_ids" and optionally "segment_ids" and "padding_mask"
+            (what the preprocessor returns).
         training: whether dropout is active.
 
     Returns:
@@ -88,11 +86,13 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
     >>> classifier(np.array([[2, 5, 7, 0]])).shape
     TensorShape([1, 3])
 
-    With a tokenizer and class names, strings go in and names come out:
+    With a preprocessor and class names, strings go in and names come out:
     >>> tokenizer = keras_tfm.data.train_word_piece_tokenizer(
     ...     ["the cat sat", "a dog ran"], vocabulary_size=40)
+    >>> preprocessor = keras_tfm.models.TextClassifierPreprocessor(
+    ...     tokenizer, sequence_length=8)
     >>> classifier = keras_tfm.models.EncoderClassifier(
-    ...     backbone, num_classes=3, tokenizer=tokenizer,
+    ...     backbone, num_classes=3, preprocessor=preprocessor,
     ...     class_names=["cats", "dogs", "other"])
     >>> classifier.predict(["the cat sat", "a dog"], verbose=0).shape
     (2, 3)
@@ -100,16 +100,19 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
     True
     """
 
+    label_kind = "class"
+
     def __init__(
         self,
         backbone,
         num_classes,
         pooling="cls",
         dropout=0.0,
-        tokenizer=None,
+        preprocessor=None,
         class_names=None,
         **kwargs,
     ):
+        refuse_tokenizer(kwargs, "EncoderClassifier", "TextClassifierPreprocessor")
         if not isinstance(backbone, EncoderBackbone):
             raise ValueError(
                 "`backbone` must be an EncoderBackbone. "
@@ -120,7 +123,9 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.pooling = check_choice("pooling", pooling, POOLINGS)
         self.dropout = check_rate("dropout", dropout)
-        self.tokenizer = restore_tokenizer(tokenizer)
+        self.preprocessor = check_sequence_length(
+            restore_preprocessor(preprocessor), backbone
+        )
         self.class_names = check_class_names(class_names, self.num_classes)
 
         hidden_dim = backbone.hidden_dim
@@ -151,6 +156,9 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
         self.classifier.build((None, hidden_dim))
         self.built = True
 
+    def label_range(self):
+        return self.num_classes
+
     def call(self, inputs, training=None):
         pooled = self.pool(inputs, training=training)
         pooled = self.classifier_dropout(pooled, training=training)
@@ -161,7 +169,7 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
 
         The features a linear probe of this model is fitted on
         (`keras_tfm.training.probe_head`). Takes what `call` takes, token ids
-        or an input dict (strings go through `encode_texts` first).
+        or an input dict, or strings (read by the preprocessor).
         """
         if is_text(inputs):
             inputs = self.encode_texts(inputs)
@@ -171,49 +179,27 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
             return self.pooler(hidden[:, 0, :])
         return mean_pool(hidden, self.backbone.padding_mask(inputs))
 
-    def __call__(self, inputs, *args, **kwargs):
-        if is_text(inputs):
-            inputs = self.encode_texts(inputs)
-        return super().__call__(inputs, *args, **kwargs)
-
     def encode_texts(self, texts):
-        """Token ids "[CLS] text [SEP]" of strings, padded to the longest.
+        """The preprocessor's inputs for strings, padded to the longest.
 
         Args:
             texts: a string or a list of strings.
 
         Returns:
-            An int32 array (len(texts), length), `length` the longest encoded
-            text (at most the backbone's `max_sequence_length`), padded with
-            "[PAD]"; padding changes no prediction (it is masked).
+            A dict with "token_ids" (int32) and "padding_mask" (bool), each
+            (len(texts), length), `length` the longest "[CLS] text [SEP]"
+            (at most the preprocessor's `sequence_length`); padding changes
+            no prediction (it is masked).
         """
-        texts, _ = text_list("inputs", texts, self.tokenizer, self)
-        ids = encode_for_classification(
-            self.tokenizer, texts, self.backbone.max_sequence_length
-        )
-        pad_id = self.tokenizer.token_to_id("[PAD]")
-        return ids[:, : max(3, int((ids != pad_id).sum(axis=1).max()))]
-
-    def predict(self, x, *args, **kwargs):
-        """Keras' `predict`, also taking a list of strings with a tokenizer.
-
-        Strings are encoded by `encode_texts` (to the backbone's
-        `max_sequence_length`, so every batch has one shape); anything else
-        goes to `keras.Model.predict` unchanged. Returns logits
-        (batch, num_classes).
-        """
-        if is_text(x):
-            texts, _ = text_list("x", x, self.tokenizer, self)
-            x = encode_for_classification(
-                self.tokenizer, texts, self.backbone.max_sequence_length
-            )
-        return super().predict(x, *args, **kwargs)
+        texts, _ = check_texts("texts", texts)
+        check_preprocessor(self, "texts", texts)
+        return self.preprocessor.pack_texts(texts)
 
     def classify(self, texts, top_k=None, batch_size=32):
         """The class of each text: its name (or index without `class_names`).
 
         Args:
-            texts: a string or a list of strings.
+            texts: a string or a list of strings (an empty list gives []).
             top_k: None for the best class; an int k for the k most probable
                 classes with their probabilities, best first.
             batch_size: how many texts go through the model at once.
@@ -224,11 +210,15 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
             pairs; for a list of strings, a list of those.
 
         Example:
-        >>> model = keras_tfm.zoo.from_preset("fortunes_classifier")
+        >>> model = keras_tfm.models.EncoderClassifier.from_preset(
+        ...     "fortunes_classifier")
         >>> model.classify("Real programmers use vi.") in model.class_names
         True
+        >>> model.classify([])
+        []
         """
-        texts, single = text_list("texts", texts, self.tokenizer, self)
+        texts, single = check_texts("texts", texts)
+        check_preprocessor(self, "texts", texts)
         if top_k is not None:
             if (
                 isinstance(top_k, bool)
@@ -240,10 +230,12 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
                     f"Received: top_k={top_k!r}"
                 )
         check_positive_int("batch_size", batch_size)
+        if not texts:
+            return []
         logits = []
         for start in range(0, len(texts), batch_size):
-            ids = self.encode_texts(texts[start : start + batch_size])
-            logits.append(np.asarray(self(ids, training=False), "float64"))
+            inputs = self.preprocessor.pack_texts(texts[start : start + batch_size])
+            logits.append(np.asarray(self(inputs, training=False), "float64"))
         logits = np.concatenate(logits)
         probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities /= probabilities.sum(axis=1, keepdims=True)
@@ -266,7 +258,7 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
                 "num_classes": self.num_classes,
                 "pooling": self.pooling,
                 "dropout": self.dropout,
-                "tokenizer": serialize_tokenizer(self.tokenizer),
+                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
                 "class_names": self.class_names,
             }
         )
@@ -276,4 +268,9 @@ class EncoderClassifier(QuantizationMixin, ClassLabelCheckMixin, keras.Model):
     def from_config(cls, config):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        # Files saved before issue 36 hold a `tokenizer`, no preprocessor.
+        preprocessor_from_legacy_config(
+            config, TextClassifierPreprocessor, config["backbone"].max_sequence_length
+        )
         return cls._from_quantized_config(config)
+

@@ -7,12 +7,15 @@ from keras_tfm.models.encoder_backbone import (
     EncoderBackbone,
     unpack_encoder_inputs,
 )
+from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
+from keras_tfm.models.masked_lm_preprocessor import MaskedLMPreprocessor
 from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.tokenizer_attachment import (
-    restore_tokenizer,
-    serialize_tokenizer,
-    special_token_id,
-    text_list,
+from keras_tfm.models.task import Task, restore_preprocessor
+from keras_tfm.models.text_inputs import (
+    check_preprocessor,
+    check_sequence_length,
+    check_texts,
+    refuse_tokenizer,
 )
 from keras_tfm.validation import check_rank
 
@@ -20,7 +23,7 @@ INPUT_KEYS = ("token_ids", "mask_positions", "segment_ids", "padding_mask")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class MaskedLanguageModel(QuantizationMixin, keras.Model):
+class MaskedLanguageModel(QuantizationMixin, Task):
     """BERT's masked-language-model head on an `EncoderBackbone`.
 
     For the hidden states h at the masked positions only:
@@ -33,7 +36,9 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
     and `output_bias`, HuggingFace's `cls.predictions`). Computing logits at
     the masked positions only keeps the loss there and saves the
     (batch, seq, vocabulary_size) projection. `MaskedLMMasker` prepares
-    `(x, y, sample_weight)` batches for `fit`; compile with
+    `(x, y, sample_weight)` batches of token ids for `fit`, and a
+    `MaskedLMPreprocessor` those of strings (`fit` maps it over the data
+    itself, and checks the labels against the vocabulary); compile with
     `SparseCategoricalCrossentropy(from_logits=True,
     reduction="mean_with_sample_weight")` and `weighted_metrics`, so that the
     loss and metrics average over the real selections only (the masker pads
@@ -42,9 +47,10 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
     Args:
         backbone: an `EncoderBackbone`; `mlm.backbone` can later feed an
             `EncoderClassifier`.
-        tokenizer: optional keras-hub tokenizer with a "[MASK]" token (a
-            `WordPieceTokenizer` from `train_word_piece_tokenizer`, or
-            BERT's); saved with the model, and `fill_mask` then takes text.
+        preprocessor: optional `MaskedLMPreprocessor` (its tokenizer has a
+            "[MASK]" token: a `WordPieceTokenizer` from
+            `train_word_piece_tokenizer`, or BERT's); saved with the model,
+            and `fit` and `fill_mask` then take text.
 
     Call arguments:
         inputs: a dict with "token_ids" (batch, seq), "mask_positions"
@@ -66,7 +72,10 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
     TensorShape([1, 2, 50])
     """
 
-    def __init__(self, backbone, tokenizer=None, **kwargs):
+    label_kind = "token"
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        refuse_tokenizer(kwargs, "MaskedLanguageModel", "MaskedLMPreprocessor")
         if not isinstance(backbone, EncoderBackbone):
             raise ValueError(
                 "`backbone` must be an EncoderBackbone. "
@@ -74,7 +83,9 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
             )
         super().__init__(**kwargs)
         self.backbone = backbone
-        self.tokenizer = restore_tokenizer(tokenizer)
+        self.preprocessor = check_sequence_length(
+            restore_preprocessor(preprocessor), backbone
+        )
         # keras-hub's MaskedLMHead (autocast=False) adds its float32 bias to
         # logits cast to the compute dtype, which fails under a mixed policy;
         # there the head runs in float32, as the logits should anyway.
@@ -112,57 +123,8 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
         hidden = self.backbone(inputs, training=training)
         return self.mlm_head(hidden, mask_positions=mask_positions)
 
-    def _special_id(self, attribute, token):
-        value = getattr(self.tokenizer, attribute, None)
-        if isinstance(value, int | np.integer):
-            return int(value)
-        return special_token_id(self.tokenizer, (token,))
-
-    def _special_token_ids(self):
-        """The ids of a WordPiece tokenizer's special tokens, [UNK] included."""
-        if not isinstance(self.tokenizer, keras_hub.tokenizers.WordPieceTokenizer):
-            return set()
-        tokens = set(self.tokenizer.special_tokens or ())
-        tokens.update(self.tokenizer.get_config().get("special_tokens") or ())
-        tokens.add(self.tokenizer.oov_token)
-        vocabulary = self.tokenizer.get_vocabulary()
-        return {i for i, token in enumerate(vocabulary) if token in tokens}
-
-    def _encode_with_masks(self, text, mask_token):
-        """`[CLS] text [SEP]` ids, each literal `mask_token` as the mask id."""
-        mask_id = self._special_id("mask_token_id", "[MASK]")
-        if mask_id is None:
-            raise ValueError(
-                'The tokenizer has no "[MASK]" token. Received: a '
-                f"{type(self.tokenizer).__name__} without one"
-            )
-        parts = text.split(mask_token)
-        if len(parts) < 2:
-            raise ValueError(
-                f"The text must contain at least one {mask_token}. "
-                f"Received: text={text!r}"
-            )
-        # Tokenized piece by piece: a tokenizer that splits punctuation would
-        # cut "[MASK]" into "[", "mask", "]".
-        pieces = self.tokenizer([p for p in parts])
-        pieces = pieces.to_list() if hasattr(pieces, "to_list") else list(pieces)
-        ids = []
-        for i, piece in enumerate(pieces):
-            if i:
-                ids.append(mask_id)
-            ids.extend(int(t) for t in np.asarray(piece).reshape(-1))
-        cls_id = self._special_id("cls_token_id", "[CLS]")
-        sep_id = self._special_id("sep_token_id", "[SEP]")
-        ids = ([] if cls_id is None else [cls_id]) + ids
-        ids += [] if sep_id is None else [sep_id]
-        if len(ids) > self.backbone.max_sequence_length:
-            raise ValueError(
-                f"The text is {len(ids)} tokens long, more than the backbone's "
-                f"max_sequence_length={self.backbone.max_sequence_length}. "
-                f"Received: text={text[:80]!r}"
-            )
-        ids = np.asarray(ids, "int32")
-        return ids, np.flatnonzero(ids == mask_id), (cls_id, sep_id)
+    def label_range(self):
+        return self.backbone.vocabulary_size
 
     def fill_mask(self, texts, top_k=5, mask_token="[MASK]"):
         """The most probable tokens for each mask of a text, with probabilities.
@@ -198,12 +160,15 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
         >>> backbone = keras_tfm.models.EncoderBackbone(
         ...     vocabulary_size=12, num_layers=1, num_heads=2, hidden_dim=16,
         ...     intermediate_dim=32, max_sequence_length=16)
-        >>> mlm = keras_tfm.models.MaskedLanguageModel(backbone, tokenizer)
+        >>> mlm = keras_tfm.models.MaskedLanguageModel(
+        ...     backbone, keras_tfm.models.MaskedLMPreprocessor(
+        ...         tokenizer, sequence_length=16))
         >>> candidates = mlm.fill_mask("The [MASK] sat on the mat.", top_k=3)
         >>> len(candidates), sorted(candidates[0])
         (3, ['probability', 'text', 'token', 'token_id'])
         """
-        texts, single = text_list("texts", texts, self.tokenizer, self)
+        texts, single = check_texts("texts", texts)
+        check_preprocessor(self, "texts", texts)
         vocabulary_size = self.backbone.vocabulary_size
         if (
             isinstance(top_k, bool)
@@ -218,10 +183,10 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
             raise ValueError(
                 f"`mask_token` must be a non-empty string. Received: {mask_token!r}"
             )
-        excluded = self._special_token_ids()
+        excluded = self.preprocessor.special_token_ids()
         results = []
         for text in texts:
-            ids, positions, ends = self._encode_with_masks(text, mask_token)
+            ids, positions = self.preprocessor.encode_with_masks(text, mask_token)
             logits = self(
                 {"token_ids": ids[None], "mask_positions": positions[None]},
                 training=False,
@@ -229,10 +194,10 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
             logits = np.asarray(logits, "float64")[0]  # (num_masks, vocabulary)
             probabilities = np.exp(logits - logits.max(axis=-1, keepdims=True))
             probabilities /= probabilities.sum(axis=-1, keepdims=True)
-            inner = ids.tolist()
-            inner = inner[1 if ends[0] is not None else 0 :]
-            inner = inner[: -1 if ends[1] is not None else None]
-            offset = 1 if ends[0] is not None else 0
+            starts = self.preprocessor.cls_token_id is not None
+            ends = self.preprocessor.sep_token_id is not None
+            inner = ids.tolist()[int(starts) : -1 if ends else None]
+            offset = int(starts)
             per_mask = []
             for position, row in zip(positions, probabilities, strict=True):
                 ranked = np.argsort(-row, kind="stable")
@@ -256,11 +221,17 @@ class MaskedLanguageModel(QuantizationMixin, keras.Model):
     def get_config(self):
         config = super().get_config()
         config["backbone"] = keras.saving.serialize_keras_object(self.backbone)
-        config["tokenizer"] = serialize_tokenizer(self.tokenizer)
+        config["preprocessor"] = keras.saving.serialize_keras_object(
+            self.preprocessor
+        )
         return self._add_quantization_config(config)
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        # Files saved before issue 36 hold a `tokenizer`, no preprocessor.
+        preprocessor_from_legacy_config(
+            config, MaskedLMPreprocessor, config["backbone"].max_sequence_length
+        )
         return cls._from_quantized_config(config)

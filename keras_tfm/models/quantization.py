@@ -18,6 +18,7 @@ from keras_tfm._keras_compat import (
     one_garbage_collection,
     should_quantize_layer,
 )
+from keras_tfm.generation.compiled_loops import invalidate_compiled_loops
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.quantizable_dense import QuantizableDense
 from keras_tfm.layers.token_embedding import TokenEmbedding
@@ -47,9 +48,9 @@ def int8_weight_only_config():
     sum_i |x_i| * max_i |w_ij| / 254.
 
     Example:
-    >>> model = keras_tfm.models.CausalLM(
+    >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-    ...     intermediate_dim=32, max_sequence_length=16)
+    ...     intermediate_dim=32, max_sequence_length=16))
     >>> model.quantize("int8", config=int8_weight_only_config())
     >>> model.quantized_to
     'int8_weight_only'
@@ -161,9 +162,9 @@ class QuantizationMixin:
     `from_config` with `return cls._from_quantized_config(config)`.
 
     Example:
-    >>> model = keras_tfm.models.CausalLM(
+    >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-    ...     intermediate_dim=32, max_sequence_length=16)
+    ...     intermediate_dim=32, max_sequence_length=16))
     >>> model.quantize("int8")
     >>> model.get_config()["quantization_mode"]
     'int8'
@@ -218,9 +219,9 @@ class QuantizationMixin:
         are fixed; `filters` is as there.
 
         Example:
-        >>> model = keras_tfm.models.CausalLM(
+        >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
         ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-        ...     intermediate_dim=32, max_sequence_length=16)
+        ...     intermediate_dim=32, max_sequence_length=16))
         >>> model.cast_weights("bfloat16")
         >>> model.quantized_to
         'bfloat16'
@@ -241,8 +242,8 @@ class QuantizationMixin:
         for layer in flatten_layers(self):
             if isinstance(layer, QuantizationMixin):
                 layer._quantization_mode = _saved_mode(mode, config)
-                # A traced decoding loop keeps reading the float variables.
-                layer.__dict__.pop("_tfm_generate_functions", None)
+        # A traced decoding loop keeps reading the float variables.
+        invalidate_compiled_loops(self)
 
     # Not `quantization_mode`: Keras reads that property of every layer to
     # route `__call__` to `quantized_call`, which a model does not have.

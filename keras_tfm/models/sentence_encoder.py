@@ -3,28 +3,38 @@ import numpy as np
 from keras import ops
 
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
+from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.pooling import mean_pool
-from keras_tfm.models.tokenizer_attachment import restore_tokenizer, serialize_tokenizer
+from keras_tfm.models.task import Task, restore_preprocessor
+from keras_tfm.models.text_classifier_preprocessor import TextClassifierPreprocessor
+from keras_tfm.models.text_inputs import (
+    check_preprocessor,
+    check_sequence_length,
+    check_texts,
+    refuse_tokenizer,
+)
 from keras_tfm.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class SentenceEncoder(keras.Model):
+class SentenceEncoder(Task):
     """Sentence embeddings: an `EncoderBackbone`'s mean over real tokens.
 
         e = m / |m|,   m = sum_t mask_t h_t / sum_t mask_t
 
     the pooling of sentence-transformers' all-MiniLM-L6-v2, so the dot
-    product of two embeddings is their cosine similarity. With a tokenizer
-    attached (a BERT-style one with `cls_token_id`, `sep_token_id` and
-    `pad_token_id`), `encode` takes strings.
+    product of two embeddings is their cosine similarity. With a
+    preprocessor (a `TextClassifierPreprocessor`: sentence-transformers
+    packs a text as "[CLS] text [SEP]", as BERT's classifiers do), `encode`
+    and `predict` take strings.
 
     Args:
         backbone: an `EncoderBackbone`.
-        tokenizer: optional keras-hub BERT-style tokenizer, saved with the model.
+        preprocessor: optional `TextClassifierPreprocessor`, saved with the
+            model; its `sequence_length` is the texts' token limit ([CLS]
+            and [SEP] included), at most the backbone's
+            `max_sequence_length`.
         normalize: scale each embedding to unit length (default True).
-        max_sequence_length: texts are cut to this many tokens, [CLS] and
-            [SEP] included; default: the backbone's `max_sequence_length`.
 
     Call arguments:
         inputs: what the backbone takes: token ids (batch, seq) or a dict
@@ -34,21 +44,15 @@ class SentenceEncoder(keras.Model):
         float32 embeddings (batch, hidden_dim).
 
     Example:
-    >>> minilm = keras_tfm.zoo.from_preset("all_minilm_l6_v2")
+    >>> minilm = keras_tfm.models.SentenceEncoder.from_preset("all_minilm_l6_v2")
     >>> a, b, c = minilm.encode(
     ...     ["A man is eating food.", "A man eats a meal.", "The sky is blue."])
     >>> bool(a @ b > a @ c)
     True
     """
 
-    def __init__(
-        self,
-        backbone,
-        tokenizer=None,
-        normalize=True,
-        max_sequence_length=None,
-        **kwargs,
-    ):
+    def __init__(self, backbone, preprocessor=None, normalize=True, **kwargs):
+        refuse_tokenizer(kwargs, "SentenceEncoder", "TextClassifierPreprocessor")
         if not isinstance(backbone, EncoderBackbone):
             raise ValueError(
                 "`backbone` must be an EncoderBackbone. "
@@ -56,20 +60,18 @@ class SentenceEncoder(keras.Model):
             )
         super().__init__(**kwargs)
         self.backbone = backbone
-        self.tokenizer = restore_tokenizer(tokenizer)
-        self.normalize = bool(normalize)
-        if max_sequence_length is None:
-            max_sequence_length = backbone.max_sequence_length
-        self.max_sequence_length = check_positive_int(
-            "max_sequence_length", max_sequence_length
+        self.preprocessor = check_sequence_length(
+            restore_preprocessor(preprocessor), backbone
         )
-        if max_sequence_length > backbone.max_sequence_length:
-            raise ValueError(
-                "`max_sequence_length` must be at most the backbone's "
-                f"({backbone.max_sequence_length}). Received: "
-                f"max_sequence_length={max_sequence_length}"
-            )
+        self.normalize = bool(normalize)
         self.built = True
+
+    @property
+    def max_sequence_length(self):
+        """The texts' token limit: the preprocessor's `sequence_length`."""
+        if self.preprocessor is None:
+            return self.backbone.max_sequence_length
+        return self.preprocessor.sequence_length
 
     def call(self, inputs, training=None):
         inputs = unpack_encoder_inputs(inputs)
@@ -87,50 +89,32 @@ class SentenceEncoder(keras.Model):
         """Embeddings of a string or a list of strings, as a NumPy array.
 
         Returns (hidden_dim,) for one string, (len(texts), hidden_dim) for a
-        list. Texts are batched by length, each batch padded to its longest.
+        list (an empty list gives (0, hidden_dim)). Texts are batched by
+        length, each batch padded to its longest.
         """
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        if self.tokenizer is None:
-            raise ValueError(
-                "This SentenceEncoder has no tokenizer, so it cannot read text: "
-                "pass `tokenizer=` when building it, or call it on token ids."
-            )
-        if not texts or not all(isinstance(t, str) for t in texts):
-            raise ValueError(
-                "`texts` must be a string or a non-empty list of strings. "
-                f"Received: {texts!r:.200}"
-            )
+        texts, single = check_texts("texts", texts)
+        check_preprocessor(self, "texts", texts)
         check_positive_int("batch_size", batch_size)
-        token_lists = [self._token_ids(t) for t in texts]
-        order = np.argsort([len(ids) for ids in token_lists], kind="stable")
         embeddings = np.zeros((len(texts), self.backbone.hidden_dim), "float32")
+        if not texts:
+            return embeddings
+        packed = self.preprocessor.pack_texts(texts, trim=False)
+        lengths = packed["padding_mask"].sum(axis=1)
+        order = np.argsort(lengths, kind="stable")
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
-            length = max(len(token_lists[i]) for i in rows)
-            ids = np.full((len(rows), length), self.tokenizer.pad_token_id, "int32")
-            mask = np.zeros((len(rows), length), "int32")
-            for row, i in enumerate(rows):
-                ids[row, : len(token_lists[i])] = token_lists[i]
-                mask[row, : len(token_lists[i])] = 1
-            embeddings[rows] = ops.convert_to_numpy(
-                self({"token_ids": ids, "padding_mask": mask})
-            )
+            length = int(lengths[rows].max())
+            inputs = {key: value[rows, :length] for key, value in packed.items()}
+            embeddings[rows] = ops.convert_to_numpy(self(inputs))
         return embeddings[0] if single else embeddings
-
-    def _token_ids(self, text):
-        pieces = ops.convert_to_numpy(self.tokenizer(text)).tolist()
-        pieces = pieces[: self.max_sequence_length - 2]
-        return [self.tokenizer.cls_token_id, *pieces, self.tokenizer.sep_token_id]
 
     def get_config(self):
         config = super().get_config()
         config.update(
             {
                 "backbone": keras.saving.serialize_keras_object(self.backbone),
-                "tokenizer": serialize_tokenizer(self.tokenizer),
+                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
                 "normalize": self.normalize,
-                "max_sequence_length": self.max_sequence_length,
             }
         )
         return config
@@ -138,5 +122,13 @@ class SentenceEncoder(keras.Model):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        backbone = keras.saving.deserialize_keras_object(config["backbone"])
+        config["backbone"] = backbone
+        # Files saved before issue 36 hold a `tokenizer` and the texts' limit.
+        length = config.pop("max_sequence_length", None)
+        preprocessor_from_legacy_config(
+            config,
+            TextClassifierPreprocessor,
+            length or backbone.max_sequence_length,
+        )
         return cls(**config)

@@ -110,3 +110,12 @@ def tokenizer_start_id(tokenizer):
     if isinstance(value, int | np.integer):
         return int(value)
     return special_token_id(tokenizer, START_TOKENS)
+
+
+def named_token_id(tokenizer, attribute, token):
+    """`tokenizer.<attribute>` if it is an id (BERT's `cls_token_id`, ...),
+    else the id of `token` in its vocabulary, or None."""
+    value = getattr(tokenizer, attribute, None)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    return special_token_id(tokenizer, (token,))

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_tfm.generation.generation_utils import forget_cached_functions
+from keras_tfm.generation.compiled_loops import invalidate_compiled_loops
 from keras_tfm.validation import check_positive_float, check_positive_int
 
 
@@ -45,9 +45,9 @@ def enable_lora(model, rank, lora_alpha=None, layer_names=None):
             layer matches `layer_names`, or when a layer already has LoRA.
 
     Example:
-    >>> model = keras_tfm.models.CausalLM(
+    >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-    ...     intermediate_dim=32, max_sequence_length=16)
+    ...     intermediate_dim=32, max_sequence_length=16))
     >>> adapted = keras_tfm.training.enable_lora(model, rank=2)
     >>> sorted(layer.name for layer in adapted)
     ['attention_output', 'intermediate', 'key_value', 'output', 'query']
@@ -99,6 +99,5 @@ def enable_lora(model, rank, lora_alpha=None, layer_names=None):
     for weight in model.weights:
         if id(weight) not in adapters:
             weight.trainable = False
-    for layer in model._flatten_layers(include_self=True, recursive=True):
-        forget_cached_functions(layer)
+    invalidate_compiled_loops(model)
     return targets

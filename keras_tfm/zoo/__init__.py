@@ -7,6 +7,7 @@ Example:
 >>> model = zoo.from_preset("<name>", dropout=0.0)
 """
 
+from keras_tfm.models.preset_loading import register_preset_loader
 from keras_tfm.zoo.catalogue import (
     from_preset,
     list_presets,
@@ -16,6 +17,8 @@ from keras_tfm.zoo.catalogue import (
     preset_weights,
 )
 from keras_tfm.zoo.save_preset import save_preset
+
+register_preset_loader(from_preset)
 
 __all__ = [
     "from_preset",

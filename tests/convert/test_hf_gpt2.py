@@ -7,7 +7,7 @@ from safetensors.numpy import load_file
 import keras_tfm
 from keras_tfm.convert import GGUFBytePairTokenizer, load_hf_gpt2, save_hf_gpt2
 from keras_tfm.convert import gpt2 as hf_gpt2
-from keras_tfm.models import CausalLM
+from tests.builders import causal_lm
 from tests.convert import decoder_checks as checks
 
 FIXTURE = checks.FIXTURES / "tiny_gpt2_hf"
@@ -60,7 +60,7 @@ def test_exact_gelu_would_not_match(reference):
     # The tanh approximation matters: the same weights with exact GELU are
     # further from transformers' logits than the tolerance.
     model = load_hf_gpt2(FIXTURE)
-    exact = CausalLM(**{**model.get_config(), "activation": "gelu"})
+    exact = causal_lm(**{**model.get_config(), "activation": "gelu"})
     exact.set_weights(model.get_weights())
     gap = np.abs(np.asarray(exact(reference["token_ids"])) - reference["logits"])
     assert gap.max() > 1e-4
@@ -188,7 +188,7 @@ def test_missing_tokenizer_files_raise(tmp_path):
     ],
 )
 def test_unsaveable_models_raise(model, tmp_path, overrides, message):
-    other = CausalLM(
+    other = causal_lm(
         **{**model.get_config(), **overrides, "tokenizer": model.tokenizer}
     )
     with pytest.raises(ValueError, match=message):
@@ -198,8 +198,8 @@ def test_unsaveable_models_raise(model, tmp_path, overrides, message):
 def test_a_model_without_tokenizer_needs_one(model, tmp_path):
     config = {**model.get_config(), "tokenizer": None}
     with pytest.raises(ValueError, match="tokenizer=NoneType"):
-        save_hf_gpt2(CausalLM(**config), tmp_path)
-    save_hf_gpt2(CausalLM(**config), tmp_path, tokenizer=model.tokenizer)
+        save_hf_gpt2(causal_lm(**config), tmp_path)
+    save_hf_gpt2(causal_lm(**config), tmp_path, tokenizer=model.tokenizer)
 
 
 def test_docstring_examples():

@@ -14,8 +14,8 @@ from keras_tfm.convert import (
     load_hf_llama,
     save_hf_llama,
 )
-from keras_tfm.models import CausalLM
 from keras_tfm.tokenizers import byte_level_bpe_tokenizer as gguf_tokenizer
+from tests.builders import causal_lm
 from tests.convert import decoder_checks as checks
 
 NAMES = ["llama_gqa", "llama_tied", "mistral", "qwen2"]
@@ -106,7 +106,7 @@ def test_rope_base_matters(case):
     # With another base the logits move by more than the tolerance.
     _, model, reference = case
     base = 2 * model.rotary_max_wavelength
-    other = CausalLM(
+    other = causal_lm(
         **{**model.get_config(), "rotary_max_wavelength": base, "tokenizer": None}
     )
     other.set_weights(model.get_weights())
@@ -361,7 +361,7 @@ def test_sharded_checkpoints_load(tmp_path):
 )
 def test_unsaveable_models_raise(case, tmp_path, overrides, message):
     _, model, _ = case
-    other = CausalLM(
+    other = causal_lm(
         **{**model.get_config(), **overrides, "tokenizer": model.tokenizer}
     )
     with pytest.raises(ValueError, match=message):

@@ -17,6 +17,7 @@ from keras_tfm.convert import MarianTokenizer, load_hf_marian
 from keras_tfm.convert import marian as hf_marian
 from keras_tfm.layers import PositionalEncoding
 from keras_tfm.tokenizers import marian_tokenizer
+from tests.builders import seq2seq_lm
 from tests.convert import decoder_checks as checks
 
 FIXTURE = checks.FIXTURES / "tiny_marian_hf"
@@ -91,7 +92,7 @@ def test_detokenize_equals_transformers_decode(model, reference):
 def test_encoder_outputs_and_logits_equal_transformers(model, reference):
     source = reference["source_ids"]
     assert (source == PAD).any()  # the shorter source is padded
-    encoded = np.asarray(model.encode(source))
+    encoded = np.asarray(model.backbone.encode(source))
     np.testing.assert_allclose(encoded, reference["encoder_outputs"], atol=1e-4)
     logits = np.asarray(
         model({"source_ids": source, "target_ids": reference["decoder_input_ids"]})
@@ -102,7 +103,7 @@ def test_encoder_outputs_and_logits_equal_transformers(model, reference):
 
 
 def test_interleaved_positions_would_not_match(model, reference):
-    interleaved = keras_tfm.models.Seq2SeqTransformer(
+    interleaved = seq2seq_lm(
         **{**model.get_config(), "position_encoding": "sinusoidal", "tokenizer": None}
     )
     interleaved.set_weights(model.get_weights())
@@ -145,7 +146,7 @@ def test_greedy_stops_at_a_stop_token(model, reference):
 def test_cache_equals_full_pass(model, reference):
     source, target = reference["source_ids"], reference["decoder_input_ids"]
     full = np.asarray(model({"source_ids": source, "target_ids": target}))
-    cross = model.compute_cross_attention_cache(model.encode(source))
+    cross = model.compute_cross_attention_cache(model.backbone.encode(source))
     cache = model.empty_cache(len(target), target.shape[1])
     mask = source != PAD
     steps, index = [target[:, :3]], 0

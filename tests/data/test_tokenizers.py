@@ -65,7 +65,10 @@ def classifier_with(tokenizer):
         num_segments=0,
     )
     return keras_tfm.models.EncoderClassifier(
-        backbone, num_classes=3, pooling="mean", tokenizer=tokenizer
+        backbone,
+        num_classes=3,
+        pooling="mean",
+        preprocessor=keras_tfm.models.TextClassifierPreprocessor(tokenizer, 16),
     )
 
 

@@ -127,12 +127,38 @@ def test_make_sampler_names_and_errors():
 
 def test_sampler_keys_hold_only_what_the_sampler_reads():
     # The key picks the compiled loop: equal where the sampling is the same
-    # (an argmax is the same at any temperature, and ignores top_p)...
-    key = make_sampler("greedy")[1]
-    assert make_sampler("greedy", temperature=0.5, top_p=0.9, top_k=3)[1] == key
-    assert make_sampler("random", top_p=0.9)[1] == make_sampler("random")[1]
+    # (a default spelled out is the default)...
+    assert make_sampler("random", temperature=1.0)[1] == make_sampler("random")[1]
+    assert make_sampler("top_k", top_k=5)[1] == make_sampler("top_k")[1]
     # ... and apart where it differs.
     assert make_sampler("top_p", top_p=0.5)[1] != make_sampler("top_p", top_p=0.9)[1]
     assert make_sampler("top_k", top_k=2)[1] != make_sampler("top_k", top_k=3)[1]
     assert make_sampler("random", temperature=2.0)[1] != make_sampler("random")[1]
     assert make_sampler("beam", num_beams=2)[1] != make_sampler("beam", num_beams=3)[1]
+
+
+@pytest.mark.parametrize(
+    "sampler, settings, unread",
+    [
+        ("greedy", dict(temperature=0.01), "temperature"),
+        ("greedy", dict(top_p=0.5), "top_p"),
+        ("greedy", dict(top_k=3), "top_k"),
+        ("random", dict(top_p=0.9), "top_p"),
+        ("top_k", dict(top_p=0.9), "top_p"),
+        ("top_p", dict(length_penalty=1.0), "length_penalty"),
+        ("beam", dict(top_k=2, num_beams=2), "top_k"),
+    ],
+)
+def test_a_setting_the_sampler_does_not_read_is_refused(sampler, settings, unread):
+    # Issue 37, item 8: silently running greedy with top_p=0.5 is a wrong answer.
+    with pytest.raises(ValueError, match=f"`{unread}` is not read by sampler"):
+        make_sampler(sampler, **settings)
+
+
+def test_each_sampler_takes_the_settings_it_reads():
+    assert make_sampler("top_p", temperature=0.7, top_p=0.9, top_k=4)[1] == (
+        "top_p", 0.7, 0.9, 4,
+    )  # fmt: skip
+    assert make_sampler("greedy", num_beams=3, length_penalty=1.5)[1] == (
+        "beam", 1.0, 3, 1.5,
+    )  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 
 from keras_tfm import layers
 from keras_tfm.generation import generation_utils as gen
-from keras_tfm.models import CausalLM
+from tests.builders import causal_lm
 
 
 def program(function, *args):
@@ -20,20 +20,20 @@ def program(function, *args):
 
 @pytest.mark.parametrize("position_encoding", ["learned", "rotary", "sinusoidal"])
 def test_the_streamed_step_is_one_program_for_every_position(position_encoding):
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=32,
         position_encoding=position_encoding,
     )  # fmt: skip
     streamed = list(model.generate([1, 2, 3], 3, stream=True))
     assert len(streamed) == 3
-    # A greedy stream at another temperature reuses the same compiled step.
-    assert list(model.generate([4, 5], 2, stream=True, temperature=3.0)) != []
-    (((prefill, step), _),) = model.__dict__["_tfm_generate_functions"].values()
+    # Another prompt streams with the same compiled step.
+    assert list(model.generate([4, 5], 2, stream=True)) != []
+    (((prefill, step), _),) = model.compiled_loops.values()
     tokens = np.ones((1, 8), "int32")
-    cache = prefill(tokens)
-    assert program(step, tokens, cache, np.int32(4)) == program(
-        step, tokens, cache, np.int32(6)
+    context, cache = prefill((), tokens)
+    assert program(step, context, tokens, cache, np.int32(4)) == program(
+        step, context, tokens, cache, np.int32(6)
     )
 
 

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfm.models import CausalLM
+from tests.builders import causal_lm
 
 LENGTH = 8  # max_sequence_length of the tiny models
 
@@ -12,7 +12,7 @@ LENGTH = 8  # max_sequence_length of the tiny models
 def tiny(position_encoding, **kwargs):
     """A model with random weights (seeded), for greedy decoding checks."""
     keras.utils.set_random_seed(3)
-    return CausalLM(
+    return causal_lm(
         vocabulary_size=23,
         num_layers=2,
         num_heads=2,
@@ -123,7 +123,7 @@ def test_text_pieces_wait_for_a_whole_character():
 def test_learned_positions_say_how_many_bytes_still_fit():
     import keras_hub
 
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=256, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=128,
         position_encoding="learned",

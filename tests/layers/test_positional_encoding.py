@@ -3,6 +3,7 @@ import pytest
 from keras import ops
 
 from keras_tfm.layers import PositionalEncoding
+from tests.builders import causal_lm
 from tests.layers import numpy_reference as ref
 from tests.layers.layer_harness import run_layer_test
 
@@ -99,9 +100,8 @@ def test_wrong_rank_is_refused():
 
 
 def test_summary_of_a_model_holding_position_layers():
-    from keras_tfm.models import CausalLM
 
     for encoding in ("sinusoidal", "sinusoidal_split", "rotary", "learned"):
-        model = CausalLM(32, 1, 2, 16, 32, 16, position_encoding=encoding)
+        model = causal_lm(32, 1, 2, 16, 32, 16, position_encoding=encoding)
         model(np.array([[3, 4]]))
         model.summary(print_fn=lambda *args, **kwargs: None)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from keras_tfm.models import CausalLM, Seq2SeqTransformer
+from tests.builders import causal_lm, seq2seq_lm
 
 
 def check_distributions(scores, allowed):
@@ -18,7 +18,7 @@ def check_distributions(scores, allowed):
 
 @pytest.mark.parametrize("position_encoding", ["learned", "rotary"])
 def test_causal_lm_self_attention_is_causal_and_skips_padding(position_encoding):
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=20, num_layers=2, num_heads=2, hidden_dim=16,
         intermediate_dim=32, max_sequence_length=8,
         position_encoding=position_encoding,
@@ -36,7 +36,7 @@ def test_causal_lm_self_attention_is_causal_and_skips_padding(position_encoding)
 
 
 def test_seq2seq_returns_encoder_decoder_and_cross_attention():
-    model = Seq2SeqTransformer(
+    model = seq2seq_lm(
         vocabulary_size=20, num_encoder_layers=1, num_decoder_layers=2,
         num_heads=2, hidden_dim=16, intermediate_dim=32, max_sequence_length=8,
     )  # fmt: skip
@@ -66,18 +66,18 @@ def test_seq2seq_returns_encoder_decoder_and_cross_attention():
 
 def test_causal_lm_scores_match_a_numpy_softmax_of_the_first_layer():
     """Layer 1's weights from the weights by hand: softmax(QK^T / sqrt(d))."""
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=8, padding_id=None,
     )  # fmt: skip
     token_ids = np.array([[4, 2, 7]])
     _, (scores,) = model(token_ids, return_attention_scores=True)
-    x = np.asarray(model.token_embedding.embeddings, "float64")[token_ids[0]]
-    x = x + np.asarray(model.position_embedding.embeddings, "float64")[:3]
-    norm = model.transformer_layers[0].self_attention_norm
+    x = np.asarray(model.backbone.token_embedding.embeddings, "float64")[token_ids[0]]
+    x = x + np.asarray(model.backbone.position_embedding.embeddings, "float64")[:3]
+    norm = model.backbone.transformer_layers[0].self_attention_norm
     x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
     x = x * np.asarray(norm.gamma) + np.asarray(norm.beta)
-    attention = model.transformer_layers[0].self_attention
+    attention = model.backbone.transformer_layers[0].self_attention
     q = x @ np.asarray(attention.query_dense.kernel) + np.asarray(
         attention.query_dense.bias
     )
@@ -94,11 +94,11 @@ def test_causal_lm_scores_match_a_numpy_softmax_of_the_first_layer():
 
 
 def test_no_scores_with_a_cache():
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=8,
     )  # fmt: skip
-    block = model.transformer_layers[0]
+    block = model.backbone.transformer_layers[0]
     cache = block.empty_cache(1, 4)
     with pytest.raises(ValueError, match="not supported with a `cache`"):
         block(np.ones((1, 1, 8), "float32"), cache=cache, cache_update_index=0,

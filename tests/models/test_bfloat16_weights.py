@@ -11,7 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfm.models import CausalLM, int8_weight_only_config
+from keras_tfm.models import int8_weight_only_config
+from tests.builders import causal_lm
 
 from .test_quantization import (
     RELATIVE_TOLERANCE,
@@ -44,11 +45,13 @@ def test_all_matrices_bfloat16_and_logits_close(name):
 
 def test_logits_layer_within_the_rounding_bound():
     model = tiny_llama()
-    table = np.asarray(model.token_embedding.embeddings, "float64")  # (V, D)
+    table = np.asarray(model.backbone.token_embedding.embeddings, "float64")  # (V, D)
     hidden = np.random.default_rng(1).normal(size=(3, 1, table.shape[1]))
     reference = hidden @ table.T
     model.cast_weights("bfloat16")
-    logits = np.asarray(model.token_embedding(hidden.astype("float32"), reverse=True))
+    logits = np.asarray(
+        model.backbone.token_embedding(hidden.astype("float32"), reverse=True)
+    )
     bound = np.abs(hidden) @ np.abs(table).T * 2.0**-9
     error = np.abs(logits - reference)
     assert np.all(error <= bound + 1e-5)
@@ -81,11 +84,11 @@ def test_save_load_exact_and_file_smaller(tmp_path):
 
 
 def test_other_modes_after_bfloat16_and_back_are_refused():
-    model = CausalLM(vocabulary_size=50, num_layers=1, **SMALL)
+    model = causal_lm(vocabulary_size=50, num_layers=1, **SMALL)
     model.cast_weights("bfloat16")
     with pytest.raises(ValueError, match="quantized to 'bfloat16' already"):
         model.quantize("int8", config=int8_weight_only_config())
-    model = CausalLM(vocabulary_size=50, num_layers=1, **SMALL)
+    model = causal_lm(vocabulary_size=50, num_layers=1, **SMALL)
     model.quantize("int8")
     with pytest.raises(ValueError, match="quantized to 'int8' already"):
         model.cast_weights("bfloat16")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from keras_tfm.models import CausalLM
+from tests.builders import causal_lm
 from tests.models.injected import WIDTH, inject, successor
 
 VOCAB = 12
@@ -19,7 +20,7 @@ def tiny(**kwargs):
         max_sequence_length=16,
     )
     config.update(kwargs)
-    return CausalLM(**config)
+    return causal_lm(**config)
 
 
 def argmax_continuation(model, prompt, steps):
@@ -128,7 +129,7 @@ def test_beam_width_one_equals_greedy_and_loop_is_not_retraced():
     # Other lengths in the same multiple of 8 reuse the compiled loop.
     greedy_again = model.generate([[1, 2], [4]], max_new_tokens=5)
     assert [len(row) for row in greedy_again] == [7, 6]
-    functions = model._tfm_generate_functions.values()
+    functions = model.compiled_loops.values()
     assert all(f.experimental_get_tracing_count() == 1 for f, _ in functions)
 
 
@@ -227,7 +228,7 @@ def test_config_is_the_constructor_arguments():
     config = model.get_config()
     rebuilt = CausalLM.from_config(config)
     assert rebuilt.get_config() == config
-    assert config["position_encoding"] == "rotary"
+    assert config["backbone"]["config"]["position_encoding"] == "rotary"
     assert len(rebuilt.weights) == len(model.weights)
 
 
@@ -236,7 +237,7 @@ def test_config_is_the_constructor_arguments():
     [
         (lambda m: m.generate([[1] * 14], max_new_tokens=3), "max_sequence_length"),
         (lambda m: m.generate([[1] * 17], max_new_tokens=1), "max_sequence_length"),
-        (lambda m: m.generate([[1, 2], []], max_new_tokens=3), r"prompts\[1\]"),
+        (lambda m: m.generate([[1, 2], []], max_new_tokens=3), r"inputs\[1\]"),
         (lambda m: m.generate([[1, 2]], max_new_tokens=0), "max_new_tokens=0"),
         (lambda m: m.generate([[1, 2]], max_new_tokens=2.5), "max_new_tokens"),
         (lambda m: m.generate([[1, 2]], 3, sampler="nucleus"), "'nucleus'"),
@@ -245,7 +246,7 @@ def test_config_is_the_constructor_arguments():
         (lambda m: m.generate([[1, 99]], 3), r"outside \[0, 12\)"),
         (lambda m: m.generate(np.ones((2, 3), "float32"), 3), "float32"),
         (lambda m: m.generate(np.ones((2, 3, 1), "int32"), 3), r"\(2, 3, 1\)"),
-        (lambda m: m.generate("hello", 3), "no `tokenizer`"),
+        (lambda m: m.generate("hello", 3), "no preprocessor"),
         (lambda m: m.generate([[1]], 3, stop_token_ids=[12]), "stop_token_ids"),
         (lambda m: m(np.ones((2, 3, 1), "int32")), "token_ids"),
         (lambda m: m(np.ones((2, 3), "float32")), "float32"),

@@ -8,25 +8,47 @@ from keras import ops
 
 import keras_tfm
 from keras_tfm import datasets
+from keras_tfm.generation import chat_pieces, compiled_loops, generation_utils
 from keras_tfm.layers import normalization
 from keras_tfm.models import (
     _common,
     causal_lm,
+    causal_lm_preprocessor,
+    decoder_backbone,
     encoder_backbone,
     encoder_classifier,
+    legacy_configs,
     masked_language_model,
-    seq2seq_transformer,
+    masked_lm_preprocessor,
+    preset_loading,
+    seq2seq_backbone,
+    seq2seq_lm,
+    seq2seq_lm_preprocessor,
+    text_classifier_preprocessor,
+    text_inputs,
 )
 
 MODULES = [
     _common,
     causal_lm,
+    causal_lm_preprocessor,
+    chat_pieces,
+    compiled_loops,
     datasets,
+    decoder_backbone,
     encoder_backbone,
     encoder_classifier,
+    generation_utils,
+    legacy_configs,
     masked_language_model,
+    masked_lm_preprocessor,
     normalization,
-    seq2seq_transformer,
+    preset_loading,
+    seq2seq_backbone,
+    seq2seq_lm,
+    seq2seq_lm_preprocessor,
+    text_classifier_preprocessor,
+    text_inputs,
 ]
 
 

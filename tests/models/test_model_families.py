@@ -8,8 +8,9 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfm.models import CausalLM, EncoderBackbone, Seq2SeqTransformer
+from keras_tfm.models import CausalLM, EncoderBackbone, Seq2SeqLM
 from keras_tfm.models._common import POSITION_ENCODINGS, SHARED_ARGUMENTS
+from tests.builders import causal_lm, seq2seq_lm
 
 VOCAB = 23
 
@@ -22,21 +23,22 @@ def small(cls, **overrides):
         intermediate_dim=16,
         max_sequence_length=12,
     )
-    if cls is Seq2SeqTransformer:
+    if cls is Seq2SeqLM:
         arguments.update(num_encoder_layers=1, num_decoder_layers=1)
     else:
         arguments.update(num_layers=1)
     arguments.update(overrides)
-    return cls(**arguments)
+    builder = {CausalLM: causal_lm, Seq2SeqLM: seq2seq_lm}.get(cls, cls)
+    return builder(**arguments)
 
 
 def forward(model, ids):
-    if isinstance(model, Seq2SeqTransformer):
+    if isinstance(model, Seq2SeqLM):
         return np.asarray(model({"source_ids": ids, "target_ids": ids}))
     return np.asarray(model(ids))
 
 
-FAMILIES = [CausalLM, EncoderBackbone, Seq2SeqTransformer]
+FAMILIES = [CausalLM, EncoderBackbone, Seq2SeqLM]
 
 
 @pytest.mark.parametrize("cls", FAMILIES, ids=lambda c: c.__name__)
@@ -97,10 +99,10 @@ def test_every_family_takes_every_position_encoding(cls, position_encoding):
     if position_encoding == "rotary":
         attribute = (
             "decoder_position_embedding"
-            if cls is Seq2SeqTransformer
+            if cls is Seq2SeqLM
             else "position_embedding"
         )
-        assert getattr(model, attribute) is None
+        assert getattr(getattr(model, "backbone", model), attribute) is None
 
 
 def non_default(cls):
@@ -125,9 +127,10 @@ def test_get_config_lists_every_shared_argument_and_round_trips(cls):
     arguments = non_default(cls)
     model = small(cls, **arguments)
     config = model.get_config()
-    assert set(SHARED_ARGUMENTS) <= set(config)
+    backbone_config = getattr(model, "backbone", model).get_config()
+    assert set(SHARED_ARGUMENTS) <= set(backbone_config)
     for name, value in arguments.items():
-        assert config[name] == value, name
+        assert {**backbone_config, **config}[name] == value, name
     clone = cls.from_config(config)
     assert clone.get_config() == config
     clone.set_weights(model.get_weights())
@@ -138,10 +141,11 @@ def test_get_config_lists_every_shared_argument_and_round_trips(cls):
 @pytest.mark.parametrize("cls", FAMILIES, ids=lambda c: c.__name__)
 def test_the_options_reach_every_block(cls):
     model = small(cls, **non_default(cls))
+    backbone = getattr(model, "backbone", model)
     blocks = (
-        model.encoder_transformer_layers + model.decoder_transformer_layers
-        if cls is Seq2SeqTransformer
-        else model.transformer_layers
+        backbone.encoder_transformer_layers + backbone.decoder_transformer_layers
+        if cls is Seq2SeqLM
+        else backbone.transformer_layers
     )
     for block in blocks:
         attention = block.self_attention
@@ -157,7 +161,7 @@ def test_the_options_reach_every_block(cls):
 
 
 @pytest.mark.parametrize(
-    "cls", [CausalLM, Seq2SeqTransformer], ids=lambda c: c.__name__
+    "cls", [CausalLM, Seq2SeqLM], ids=lambda c: c.__name__
 )
 def test_an_untied_head_is_a_separate_bias_free_float32_dense(cls):
     model = small(cls, tie_word_embeddings=False, dtype="mixed_bfloat16")
@@ -173,16 +177,17 @@ def test_an_untied_head_is_a_separate_bias_free_float32_dense(cls):
 def test_the_untied_head_computes_hidden_times_kernel():
     model = small(CausalLM, tie_word_embeddings=False, normalize_first=False)
     ids = np.array([[1, 2, 3]])
-    hidden = model._embed(ids)
-    for block in model.transformer_layers:
-        hidden = block(hidden, padding_mask=model.padding_mask_of(ids))
+    backbone = model.backbone
+    hidden = backbone.embed(ids)
+    for block in backbone.transformer_layers:
+        hidden = block(hidden, padding_mask=backbone.padding_mask_of(ids))
     # Reference: a float64 NumPy product with the head's kernel.
     expected = np.asarray(hidden, "float64") @ np.asarray(
         model.lm_head.kernel, "float64"
     )
     np.testing.assert_allclose(np.asarray(model(ids)), expected, atol=1e-5)
     # And it is not the token embedding: the tied projection differs.
-    embedding = np.asarray(model.token_embedding.embeddings, "float64")
+    embedding = np.asarray(backbone.token_embedding.embeddings, "float64")
     assert not np.allclose(np.asarray(hidden, "float64") @ embedding.T, expected)
 
 
@@ -216,11 +221,11 @@ def test_causal_lm_cache_equals_the_full_pass_untied_gqa_no_bias(padding_id):
 
 
 def test_seq2seq_cache_equals_the_full_pass_untied_gqa_no_bias():
-    model = llama_like(Seq2SeqTransformer, padding_id=None)
+    model = llama_like(Seq2SeqLM, padding_id=None)
     source = np.array([[3, 9, 4, 11, 7], [8, 2, 6, 1, 12]])
     target = np.array([[1, 5, 6, 7], [1, 9, 3, 2]])
     full = np.asarray(model({"source_ids": source, "target_ids": target}))
-    encoded = model.encode(source)
+    encoded = model.backbone.encode(source)
     cross = model.compute_cross_attention_cache(encoded)
     cache = model.empty_cache(2, target.shape[1])
     steps = []
@@ -251,9 +256,11 @@ def test_causal_lm_generates_without_a_padding_id_as_full_passes_do():
 def test_seq2seq_generates_without_a_padding_id_as_full_passes_do():
     # The sources are padded to a common length inside `generate`; with no
     # padding id, only their lengths say what to mask.
-    model = llama_like(Seq2SeqTransformer, padding_id=None, max_sequence_length=16)
+    model = llama_like(
+        Seq2SeqLM, padding_id=None, max_sequence_length=16, start_token_id=1
+    )
     sources = [[0, 4, 5], [7, 0, 3, 3, 9, 1, 2, 2, 6, 5]]
-    together = model.generate(sources, max_new_tokens=5, start_token_id=1)
+    together = model.generate(sources, max_new_tokens=5)
 
     def reference(source):
         def step(target):
@@ -263,7 +270,7 @@ def test_seq2seq_generates_without_a_padding_id_as_full_passes_do():
         return greedy_reference(step, [1], 5)[1:]
 
     assert together == [reference(source) for source in sources]
-    beams = model.generate(sources, max_new_tokens=4, start_token_id=1, num_beams=2)
+    beams = model.generate(sources, max_new_tokens=4, num_beams=2)
     assert [len(row) for row in beams] == [4, 4]
 
 

@@ -19,13 +19,12 @@ import keras_tfm
 from keras_tfm import zoo
 from keras_tfm.layers import TokenEmbedding
 from keras_tfm.models import (
-    CausalLM,
     EncoderBackbone,
     EncoderClassifier,
     MaskedLanguageModel,
-    Seq2SeqTransformer,
 )
 from keras_tfm.models.quantization import QuantizationMixin
+from tests.builders import causal_lm, seq2seq_lm
 
 RELATIVE_TOLERANCE = 0.03
 
@@ -76,7 +75,7 @@ def test_token_embedding_quantizes_forward_reverse_and_mask(scale):
 
 
 def test_causal_lm_int8_close_save_load_and_generate(tmp_path):
-    model = CausalLM(vocabulary_size=50, num_layers=2, **SMALL)
+    model = causal_lm(vocabulary_size=50, num_layers=2, **SMALL)
     x = np.array([[5, 6, 7, 8, 9, 10]])
     reference = model(x)
     with warnings.catch_warnings(record=True) as caught:
@@ -98,19 +97,20 @@ def test_causal_lm_int8_close_save_load_and_generate(tmp_path):
 
 
 def test_seq2seq_int8_close_save_load_and_generate(tmp_path):
-    model = Seq2SeqTransformer(
-        vocabulary_size=40, num_encoder_layers=1, num_decoder_layers=1, **SMALL
-    )
+    model = seq2seq_lm(
+        vocabulary_size=40, num_encoder_layers=1, num_decoder_layers=1,
+        start_token_id=1, **SMALL,
+    )  # fmt: skip
     inputs = {"source_ids": np.array([[3, 4, 5, 0]]), "target_ids": np.array([[1, 6]])}
     reference = model(inputs)
     model.quantize("int8")
     assert_all_matrices_int8(model)
     quantized = model(inputs)
     assert_close_to_float(quantized, reference)
-    output = model.generate([[3, 4, 5]], max_new_tokens=5, start_token_id=1)
+    output = model.generate([[3, 4, 5]], max_new_tokens=5)
     restored = save_and_load(model, tmp_path)
     np.testing.assert_array_equal(restored(inputs), quantized)
-    assert restored.generate([[3, 4, 5]], max_new_tokens=5, start_token_id=1) == output
+    assert restored.generate([[3, 4, 5]], max_new_tokens=5) == output
 
 
 def backbone():
@@ -149,7 +149,7 @@ def test_quantized_backbone_inside_a_classifier_round_trips(tmp_path):
 
 def test_preset_of_int8_weights_round_trips(tmp_path):
     tokenizer = keras_hub.tokenizers.ByteTokenizer()  # a layer, never quantized
-    model = CausalLM(vocabulary_size=256, num_layers=1, tokenizer=tokenizer, **SMALL)
+    model = causal_lm(vocabulary_size=256, num_layers=1, tokenizer=tokenizer, **SMALL)
     model.quantize("int8")
     zoo.save_preset(
         model,
@@ -195,7 +195,7 @@ def test_unquantizable_layer_is_named_and_nothing_changes():
         model.quantize("int8")
     assert model.dense.quantization_mode is None  # checked before any change
     with pytest.raises(ValueError, match="mode=int3"):
-        CausalLM(vocabulary_size=50, num_layers=1, **SMALL).quantize("int3")
+        causal_lm(vocabulary_size=50, num_layers=1, **SMALL).quantize("int3")
 
 
 def test_docstring_example():
@@ -246,11 +246,13 @@ def test_int8_weight_only_logits_close_and_no_activation_quantizer(name):
 
 def test_int8_weight_only_logits_layer_within_the_rounding_bound():
     model = tiny_llama()
-    table = np.asarray(model.token_embedding.embeddings, "float64")  # (V, D)
+    table = np.asarray(model.backbone.token_embedding.embeddings, "float64")  # (V, D)
     hidden = np.random.default_rng(1).normal(size=(3, 1, table.shape[1]))
     reference = hidden @ table.T
     model.quantize("int8", config=keras_tfm.models.int8_weight_only_config())
-    logits = np.asarray(model.token_embedding(hidden.astype("float32"), reverse=True))
+    logits = np.asarray(
+        model.backbone.token_embedding(hidden.astype("float32"), reverse=True)
+    )
     # Per token row: |w - dequantized w| <= max|row| / 254.
     bound = np.abs(hidden).sum(-1, keepdims=True) * np.abs(table).max(axis=1) / 254
     error = np.abs(logits - reference)

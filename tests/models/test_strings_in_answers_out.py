@@ -12,12 +12,13 @@ from keras import ops
 
 import keras_tfm
 from keras_tfm.models import (
-    CausalLM,
     EncoderBackbone,
     EncoderClassifier,
     MaskedLanguageModel,
-    Seq2SeqTransformer,
+    MaskedLMPreprocessor,
+    TextClassifierPreprocessor,
 )
+from tests import builders
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[START]", "[END]"]
 WORDS += ["the", "cat", "dog", "sat", "on", "mat", ".", "i", "'", "ve", "a", "##s"]
@@ -31,6 +32,10 @@ def word_pieces():
         oov_token="[UNK]",
         lowercase=True,
     )
+
+
+def text_classifier_preprocessor():
+    return TextClassifierPreprocessor(word_pieces(), sequence_length=16)
 
 
 def backbone():
@@ -58,7 +63,10 @@ BIAS = np.array([0.5, 2.0, -1.0])  # forces "furniture", then "animals"
 
 def forced_classifier():
     model = EncoderClassifier(
-        backbone(), num_classes=3, tokenizer=word_pieces(), class_names=NAMES
+        backbone(),
+        num_classes=3,
+        preprocessor=text_classifier_preprocessor(),
+        class_names=NAMES,
     )
     # A zero kernel makes the logits the bias, whatever the text.
     model.classifier.kernel.assign(np.zeros(model.classifier.kernel.shape))
@@ -76,14 +84,18 @@ def test_classify_returns_the_name_of_the_forced_class():
     np.testing.assert_allclose([p for _, p in ranked], expected[[1, 0]], rtol=1e-6)
 
 
-def test_predict_and_call_take_strings_as_the_encoded_ids_do():
-    model = EncoderClassifier(backbone(), num_classes=3, tokenizer=word_pieces())
+def test_predict_and_pool_take_strings_as_the_encoded_ids_do():
+    model = EncoderClassifier(
+        backbone(), num_classes=3, preprocessor=text_classifier_preprocessor()
+    )
     texts = ["The cat sat on the mat.", "a dog"]
     ids = keras_tfm.data.encode_for_classification(model.tokenizer, texts, 16)
     np.testing.assert_array_equal(ids[1, :4], [ID["[CLS]"], ID["a"], ID["dog"], 3])
     expected = model.predict(ids, verbose=0)
     np.testing.assert_allclose(model.predict(texts, verbose=0), expected, atol=1e-6)
-    np.testing.assert_allclose(ops.convert_to_numpy(model(texts)), expected, atol=1e-5)
+    pooled = ops.convert_to_numpy(model.pool(ids))
+    from_texts = ops.convert_to_numpy(model.pool(texts))
+    np.testing.assert_allclose(from_texts, pooled, atol=1e-5)
     # Without names, classify returns the class index of the largest logit.
     assert model.classify(texts) == expected.argmax(axis=1).tolist()
 
@@ -117,7 +129,9 @@ def test_bad_top_k_raises(top_k):
 
 
 def forced_mlm(bias):
-    model = MaskedLanguageModel(backbone(), tokenizer=word_pieces())
+    model = MaskedLanguageModel(
+        backbone(), preprocessor=MaskedLMPreprocessor(word_pieces(), 16)
+    )
     head = model.mlm_head
     # Zero dense and LayerNorm: LayerNorm(GELU(0)) = beta = 0, so the logits
     # are the output bias at every masked position.
@@ -166,7 +180,7 @@ def test_fill_mask_answers_each_mask_and_each_text():
     [
         (lambda m: m.fill_mask("no mask here"), r"\[MASK\]"),
         (lambda m: m.fill_mask("the [MASK]", top_k=0), "top_k"),
-        (lambda m: m.fill_mask("the " * 20 + "[MASK]"), "max_sequence_length"),
+        (lambda m: m.fill_mask("the " * 20 + "[MASK]"), "sequence_length=16"),
     ],
 )
 def test_fill_mask_bad_input_raises(call, match):
@@ -185,8 +199,8 @@ def test_masked_language_model_keeps_its_tokenizer_when_saved(tmp_path):
 # Translation.
 
 
-def seq2seq(tokenizer="word_pieces"):
-    return Seq2SeqTransformer(
+def seq2seq(tokenizer="word_pieces", **kwargs):
+    return builders.seq2seq_lm(
         vocabulary_size=len(WORDS),
         num_encoder_layers=1,
         num_decoder_layers=1,
@@ -195,14 +209,15 @@ def seq2seq(tokenizer="word_pieces"):
         intermediate_dim=32,
         max_sequence_length=16,
         tokenizer=word_pieces() if tokenizer == "word_pieces" else tokenizer,
+        **kwargs,
     )
 
 
 def force_logit(model, token_id):
     """Adds 1e4 to one token's logit at every step: it always wins."""
-    logits = model._logits
+    logits = model.logits
     bonus = ops.one_hot(token_id, model.vocabulary_size) * 1e4
-    model._logits = lambda x: logits(x) + bonus
+    model.logits = lambda x: logits(x) + bonus
 
 
 def test_seq2seq_takes_start_and_stop_from_the_tokenizer():
@@ -228,7 +243,6 @@ def test_seq2seq_strings_are_the_detokenized_ids_without_special_tokens():
     ids = model.generate(
         [[ID[w] for w in ["the", "cat", "sat", "on", "the", "mat", "."]]],
         max_new_tokens=8,
-        start_token_id=ID["[START]"],
         stop_token_ids=ID["[END]"],
     )[0]
     text = model.generate(source, max_new_tokens=8)
@@ -248,7 +262,7 @@ def test_generated_strings_join_word_pieces_and_apostrophes():
 
 
 def test_seq2seq_without_a_start_token_says_how_to_give_one():
-    model = Seq2SeqTransformer(
+    model = builders.seq2seq_lm(
         vocabulary_size=260,
         num_encoder_layers=1,
         num_decoder_layers=1,
@@ -260,14 +274,17 @@ def test_seq2seq_without_a_start_token_says_how_to_give_one():
     )
     with pytest.raises(ValueError, match="start_token_id"):
         model.generate("hallo", max_new_tokens=2)
-    assert isinstance(model.generate("hallo", 2, start_token_id=1), str)
+    given = keras_tfm.models.Seq2SeqLM(
+        model.backbone, model.preprocessor, start_token_id=1
+    )
+    assert isinstance(given.generate("hallo", 2), str)
 
 
 # Causal language models.
 
 
 def causal_lm(tokenizer, vocabulary_size):
-    return CausalLM(
+    return builders.causal_lm(
         vocabulary_size=vocabulary_size,
         num_layers=1,
         num_heads=2,
@@ -303,12 +320,11 @@ def test_causal_lm_string_output_starts_with_the_prompt():
     [
         lambda: EncoderClassifier(backbone(), 3).predict(["the cat"]),
         lambda: EncoderClassifier(backbone(), 3).classify("the cat"),
-        lambda: EncoderClassifier(backbone(), 3)(["the cat"]),
         lambda: MaskedLanguageModel(backbone()).fill_mask("the [MASK]"),
-        lambda: seq2seq(tokenizer=None).generate("the cat", 2, start_token_id=5),
+        lambda: seq2seq(tokenizer=None, start_token_id=5).generate("the cat", 2),
         lambda: causal_lm(None, 20).generate("the cat", 2),
     ],
 )
 def test_strings_without_a_tokenizer_raise_naming_the_fix(call):
-    with pytest.raises(ValueError, match="tokenizer"):
+    with pytest.raises(ValueError, match="tokenizer|preprocessor"):
         call()

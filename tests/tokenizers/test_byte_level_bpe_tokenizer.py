@@ -14,7 +14,6 @@ from keras_tfm.convert import (
     smollm2_gguf_path,
 )
 from keras_tfm.convert.llama import convert_gguf_tokenizer as llama_tokenizer
-from keras_tfm.models import CausalLM
 from keras_tfm.tokenizers import byte_level_bpe_tokenizer as gguf_tokenizer
 from keras_tfm.tokenizers import chat_template
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
@@ -22,6 +21,7 @@ from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
     QWEN2_SPLIT_PATTERN,
 )
 from keras_tfm.tokenizers.chat_template import apply_chatml, parse_chatml_template
+from tests.builders import causal_lm
 from tests.convert.tiny_gguf import (
     MERGES,
     SPECIALS,
@@ -175,7 +175,7 @@ def test_smollm2_tf_data_path_equals_the_fixture(smollm2, reference):
 
 
 def test_tokenizer_is_saved_with_the_model(tiny, tmp_path):
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=tiny.vocabulary_size(), num_layers=1, num_heads=2,
         hidden_dim=8, intermediate_dim=16, max_sequence_length=16, tokenizer=tiny,
     )  # fmt: skip

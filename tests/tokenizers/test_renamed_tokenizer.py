@@ -10,8 +10,8 @@ import zipfile
 import keras
 
 import keras_tfm  # noqa: F401  (registers the classes)
-from keras_tfm.models import CausalLM
 from keras_tfm.tokenizers import ByteLevelBPETokenizer
+from tests.builders import causal_lm
 
 VOCABULARY = {"<|im_end|>": 0, "a": 1, "b": 2, "ab": 3, "1": 4, "Ġ": 5}
 
@@ -42,7 +42,7 @@ def test_a_file_naming_the_old_class_loads_as_the_new_one(tmp_path):
         unsplittable_tokens=["<|im_end|>"],
         eos_token="<|im_end|>",
     )
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=6, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=16, tokenizer=tokenizer,
     )  # fmt: skip

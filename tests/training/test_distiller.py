@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import keras_tfm
-from keras_tfm.models import CausalLM
 from keras_tfm.training import Distiller, TokenCrossEntropy
+from tests.builders import causal_lm
 
 SCE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -48,8 +48,8 @@ def test_distillation_lowers_the_students_kl_to_the_teacher():
 def test_token_logits_ignore_padding():
     lm = dict(num_heads=2, hidden_dim=16, intermediate_dim=32, max_sequence_length=8)
     keras.utils.set_random_seed(0)
-    teacher = CausalLM(vocabulary_size=20, num_layers=1, **lm)
-    student = CausalLM(vocabulary_size=20, num_layers=1, **lm)
+    teacher = causal_lm(vocabulary_size=20, num_layers=1, **lm)
+    student = causal_lm(vocabulary_size=20, num_layers=1, **lm)
     x = np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 0, 0, 0]])
     y = np.array([[4, 5, 6, 0, 0, 0], [8, 9, 0, 0, 0, 0]])
     distiller = Distiller(teacher, student)

@@ -2,8 +2,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfm.models import CausalLM
 from keras_tfm.training import enable_lora
+from tests.builders import causal_lm
 
 HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCABULARY, LAYERS = 16, 4, 2, 24, 40, 2
 
@@ -24,7 +24,7 @@ def tiny_llama(**kwargs):
         use_bias=True,
         tie_word_embeddings=False,
     )
-    return CausalLM(**{**arguments, **kwargs})
+    return causal_lm(**{**arguments, **kwargs})
 
 
 def lora_parameters(rank):
@@ -85,7 +85,7 @@ def test_the_function_is_unchanged_until_training_and_frozen_weights_stay():
 def test_lora_alpha_scales_the_update():
     model = tiny_llama()
     enable_lora(model, rank=2, lora_alpha=6.0, layer_names=["output"])
-    layer = model.transformer_layers[0].feed_forward.output_dense
+    layer = model.backbone.transformer_layers[0].feed_forward.output_dense
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(INTERMEDIATE, 2)), rng.normal(size=(2, HIDDEN))
     layer.lora_kernel_a.assign(a)

@@ -94,6 +94,6 @@ def parameter_count(spec):
         return encoder_backbone(config)
     if name == "EncoderClassifier":
         return encoder_classifier(config, config["backbone"]["config"])
-    if name == "Seq2SeqTransformer":
+    if name in ("Seq2SeqTransformer", "Seq2SeqLM"):
         return seq2seq(config)
     raise ValueError(f"No parameter formula for {name!r}")

@@ -10,6 +10,7 @@ import pytest
 
 from keras_tfm import zoo
 from keras_tfm.zoo import catalogue
+from tests.builders import causal_lm
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -307,9 +308,8 @@ def test_shipped_presets_are_well_formed():
 
 
 def test_round_trips_a_tiny_causal_lm(tmp_path):
-    from keras_tfm.models import CausalLM
 
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=40,
         num_layers=1,
         num_heads=2,

@@ -9,6 +9,7 @@ import pytest
 import keras_tfm
 from keras_tfm import zoo
 from keras_tfm.models import CausalLM, SentenceEncoder
+from tests.builders import causal_lm
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -99,16 +100,20 @@ def test_minilm_saves_loads_and_summarises(minilm, tmp_path):
     minilm.summary(print_fn=lambda *args, **kwargs: None)
 
 
-def test_sentence_encoder_without_tokenizer_says_so():
+def test_sentence_encoder_without_preprocessor_says_so():
     backbone = keras_tfm.models.EncoderBackbone(
         vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=8,
     )  # fmt: skip
     encoder = SentenceEncoder(backbone)
-    with pytest.raises(ValueError, match="no tokenizer"):
+    with pytest.raises(ValueError, match="no `preprocessor`"):
         encoder.encode("text")
-    with pytest.raises(ValueError, match="at most the backbone's"):
-        SentenceEncoder(backbone, max_sequence_length=9)
+    tokenizer = keras_tfm.convert.HFBertTokenizer(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "text"], lowercase=True
+    )
+    too_long = keras_tfm.models.TextClassifierPreprocessor(tokenizer, 9)
+    with pytest.raises(ValueError, match="max_sequence_length=8"):
+        SentenceEncoder(backbone, too_long)
     # Padding never changes an embedding; it is unit length.
     ids = np.array([[2, 5, 7, 0, 0], [2, 5, 7, 9, 3]])
     out = np.asarray(encoder(ids))
@@ -127,7 +132,7 @@ def test_smollm2_answers_a_question_in_one_call(smollm2):
 
 
 def test_chat_needs_a_chat_template():
-    model = CausalLM(
+    model = causal_lm(
         vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=16,
     )  # fmt: skip

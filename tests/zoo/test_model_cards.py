@@ -6,8 +6,8 @@ import re
 import keras_hub
 import pytest
 
-import keras_tfm
 from keras_tfm import zoo
+from tests.builders import causal_lm
 
 TRAINED_TASKS = ("fortunes_classifier", "kjv_gpt", "translator_de_en")
 _PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
@@ -92,7 +92,7 @@ def test_preset_labels_of_a_preset_without_class_names_raises():
 
 
 def test_save_preset_writes_a_usage_doctest_that_runs(tmp_path):
-    model = keras_tfm.models.CausalLM(
+    model = causal_lm(
         vocabulary_size=256,
         num_layers=1,
         num_heads=2,

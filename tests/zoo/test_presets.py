@@ -12,7 +12,7 @@ from keras_tfm.models import (
     CausalLM,
     EncoderBackbone,
     EncoderClassifier,
-    Seq2SeqTransformer,
+    Seq2SeqLM,
 )
 from tests.zoo.parameter_count import parameter_count
 
@@ -66,9 +66,9 @@ VARIANTS = [
     (EncoderBackbone, dict(num_layers=1, max_sequence_length=9, num_segments=0,
                            normalize_first=True, position_encoding="sinusoidal",
                            normalization="rms_norm", activation="swiglu")),
-    (Seq2SeqTransformer, dict(num_encoder_layers=2, num_decoder_layers=1,
+    (Seq2SeqLM, dict(num_encoder_layers=2, num_decoder_layers=1,
                               max_sequence_length=9)),
-    (Seq2SeqTransformer, dict(num_encoder_layers=1, num_decoder_layers=2,
+    (Seq2SeqLM, dict(num_encoder_layers=1, num_decoder_layers=2,
                               max_sequence_length=9, normalize_first=True,
                               position_encoding="learned", activation="swiglu",
                               normalization="rms_norm")),
@@ -78,9 +78,13 @@ VARIANTS = [
 @pytest.mark.parametrize("cls, config", VARIANTS)
 def test_the_formula_counts_what_keras_builds(cls, config):
     # Small models of every option the formula knows, counted by Keras.
-    model = cls(**SMALL, **config)
-    # get_config: the arguments with the defaults filled in.
-    spec = {"class_name": cls.__name__, "config": model.get_config()}
+    model = cls.from_config({**SMALL, **config})  # a preset's flat arguments
+    # get_config: the arguments with the defaults filled in (a task's
+    # backbone arguments beside its own, as a preset lists them).
+    config = model.get_config()
+    if "backbone" in config:
+        config = {**config.pop("backbone")["config"], **config}
+    spec = {"class_name": cls.__name__, "config": config}
     assert parameter_count(spec) == model.count_params()
 
 
@@ -105,7 +109,7 @@ def test_families_and_overrides():
     assert isinstance(zoo.from_preset("gpt_tiny"), CausalLM)
     assert isinstance(zoo.from_preset("bert_tiny_test"), EncoderBackbone)
     model = zoo.from_preset("transformer_tiny", dropout=0.2)
-    assert isinstance(model, Seq2SeqTransformer) and model.dropout == 0.2
+    assert isinstance(model, Seq2SeqLM) and model.dropout == 0.2
 
 
 def test_a_preset_follows_the_dtype_policy():

@@ -9,12 +9,11 @@ import pytest
 
 from keras_tfm import zoo
 from keras_tfm.models import (
-    CausalLM,
     EncoderBackbone,
     EncoderClassifier,
     MaskedLanguageModel,
-    Seq2SeqTransformer,
 )
+from tests.builders import causal_lm, seq2seq_lm
 
 BUILT_HERE = [n for n in zoo.list_presets() if zoo.preset_weights(n) != "pretrained"]
 SIZES = dict(vocabulary_size=30, num_heads=2, hidden_dim=8, intermediate_dim=16)
@@ -31,8 +30,8 @@ def backbone(**overrides):
 
 
 FAMILIES = {
-    "causal_lm": lambda: CausalLM(num_layers=2, max_sequence_length=8, **SIZES),
-    "causal_lm_rotary_untied": lambda: CausalLM(
+    "causal_lm": lambda: causal_lm(num_layers=2, max_sequence_length=8, **SIZES),
+    "causal_lm_rotary_untied": lambda: causal_lm(
         num_layers=1,
         max_sequence_length=8,
         position_encoding="rotary",
@@ -45,10 +44,10 @@ FAMILIES = {
     ),
     "encoder_classifier": lambda: EncoderClassifier(backbone(), num_classes=3),
     "masked_language_model": lambda: MaskedLanguageModel(backbone()),
-    "seq2seq": lambda: Seq2SeqTransformer(
+    "seq2seq": lambda: seq2seq_lm(
         num_encoder_layers=1, num_decoder_layers=2, max_sequence_length=8, **SIZES
     ),
-    "seq2seq_learned_untied": lambda: Seq2SeqTransformer(
+    "seq2seq_learned_untied": lambda: seq2seq_lm(
         num_encoder_layers=1,
         num_decoder_layers=1,
         max_sequence_length=8,

@@ -3,7 +3,8 @@ import keras_hub
 import numpy as np
 import pytest
 
-from keras_tfm.models import Seq2SeqTransformer
+from keras_tfm.models import Seq2SeqLM
+from tests.builders import seq2seq_lm
 from tests.models.injected import WIDTH, inject
 
 VOCAB, START, STOP = 12, 1, 2
@@ -20,7 +21,8 @@ def tiny(**kwargs):
         max_sequence_length=16,
     )
     config.update(kwargs)
-    return Seq2SeqTransformer(**config)
+    config.setdefault("start_token_id", START)
+    return seq2seq_lm(**config)
 
 
 def argmax_decoding(model, source, steps):
@@ -45,13 +47,13 @@ def injected():
 
 
 def test_teacher_forcing_shifts_right_with_the_start_token():
-    inputs, labels = Seq2SeqTransformer.teacher_forcing(
+    inputs, labels = Seq2SeqLM.teacher_forcing(
         np.array([[5, 6, 2, 0], [7, 2, 0, 0]]), START
     )
     np.testing.assert_array_equal(inputs, [[1, 5, 6, 2], [1, 7, 2, 0]])
     np.testing.assert_array_equal(labels, [[5, 6, 2, 0], [7, 2, 0, 0]])
     with pytest.raises(ValueError, match="target_ids"):
-        Seq2SeqTransformer.teacher_forcing(np.array([1.0, 2.0]), START)
+        Seq2SeqLM.teacher_forcing(np.array([1.0, 2.0]), START)
 
 
 def test_fit_with_jit_compile_lowers_the_loss():
@@ -60,7 +62,7 @@ def test_fit_with_jit_compile_lowers_the_loss():
     rng = np.random.default_rng(0)
     source = rng.integers(3, VOCAB, size=(256, 4))
     target = np.concatenate([source[:, ::-1], np.full((256, 1), STOP)], axis=1)
-    decoder_inputs, labels = Seq2SeqTransformer.teacher_forcing(target, START)
+    decoder_inputs, labels = Seq2SeqLM.teacher_forcing(target, START)
     model = tiny()
     model.compile(
         optimizer=keras.optimizers.Adam(1e-2),
@@ -85,10 +87,10 @@ def test_greedy_and_beam_follow_the_injected_successor_and_stop():
     assert successor_of[START] == STOP and successor_of[11] == 1
     sources = [[3, 4, 5, 6], [11, 7]]
     unstopped = [2, 3, 4, 5, 6, 7]  # START -> 2 -> 3 -> ...
-    assert model.generate(sources, 6, START) == [unstopped, unstopped]
-    beam = model.generate(sources, 6, START, sampler="beam", num_beams=3)
+    assert model.generate(sources, 6) == [unstopped, unstopped]
+    beam = model.generate(sources, 6, sampler="beam", num_beams=3)
     assert beam == [unstopped, unstopped]
-    stopped = model.generate(sources, 6, START, stop_token_ids=[5])
+    stopped = model.generate(sources, 6, stop_token_ids=[5])
     assert stopped == [[2, 3, 4, 5], [2, 3, 4, 5]]
 
 
@@ -99,20 +101,20 @@ def test_greedy_equals_argmax_of_full_forward_and_padding_is_ignored():
     model = tiny()
     sources = [[3, 4, 5, 6], [8, 9, 10]]
     # The same settings as in the test above: the compiled loop is reused.
-    generated = model.generate(sources, 8, START, stop_token_ids=[STOP])
+    generated = model.generate(sources, 8, stop_token_ids=[STOP])
     for source, row in zip(sources, generated, strict=True):
         assert row == argmax_decoding(model, source, 8)
     # A dense, padded source gives the same as the list of lists.
     dense = np.array([[3, 4, 5, 6], [8, 9, 10, 0]])
-    assert model.generate(dense, 8, START, stop_token_ids=[STOP]) == generated
+    assert model.generate(dense, 8, stop_token_ids=[STOP]) == generated
 
 
 def test_beam_rows_of_a_padded_batch_equal_rows_alone():
     model = tiny()
     sources = [[3, 4, 5, 6], [8, 9]]
-    batch = model.generate(sources, 6, START, stop_token_ids=[STOP], num_beams=3)
+    batch = model.generate(sources, 6, stop_token_ids=[STOP], num_beams=3)
     alone = [
-        model.generate(s, 6, START, stop_token_ids=[STOP], num_beams=3) for s in sources
+        model.generate(s, 6, stop_token_ids=[STOP], num_beams=3) for s in sources
     ]
     assert batch == alone
 
@@ -120,11 +122,11 @@ def test_beam_rows_of_a_padded_batch_equal_rows_alone():
 def test_beam_width_one_equals_greedy():
     model = tiny()
     sources = [[3, 4, 5], [6, 7, 8, 9]]
-    greedy = model.generate(sources, 6, START)
-    beam = model.generate(sources, 6, START, sampler="beam", num_beams=1)
+    greedy = model.generate(sources, 6)
+    beam = model.generate(sources, 6, sampler="beam", num_beams=1)
     assert beam == greedy
-    assert model.generate([[9, 8], [5, 4, 3]], 6, START)  # same shapes: no retrace
-    functions = model._tfm_generate_functions.values()
+    assert model.generate([[9, 8], [5, 4, 3]], 6)  # same shapes: no retrace
+    functions = model.compiled_loops.values()
     assert all(f.experimental_get_tracing_count() == 1 for f, _ in functions)
 
 
@@ -153,7 +155,7 @@ def test_cached_logits_equal_full_forward(position_encoding, normalize_first):
     expected = keras.ops.convert_to_numpy(
         model({"source_ids": source, "target_ids": target})
     )
-    cross = model.compute_cross_attention_cache(model.encode(source))
+    cross = model.compute_cross_attention_cache(model.backbone.encode(source))
     source_mask = source != 0
     cache = model.empty_cache(2, 6)
     logits, cache = model.call_with_cache(target[:, :2], cache, 0, cross, source_mask)
@@ -192,10 +194,10 @@ def test_scale_embeddings_off_adds_positions_to_the_raw_embedding():
     scaled, raw = tiny(), tiny(scale_embeddings=False)
     raw.set_weights(scaled.get_weights())
     ids = np.array([[3, 4, 5]])
-    table = np.asarray(scaled.token_embedding.embeddings)[ids[0]]
-    positions = np.asarray(scaled._embed_target(ids))[0] - table * np.sqrt(16)
+    table = np.asarray(scaled.backbone.token_embedding.embeddings)[ids[0]]
+    positions = np.asarray(scaled.backbone.embed_target(ids))[0] - table * np.sqrt(16)
     np.testing.assert_allclose(
-        np.asarray(raw._embed_target(ids))[0], table + positions, atol=1e-5
+        np.asarray(raw.backbone.embed_target(ids))[0], table + positions, atol=1e-5
     )
 
 
@@ -209,8 +211,9 @@ def test_scale_embeddings_off_adds_positions_to_the_raw_embedding():
 def test_new_options_round_trip_through_the_config(options):
     model = tiny(**options)
     config = model.get_config()
-    assert {k: config[k] for k in options} == options
-    again = Seq2SeqTransformer.from_config(config)
+    flat = {**config["backbone"]["config"], **config}
+    assert {k: flat[k] for k in options} == options
+    again = Seq2SeqLM.from_config(config)
     assert again.get_config() == config
 
 
@@ -231,22 +234,21 @@ def test_save_and_load_with_tokenizer(tmp_path):
         keras.ops.convert_to_numpy(model(inputs)),
     )
     assert loaded.get_config() == model.get_config()
-    text = model.generate(["hi", "abc"], 4, START)
-    assert loaded.generate(["hi", "abc"], 4, START) == text
+    text = model.generate(["hi", "abc"], 4)
+    assert loaded.generate(["hi", "abc"], 4) == text
     assert isinstance(text[0], str)
 
 
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda m: m.generate([[3] * 17], 3, START), "max_sequence_length"),
-        (lambda m: m.generate([[3]], 16, START), "max_new_tokens"),
-        (lambda m: m.generate([[3], []], 3, START), r"source_ids\[1\]"),
-        (lambda m: m.generate([[3]], 0, START), "max_new_tokens=0"),
-        (lambda m: m.generate([[3]], 3, 12), "start_token_id=12"),
-        (lambda m: m.generate([[3]], 3, START, sampler="viterbi"), "'viterbi'"),
-        (lambda m: m.generate(np.ones((1, 2), "float32"), 3, START), "float32"),
-        (lambda m: m.generate(np.ones((1, 2, 2), "int32"), 3, START), "shape"),
+        (lambda m: m.generate([[3] * 17], 3), "max_sequence_length"),
+        (lambda m: m.generate([[3]], 16), "max_new_tokens"),
+        (lambda m: m.generate([[3], []], 3), r"inputs\[1\]"),
+        (lambda m: m.generate([[3]], 0), "max_new_tokens=0"),
+        (lambda m: m.generate([[3]], 3, sampler="viterbi"), "'viterbi'"),
+        (lambda m: m.generate(np.ones((1, 2), "float32"), 3), "float32"),
+        (lambda m: m.generate(np.ones((1, 2, 2), "int32"), 3), "shape"),
         (lambda m: m({"source_ids": np.ones((1, 2), "int32")}), "target_ids"),
         (
             lambda m: m(

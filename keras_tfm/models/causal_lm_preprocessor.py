@@ -1,0 +1,80 @@
+import keras
+import keras_hub
+import tensorflow as tf
+
+from keras_tfm.models.preprocessor import Preprocessor
+from keras_tfm.validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class CausalLMPreprocessor(Preprocessor):
+    """Strings to next-token training pairs, and text in and out of `generate`.
+
+    Called on a batch of strings `x` (inside `tf.data` too) it returns
+    `(token_ids, labels, sample_weight)`: each text tokenized, followed by
+    the end token, cut or padded to `sequence_length + 1` ids `t`, then
+    `token_ids = t[:, :-1]`, `labels = t[:, 1:]` and `sample_weight` 1
+    where the label is a real token. Integer `x` (ids already) passes
+    through unchanged, with `y` and `sample_weight`.
+
+    For `CausalLM.generate`, `generate_preprocess` turns prompts into id
+    lists and `generate_postprocess` turns ids back into clean text.
+
+    Args:
+        tokenizer: a keras-hub tokenizer (e.g. a `BytePairTokenizer`).
+        sequence_length: the length of the training windows.
+        add_end_token: whether each text ends with the tokenizer's end token
+            (when it has one).
+        padding_id: the id written into padded slots (the backbone's
+            `padding_id`).
+
+    Example:
+    >>> tokenizer = keras_hub.tokenizers.ByteTokenizer()
+    >>> preprocessor = keras_tfm.models.CausalLMPreprocessor(
+    ...     tokenizer, sequence_length=4)
+    >>> x, y, weight = preprocessor(["abc"])
+    >>> x.numpy().tolist(), y.numpy().tolist(), weight.numpy().tolist()
+    ([[97, 98, 99, 0]], [[98, 99, 0, 0]], [[1, 1, 0, 0]])
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        sequence_length=128,
+        add_end_token=True,
+        padding_id=0,
+        **kwargs,
+    ):
+        super().__init__(tokenizer, **kwargs)
+        self.sequence_length = check_positive_int("sequence_length", sequence_length)
+        self.add_end_token = bool(add_end_token)
+        self.padding_id = padding_id
+        end = self.end_token_id if self.add_end_token else None
+        self.packer = keras_hub.layers.StartEndPacker(
+            sequence_length=self.sequence_length + 1,
+            end_value=end,
+            pad_value=0 if padding_id is None else padding_id,
+            return_padding_mask=True,
+            name="packer",
+        )
+
+    def call(self, x, y=None, sample_weight=None):
+        x = tf.convert_to_tensor(x) if not isinstance(x, tf.RaggedTensor) else x
+        if x.dtype != tf.string:
+            return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+        ids, mask = self.packer(self.tokenizer(x))
+        ids = tf.cast(ids, "int32")
+        return keras.utils.pack_x_y_sample_weight(
+            ids[..., :-1], ids[..., 1:], tf.cast(mask[..., 1:], "int32")
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "sequence_length": self.sequence_length,
+                "add_end_token": self.add_end_token,
+                "padding_id": self.padding_id,
+            }
+        )
+        return config

@@ -1,0 +1,201 @@
+import keras
+
+from keras_tfm.layers.decoder_block import DecoderBlock
+from keras_tfm.layers.token_embedding import TokenEmbedding
+from keras_tfm.models._common import TransformerModel, check_token_ids
+from keras_tfm.models.preset_loading import PresetMixin
+from keras_tfm.validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_tfm")
+class DecoderBackbone(PresetMixin, TransformerModel):
+    """A GPT-style stack of causal decoder blocks: the hidden states, no head.
+
+        h_0 = E[x] + P            (P: learned, sinusoidal, or rotary in attention)
+        h_l = DecoderBlock_l(h_{l-1})    causal self-attention, no cross-attention
+        h   = Norm(h_L)           (the final norm only when `normalize_first`)
+
+    `CausalLM` puts the language-model head on top. Tokens equal to
+    `padding_id` are never attended to.
+
+    Sublayers, by attribute and layer name (a checkpoint converter maps
+    weights by them): `token_embedding`, `position_embedding` (absent with
+    rotary positions), `embeddings_dropout`, `transformer_layers[i]` named
+    `transformer_layer_{i}` (DecoderBlock without cross-attention) and
+    `final_norm` (only when `normalize_first`).
+
+    Args:
+        vocabulary_size: number of token ids.
+        num_layers: number of decoder blocks.
+        num_heads: attention heads per block.
+        hidden_dim: width of the model.
+        intermediate_dim: inner width of the feed-forward networks.
+        max_sequence_length: the longest sequence (prompt plus new tokens).
+        head_dim: size of each head; by default `hidden_dim // num_heads`.
+        num_key_value_heads: fewer key/value heads for grouped-query attention.
+        activation: "gelu" (default, exact), "gelu_approximate"
+            (tanh, GPT-2's), "relu", "silu" or "swiglu".
+        dropout: dropout rate of the embeddings, attention and sublayers.
+        normalize_first: pre-LN (default, as GPT-2) or post-LN.
+        normalization: "layer_norm" or "rms_norm".
+        layer_norm_epsilon: epsilon of the normalization layers.
+        position_encoding: "learned" (default), "sinusoidal",
+            "sinusoidal_split" (sines and cosines in two halves) or "rotary".
+        rotary_max_wavelength: the RoPE base with rotary positions (10000;
+            100000 in SmolLM2).
+        use_bias: whether the attention and feed-forward projections have
+            biases (GPT-2: yes; Llama: no).
+        padding_id: the id of padding tokens, or None if no id is padding.
+
+    Call arguments:
+        token_ids: int (batch, seq).
+        training: whether dropout is active.
+        return_attention_scores: also return every block's self-attention
+            weights.
+
+    Returns:
+        The hidden states (batch, seq, hidden_dim); `(hidden, scores)` with
+        `return_attention_scores=True`, `scores` a tuple of `num_layers`
+        float32 tensors (batch, num_heads, seq, seq).
+
+    Example:
+    >>> backbone = keras_tfm.models.DecoderBackbone(
+    ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+    ...     intermediate_dim=32, max_sequence_length=16)
+    >>> backbone(np.array([[5, 6, 7]])).shape
+    TensorShape([1, 3, 16])
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        max_sequence_length,
+        head_dim=None,
+        num_key_value_heads=None,
+        activation="gelu",
+        dropout=0.0,
+        normalize_first=True,
+        normalization="layer_norm",
+        layer_norm_epsilon=1e-5,
+        position_encoding="learned",
+        rotary_max_wavelength=10000,
+        use_bias=True,
+        padding_id=0,
+        **kwargs,
+    ):
+        super().__init__(
+            vocabulary_size=vocabulary_size,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            intermediate_dim=intermediate_dim,
+            max_sequence_length=max_sequence_length,
+            head_dim=head_dim,
+            num_key_value_heads=num_key_value_heads,
+            activation=activation,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            normalization=normalization,
+            layer_norm_epsilon=layer_norm_epsilon,
+            position_encoding=position_encoding,
+            rotary_max_wavelength=rotary_max_wavelength,
+            use_bias=use_bias,
+            padding_id=padding_id,
+            **kwargs,
+        )
+        self.num_layers = check_positive_int("num_layers", num_layers)
+
+        # All weights exist from construction: saving needs no build config.
+        self.token_embedding = TokenEmbedding(
+            self.vocabulary_size,
+            self.hidden_dim,
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        self.token_embedding.build((None, None))
+        self.position_embedding = self._make_position_embedding()
+        self.embeddings_dropout = self._make_dropout("embeddings_dropout")
+        self.transformer_layers = []
+        for i in range(self.num_layers):
+            block = DecoderBlock(
+                **self._block_arguments(), name=f"transformer_layer_{i}"
+            )
+            block.build((None, None, self.hidden_dim))
+            self.transformer_layers.append(block)
+        self.final_norm = None
+        if self.normalize_first:
+            self.final_norm = self._make_norm("final_norm")
+        self.built = True
+
+    def embed(self, token_ids, start_index=0, training=None):
+        """Token plus position embeddings (batch, seq, hidden_dim), dropped out."""
+        x = self.token_embedding(token_ids)
+        if self.position_embedding is not None:
+            x = self.position_embedding(x, start_index=start_index)
+        return self.embeddings_dropout(x, training=training)
+
+    def _final(self, x):
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def call(self, token_ids, training=None, return_attention_scores=False):
+        check_token_ids("token_ids", token_ids, self.max_sequence_length)
+        padding_mask = self.padding_mask_of(token_ids)
+        x = self.embed(token_ids, training=training)
+        scores = []
+        for block in self.transformer_layers:
+            x = block(
+                x,
+                padding_mask=padding_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            if return_attention_scores:
+                x, layer_scores = x
+                scores.append(layer_scores["self_attention"])
+        x = self._final(x)
+        return (x, tuple(scores)) if return_attention_scores else x
+
+    def empty_cache(self, batch_size, max_length):
+        """One zero cache (batch, 2, max_length, kv_heads, head_dim) per block."""
+        return tuple(
+            block.empty_cache(batch_size, max_length)
+            for block in self.transformer_layers
+        )
+
+    def call_with_cache(self, token_ids, caches, cache_update_index, padding_mask=None):
+        """One decoding step (or a prefill) with one key/value cache per block.
+
+        Args:
+            token_ids: int (batch, seq), the tokens at positions
+                `cache_update_index ... cache_update_index + seq - 1`.
+            caches: a tuple with one cache per block, see `empty_cache` (the
+                generation loop carries them separately: stacking them into
+                one tensor at every step would copy every cache per token).
+            cache_update_index: int or scalar tensor.
+            padding_mask: optional (batch, max_length), False for the cache
+                positions holding padding.
+
+        Returns:
+            `(hidden, caches)`: (batch, seq, hidden_dim) after the final norm,
+            and the updated caches.
+        """
+        check_token_ids("token_ids", token_ids, self.max_sequence_length)
+        x = self.embed(token_ids, start_index=cache_update_index)
+        updated = []
+        for block, cache in zip(self.transformer_layers, caches, strict=True):
+            x, cache = block(
+                x,
+                padding_mask=padding_mask,
+                cache=cache,
+                cache_update_index=cache_update_index,
+            )
+            updated.append(cache)
+        return self._final(x), tuple(updated)
+
+    def get_config(self):
+        config = super().get_config()
+        config["num_layers"] = self.num_layers
+        return config

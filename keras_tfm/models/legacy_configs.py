@@ -1,0 +1,105 @@
+"""Configs written before the Backbone/Task/Preprocessor split, read today.
+
+Encoder tasks (`EncoderClassifier`, `SentenceEncoder`, `MaskedLanguageModel`)
+took `tokenizer=`: `preprocessor_from_legacy_config` rebuilds their
+preprocessor from it, packing to the length the old task read.
+
+
+Until then `CausalLM` and `Seq2SeqTransformer` were one flat class each:
+the backbone's arguments, the head's and a `tokenizer` in one dict. Such a
+config (in an old `.keras` file, or a preset's `config.json`, which stays a
+flat dict of arguments) is split here into the backbone's config, the
+task's own arguments and a preprocessor around the tokenizer. A nested
+config passes through, except that stray backbone arguments (a preset's
+overrides, e.g. `dropout=0.0`) move into its backbone.
+"""
+
+import inspect
+
+import keras
+
+from keras_tfm.models.tokenizer_attachment import restore_tokenizer
+
+# Arguments of the task's base layer that both the task and its backbone keep.
+_SHARED_LAYER_ARGUMENTS = ("dtype", "trainable")
+
+
+def constructor_arguments(cls):
+    """The keyword arguments `cls.__init__` names (without **kwargs)."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return {
+        p.name
+        for p in parameters
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+    }
+
+
+def split_legacy_config(task_class, config):
+    """A task config with "backbone" and "preprocessor" entries.
+
+    Args:
+        task_class: the task (`CausalLM`, `Seq2SeqLM`), with its
+            `backbone_class` and `preprocessor_class`.
+        config: the task's config, flat (old) or nested (current).
+
+    Returns:
+        A new dict: the task's arguments, "backbone" (a serialized backbone
+        or its config dict) and "preprocessor" (None or a config).
+    """
+    config = dict(config)
+    backbone_arguments = constructor_arguments(task_class.backbone_class)
+    stray = {k: config.pop(k) for k in list(config) if k in backbone_arguments}
+    backbone = config.get("backbone")
+    if backbone is None:
+        for key in _SHARED_LAYER_ARGUMENTS:
+            if key in config:
+                stray.setdefault(key, config[key])
+        config["backbone"] = task_class.backbone_class(**stray)
+    elif stray:
+        if isinstance(backbone, dict) and "config" in backbone:
+            backbone = {**backbone, "config": {**backbone["config"], **stray}}
+        elif isinstance(backbone, dict):
+            backbone = {**backbone, **stray}
+        else:
+            raise ValueError(
+                f"Backbone arguments {sorted(stray)} cannot change a built "
+                "backbone. Received: a backbone instance and "
+                f"{ {k: stray[k] for k in sorted(stray)} }"
+            )
+        config["backbone"] = backbone
+    tokenizer = config.pop("tokenizer", None)
+    if tokenizer is not None and config.get("preprocessor") is None:
+        backbone = config["backbone"]
+        if isinstance(backbone, dict):
+            backbone = keras.saving.deserialize_keras_object(backbone)
+            config["backbone"] = backbone
+        config["preprocessor"] = task_class.preprocessor_for(
+            restore_tokenizer(tokenizer), backbone
+        )
+    return config
+
+
+def preprocessor_from_legacy_config(config, preprocessor_class, sequence_length):
+    """Replaces an old config's "tokenizer" by a "preprocessor", in place.
+
+    Args:
+        config: a task's config dict.
+        preprocessor_class: the preprocessor the task reads text with.
+        sequence_length: the length the old task packed texts to.
+
+    Example:
+    >>> config = {"tokenizer": None, "max_sequence_length": 8}
+    >>> preprocessor_from_legacy_config(config, object, 8)
+    >>> config
+    {'max_sequence_length': 8, 'preprocessor': None}
+    """
+    if "tokenizer" not in config:
+        return
+    tokenizer = restore_tokenizer(config.pop("tokenizer"))
+    if config.get("preprocessor") is not None:
+        return
+    config["preprocessor"] = (
+        None
+        if tokenizer is None
+        else preprocessor_class(tokenizer, sequence_length=sequence_length)
+    )

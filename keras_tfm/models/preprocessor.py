@@ -1,0 +1,100 @@
+"""The base of every preprocessor: the one place a task sees strings.
+
+A preprocessor is a Keras layer that owns a tokenizer and the packing of
+its ids for one task. Called on `(x, y, sample_weight)` it returns what the
+task's `fit` reads, as tensors, so it also runs inside `tf.data`
+(`dataset.map(preprocessor)`) and inside a traced graph. Its host-side
+helpers turn a Python string (or list of them) into id lists for
+generation and classification, and ids back into text.
+
+Written here rather than subclassing keras-hub's `Preprocessor` because
+keras-hub stores the tokenizer outside Keras' attribute tracking (its
+presets save it separately): here the tokenizer is a tracked sublayer, so a
+`.keras` file carries its vocabulary as assets.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_tfm.generation.generation_utils import format_outputs
+from keras_tfm.models.tokenizer_attachment import (
+    is_text,
+    restore_tokenizer,
+    serialize_tokenizer,
+    text_list,
+    tokenizer_end_id,
+    tokenizer_start_id,
+)
+
+
+class Preprocessor(keras.layers.Layer):
+    """A tokenizer and how a task packs its ids.
+
+    Args:
+        tokenizer: a keras-hub tokenizer layer (or its serialized dict).
+    """
+
+    def __init__(self, tokenizer, **kwargs):
+        kwargs.setdefault("dtype", "int32")
+        super().__init__(**kwargs)
+        tokenizer = restore_tokenizer(tokenizer)
+        if not isinstance(tokenizer, keras.layers.Layer):
+            raise ValueError(
+                f"`tokenizer` must be a keras-hub tokenizer layer. Received: "
+                f"tokenizer={tokenizer!r}"
+            )
+        self.tokenizer = tokenizer
+        self.built = True
+
+    def __call__(self, x, y=None, sample_weight=None, **kwargs):
+        # Keras takes only tensors positionally; Python strings and lists
+        # become tensors first (keras-hub's PreprocessingLayer does the same).
+        x, y, sample_weight = (_as_tensors(v) for v in (x, y, sample_weight))
+        return super().__call__(x, y=y, sample_weight=sample_weight, **kwargs)
+
+    @property
+    def end_token_id(self):
+        """The tokenizer's end-of-sequence id ("[END]", "</s>", ...), or None."""
+        return tokenizer_end_id(self.tokenizer)
+
+    @property
+    def start_token_id(self):
+        """The tokenizer's start-of-sequence id ("[START]", "<s>", ...), or None."""
+        return tokenizer_start_id(self.tokenizer)
+
+    def texts(self, name, inputs):
+        """`(texts, single)`: strings as a list, and whether one was given."""
+        return text_list(name, inputs, self.tokenizer, self)
+
+    def token_lists(self, texts):
+        """The token ids of each text, as a list of 1-D int64 arrays."""
+        ids = self.tokenizer(list(texts))
+        ids = ids.to_list() if hasattr(ids, "to_list") else ids
+        if not isinstance(ids, list):
+            ids = keras.ops.convert_to_numpy(ids).tolist()
+        return [np.asarray(row, "int64").reshape(-1) for row in ids]
+
+    def generate_preprocess(self, texts):
+        """The token ids of each prompt or source: a list of 1-D int arrays."""
+        return self.token_lists(texts)
+
+    def generate_postprocess(self, rows, kind, stop_token_ids):
+        """Id rows back to clean text (stop ids dropped), shaped by `kind`."""
+        return format_outputs(rows, kind, self.tokenizer, stop_token_ids)
+
+    def get_config(self):
+        config = super().get_config()
+        config["tokenizer"] = serialize_tokenizer(self.tokenizer)
+        return config
+
+
+def _as_tensors(value):
+    if value is None or isinstance(value, dict):
+        return value if value is None else {k: _as_tensors(v) for k, v in value.items()}
+    if isinstance(value, (str, bytes, list, tuple, np.ndarray)):
+        return tf.convert_to_tensor(value)
+    return value
+
+
+__all__ = ["Preprocessor", "is_text"]

@@ -1,0 +1,55 @@
+"""`from_preset` on every backbone and task, without importing the zoo.
+
+The zoo builds models, so models cannot import it (an import ring). Instead
+the zoo registers its loader here when it is imported (`import keras_tfm`
+does), and `from_preset` calls it: the dependency points downwards.
+"""
+
+_loader = None
+
+
+def register_preset_loader(loader):
+    """Sets `loader(name, **overrides) -> model`; the zoo calls this once."""
+    global _loader
+    _loader = loader
+
+
+class PresetMixin:
+    """Gives a model class `from_preset`, checking what it returns.
+
+    `CausalLM.from_preset("kjv_gpt")` is the zoo's model; a backbone class
+    asked for a task's preset returns that task's backbone
+    (`DecoderBackbone.from_preset("kjv_gpt")`), as keras-hub's do.
+    """
+
+    @classmethod
+    def from_preset(cls, name, **overrides):
+        """Builds preset `name` (see `keras_tfm.zoo.list_presets`) as this class.
+
+        Args:
+            name: a preset name.
+            **overrides: constructor arguments replacing the stored ones
+                (e.g. `dropout=0.0`); see `keras_tfm.zoo.from_preset`.
+
+        Returns:
+            The model, with its weights, tokenizer and preprocessor; for a
+            backbone class, the preset model's backbone.
+
+        Example:
+        >>> llm = keras_tfm.models.CausalLM.from_preset("gpt_tiny")
+        >>> type(llm.backbone).__name__
+        'DecoderBackbone'
+        """
+        if _loader is None:  # `import keras_tfm` imports the zoo, which sets it
+            raise RuntimeError("No preset loader: import keras_tfm first.")
+        model = _loader(name, **overrides)
+        if isinstance(model, cls):
+            return model
+        backbone = getattr(model, "backbone", None)
+        if isinstance(backbone, cls):
+            return backbone
+        raise ValueError(
+            f"Preset {name!r} is a {type(model).__name__}, not a {cls.__name__}. "
+            f"Load it with {type(model).__name__}.from_preset({name!r}) or "
+            f"keras_tfm.zoo.from_preset({name!r})."
+        )

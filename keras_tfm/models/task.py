@@ -1,0 +1,150 @@
+"""The base of every task: a backbone, a head and an optional preprocessor.
+
+A task (`CausalLM`, `Seq2SeqLM`, `EncoderClassifier`, `SentenceEncoder`,
+`MaskedLanguageModel`) holds a backbone (the family's layers), the layers of
+its own head, and a `Preprocessor` that owns the tokenizer. The task's
+`call` takes token ids only; strings go through the preprocessor.
+
+`fit`, `evaluate` and `predict` are written once, here, as keras-hub's
+`PipelineModel` does: the data goes through the preprocessor inside the
+`tf.data` pipeline (so strings train in one line, and under XLA), and label
+ids are checked against the head's range (eagerly for arrays, in the
+pipeline for datasets) so that a bad label is a `ValueError` naming it,
+not a NaN loss or a graph error. The task classes themselves override none
+of these.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_tfm.models.class_labels import (
+    check_class_labels,
+    label_errors,
+    with_checked_labels,
+)
+from keras_tfm.models.preprocessor import Preprocessor
+from keras_tfm.models.preset_loading import PresetMixin
+from keras_tfm.models.tokenizer_attachment import is_text
+
+
+def restore_preprocessor(preprocessor):
+    """`None`, a `Preprocessor`, or its serialized dict."""
+    if isinstance(preprocessor, dict):
+        preprocessor = keras.saving.deserialize_keras_object(preprocessor)
+    if preprocessor is not None and not isinstance(preprocessor, Preprocessor):
+        raise ValueError(
+            "`preprocessor` must be None or a keras_tfm Preprocessor. Received: "
+            f"preprocessor={preprocessor!r}"
+        )
+    return preprocessor
+
+
+class Task(PresetMixin, keras.Model):
+    """Base of the tasks: `preprocessor`, `from_preset` and the data pipeline.
+
+    Subclasses set `self.backbone` and `self.preprocessor` and say which
+    labels they read by `label_range` ("class" ids below `num_classes`,
+    "token" ids below the vocabulary size, or None).
+    """
+
+    # ("class", attribute) or ("token", attribute): the labels `fit` checks.
+    label_kind = None
+
+    @property
+    def tokenizer(self):
+        """The preprocessor's tokenizer, or None without a preprocessor."""
+        preprocessor = getattr(self, "preprocessor", None)
+        return None if preprocessor is None else preprocessor.tokenizer
+
+    def label_range(self):
+        """The exclusive upper bound of label ids, or None to check nothing."""
+        return None
+
+    def _pipeline(self, x, y, sample_weight, batch_size, name="y", shuffle=False):
+        """The data as `fit` reads it: preprocessed, labels checked."""
+        limit, kind = self.label_range(), self.label_kind or "class"
+        if isinstance(x, tf.data.Dataset):
+            if self.preprocessor is not None:
+                x = x.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
+            if limit is not None:
+                x = with_checked_labels(x, limit, name)
+            return x, y, sample_weight
+        if is_text(x):
+            if self.preprocessor is None:
+                raise ValueError(
+                    f"`x` holds strings but this {type(self).__name__} has no "
+                    "preprocessor to read them: pass token ids, or build it "
+                    "with `preprocessor=`. Received: x="
+                    f"{str(x)[:80]}"
+                )
+            x = np.asarray(x if not isinstance(x, str) else [x], dtype=object)
+            parts = tuple(p for p in (x, y, sample_weight) if p is not None)
+            dataset = tf.data.Dataset.from_tensor_slices(
+                parts if len(parts) > 1 else parts[0]
+            )
+            if shuffle:  # what `fit` does with arrays, at every epoch
+                dataset = dataset.shuffle(len(x), reshuffle_each_iteration=True)
+            dataset = dataset.batch(batch_size or 32)
+            dataset = dataset.map(self.preprocessor)
+            if limit is not None:
+                dataset = with_checked_labels(dataset, limit, name)
+            return dataset, None, None
+        if limit is not None:
+            check_class_labels(y, limit, name, kind)
+        return x, y, sample_weight
+
+    def fit(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        """Keras' `fit`, with strings read by the preprocessor and labels checked.
+
+        Takes what `keras.Model.fit` takes; `x` may also be a list of
+        strings (with `y` the labels), or a `tf.data.Dataset` of strings,
+        which the preprocessor maps inside the pipeline.
+        """
+        shuffle = kwargs.pop("shuffle", True)
+        x, y, sample_weight = self._pipeline(
+            x, y, sample_weight, batch_size, shuffle=shuffle
+        )
+        if isinstance(x, tf.data.Dataset):
+            # Keras ignores `shuffle` for a dataset (and warns); arrays of
+            # strings were shuffled in the pipeline.
+            batch_size, shuffle = None, False
+        kwargs["shuffle"] = shuffle
+        validation = kwargs.get("validation_data")
+        if validation is not None:
+            if isinstance(validation, tuple):
+                padded = (*validation, None, None)[:3]  # (x, y, sample_weight)
+                validation = self._pipeline(*padded, None, "validation_data labels")
+                validation = tuple(v for v in validation if v is not None)
+                if len(validation) == 1:
+                    validation = validation[0]
+            else:
+                validation = self._pipeline(
+                    validation, None, None, None, "validation_data labels"
+                )[0]
+            kwargs["validation_data"] = validation
+        with self._label_errors():
+            return super().fit(
+                x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs
+            )
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        """Keras' `evaluate`, with the data pipeline of `fit`."""
+        x, y, sample_weight = self._pipeline(x, y, sample_weight, batch_size)
+        if isinstance(x, tf.data.Dataset):
+            batch_size = None
+        with self._label_errors():
+            return super().evaluate(
+                x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs
+            )
+
+    def predict(self, x, batch_size=None, **kwargs):
+        """Keras' `predict`; strings go through the preprocessor first."""
+        if is_text(x) or isinstance(x, tf.data.Dataset):
+            x = self._pipeline(x, None, None, batch_size)[0]
+            batch_size = None
+        return super().predict(x, batch_size=batch_size, **kwargs)
+
+    def _label_errors(self):
+        limit = self.label_range()
+        return label_errors(limit or 0, self.label_kind or "class")
