@@ -20,6 +20,7 @@ from keras_tfm import (
     layers,
     models,
     runtime,
+    tokenizers,
     training,
     zoo,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "layers",
     "models",
     "runtime",
+    "tokenizers",
     "training",
     "zoo",
 ]

@@ -21,6 +21,7 @@ SUBPACKAGES = [
     "data",
     "datasets",
     "convert",
+    "tokenizers",
     "zoo",
     "distribute",
     "saving",

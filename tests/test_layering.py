@@ -5,7 +5,8 @@
     kernels                                      attention, activations, masks,
                                                  the weight-only matmul
     quantized_weights                            the storage of quantized weights
-    layers, data, datasets, saving, distribute   the building blocks
+    layers, data, datasets, saving, distribute,  the building blocks (and the
+        tokenizers                               converted checkpoints' tokenizers)
     generation, baselines                        samplers and decoding loops;
                                                  the model-free baselines
     models                                       backbones, tasks, preprocessors
@@ -42,6 +43,7 @@ RANKS = {
     "datasets": 3,
     "saving": 3,
     "distribute": 3,
+    "tokenizers": 3,
     "baselines": 4,
     "generation": 4,
     "models": 5,

@@ -1,19 +1,25 @@
-"""Converters between keras-tfm models and other frameworks' checkpoints."""
+"""Converters between keras-tfm models and other frameworks' checkpoints.
 
-from keras_tfm.convert.gguf_llama import load_gguf_llama as load_gguf_llama
-from keras_tfm.convert.gguf_tokenizer import (
-    GGUFBytePairTokenizer as GGUFBytePairTokenizer,
-)
-from keras_tfm.convert.hf_bert import load_hf_bert as load_hf_bert
-from keras_tfm.convert.hf_bert import save_hf_bert as save_hf_bert
-from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer as HFBertTokenizer
-from keras_tfm.convert.hf_gpt2 import load_hf_gpt2 as load_hf_gpt2
-from keras_tfm.convert.hf_gpt2 import save_hf_gpt2 as save_hf_gpt2
-from keras_tfm.convert.hf_llama import load_hf_llama as load_hf_llama
-from keras_tfm.convert.hf_llama import save_hf_llama as save_hf_llama
-from keras_tfm.convert.hf_marian import load_hf_marian as load_hf_marian
-from keras_tfm.convert.marian_tokenizer import MarianTokenizer as MarianTokenizer
-from keras_tfm.convert.smollm2 import smollm2_gguf_path as smollm2_gguf_path
+One module per model family (bert, gpt2, llama, marian), each with
+`convert_backbone_config`, `convert_weights` and `convert_tokenizer`, on
+shared readers of the file formats: hf_directory (a HuggingFace folder:
+config.json, safetensors in one file or shards), hf_tokenizer_files
+(byte-level BPE tokenizer files) and gguf_reader (llama.cpp's GGUF). The
+tokenizers themselves live in `keras_tfm.tokenizers`.
+"""
+
+from keras_tfm.convert.bert import load_hf_bert as load_hf_bert
+from keras_tfm.convert.bert import save_hf_bert as save_hf_bert
+from keras_tfm.convert.gpt2 import load_hf_gpt2 as load_hf_gpt2
+from keras_tfm.convert.gpt2 import save_hf_gpt2 as save_hf_gpt2
+from keras_tfm.convert.llama import load_gguf_llama as load_gguf_llama
+from keras_tfm.convert.llama import load_hf_llama as load_hf_llama
+from keras_tfm.convert.llama import save_hf_llama as save_hf_llama
+from keras_tfm.convert.llama import smollm2_gguf_path as smollm2_gguf_path
+from keras_tfm.convert.marian import load_hf_marian as load_hf_marian
+from keras_tfm.tokenizers import GGUFBytePairTokenizer as GGUFBytePairTokenizer
+from keras_tfm.tokenizers import HFBertTokenizer as HFBertTokenizer
+from keras_tfm.tokenizers import MarianTokenizer as MarianTokenizer
 
 __all__ = [
     "GGUFBytePairTokenizer",

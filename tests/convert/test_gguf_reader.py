@@ -1,13 +1,16 @@
 import importlib.util
+import json
 import os
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from gguf.quants import quantize
 
-from keras_tfm.convert import gguf_llama, gguf_reader, smollm2_gguf_path
+from keras_tfm.convert import gguf_reader, smollm2_gguf_path
+from keras_tfm.convert import llama as gguf_llama
 from tests.convert.tiny_gguf import Q, write_tiny_llama
 
 
@@ -97,28 +100,28 @@ def test_unsupported_quantisation_in_a_model_file_names_the_tensor(tmp_path):
     write_tiny_llama(path, linear_type=Q.MXFP4)
     reader = gguf_reader.open_gguf(path)
     with pytest.raises(ValueError, match="'blk.0.attn_q.weight' is quantised as MXFP4"):
-        gguf_llama.hf_tensors(reader, gguf_llama.llama_config(reader))
+        gguf_llama.gguf_tensors(reader, gguf_llama.convert_gguf_backbone_config(reader))
 
 
 def test_unsupported_architecture(tmp_path):
     path = tmp_path / "gpt2.gguf"
     write_tiny_llama(path, architecture="gpt2")
     with pytest.raises(ValueError, match="general.architecture='gpt2'"):
-        gguf_llama.llama_config(gguf_reader.open_gguf(path))
+        gguf_llama.convert_gguf_backbone_config(gguf_reader.open_gguf(path))
 
 
 def test_missing_tensor_and_wrong_shape_are_named(tmp_path):
     path = tmp_path / "missing.gguf"
     write_tiny_llama(path, skip_tensor="blk.1.ffn_up.weight")
     reader = gguf_reader.open_gguf(path)
-    config = gguf_llama.llama_config(reader)
+    config = gguf_llama.convert_gguf_backbone_config(reader)
     with pytest.raises(ValueError, match="no tensor 'blk.1.ffn_up.weight'"):
-        gguf_llama.hf_tensors(reader, config)
+        gguf_llama.gguf_tensors(reader, config)
     path = tmp_path / "shape.gguf"
     write_tiny_llama(path, linear_type=Q.F32, bad_shape_tensor="blk.0.attn_v.weight")
     reader = gguf_reader.open_gguf(path)
     with pytest.raises(ValueError, match=r"'blk.0.attn_v.weight' has shape \(16, 64\)"):
-        gguf_llama.hf_tensors(reader, config)
+        gguf_llama.gguf_tensors(reader, config)
 
 
 def test_missing_metadata_key(tiny_path):
@@ -145,6 +148,14 @@ def test_absent_smollm2_package_names_the_install_command(monkeypatch):
         smollm2_gguf_path()
 
 
+def test_smollm2_source_is_the_zoo_presets():
+    # The converter and the zoo's preset name the same package and file.
+    zoo = Path(__file__).resolve().parents[2] / "zoo" / "smollm2_135m_instruct"
+    source = json.loads((zoo / "source.json").read_text(encoding="utf-8"))
+    want = gguf_llama.SMOLLM2_SOURCE
+    assert {key: source[key] for key in want} == want
+
+
 def test_a_tensor_with_no_llama_place_is_named(tmp_path):
     # e.g. Llama 3.1's rope_freqs (RoPE scaling, not supported).
     path = tmp_path / "rope.gguf"
@@ -152,18 +163,18 @@ def test_a_tensor_with_no_llama_place_is_named(tmp_path):
     write_tiny_llama(path, linear_type=Q.F32, extra=extra)
     reader = gguf_reader.open_gguf(path)
     with pytest.raises(ValueError, match="GGUF tensor 'rope_freqs.weight'"):
-        gguf_llama.hf_tensors(reader, gguf_llama.llama_config(reader))
+        gguf_llama.gguf_tensors(reader, gguf_llama.convert_gguf_backbone_config(reader))
     # A layer beyond llama.block_count (2) has a name but no place.
     path = tmp_path / "layer.gguf"
     extra = {"blk.2.attn_norm.weight": (np.ones(32, np.float32), Q.F32)}
     write_tiny_llama(path, linear_type=Q.F32, extra=extra)
     reader = gguf_reader.open_gguf(path)
     with pytest.raises(ValueError, match=r"no place for: \['blk.2.attn_norm"):
-        gguf_llama.hf_tensors(reader, gguf_llama.llama_config(reader))
+        gguf_llama.gguf_tensors(reader, gguf_llama.convert_gguf_backbone_config(reader))
 
 
 def test_rope_scaling_is_refused(tmp_path):
     path = tmp_path / "yarn.gguf"
     write_tiny_llama(path, rope_scaling="yarn")
     with pytest.raises(ValueError, match="llama.rope.scaling.type='yarn'"):
-        gguf_llama.llama_config(gguf_reader.open_gguf(path))
+        gguf_llama.convert_gguf_backbone_config(gguf_reader.open_gguf(path))

@@ -9,9 +9,11 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import keras_tfm
-from keras_tfm.convert import HFBertTokenizer, hf_bert, load_hf_bert, save_hf_bert
+from keras_tfm.convert import HFBertTokenizer, load_hf_bert, save_hf_bert
+from keras_tfm.convert import bert as hf_bert
 from keras_tfm.models import EncoderBackbone
 from tests.conftest import require_data, requires_pip_package
+from tests.convert.decoder_checks import shard_safetensors
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TINY = FIXTURES / "tiny_bert_hf"
@@ -186,6 +188,19 @@ def copy_tiny(tmp_path, rename=None, drop=None):
         del tensors[drop]
     save_file(tensors, str(folder / "model.safetensors"))
     return folder
+
+
+def test_sharded_checkpoints_load_as_the_single_file(tmp_path):
+    # BERT reads its weights through the same safetensors reader as every
+    # family, shards (model.safetensors.index.json) included.
+    folder = shard_safetensors(copy_tiny(tmp_path), first_shard_size=7)
+    assert not (folder / "model.safetensors").exists()
+    sharded, _ = load_hf_bert(folder)
+    single, _ = load_hf_bert(TINY)
+    for ours, theirs in zip(sharded.weights, single.weights, strict=True):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    ids = np.array([[2, 5, 6, 7, 3, 0]])
+    np.testing.assert_array_equal(sharded(ids), single(ids))
 
 
 def test_task_model_prefix_and_old_layer_norm_names_load(tmp_path):

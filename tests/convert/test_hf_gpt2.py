@@ -5,7 +5,8 @@ import pytest
 from safetensors.numpy import load_file
 
 import keras_tfm
-from keras_tfm.convert import GGUFBytePairTokenizer, hf_gpt2, load_hf_gpt2, save_hf_gpt2
+from keras_tfm.convert import GGUFBytePairTokenizer, load_hf_gpt2, save_hf_gpt2
+from keras_tfm.convert import gpt2 as hf_gpt2
 from tests.builders import causal_lm
 from tests.convert import decoder_checks as checks
 

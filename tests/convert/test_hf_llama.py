@@ -9,12 +9,12 @@ from safetensors.numpy import load_file
 import keras_tfm
 from keras_tfm.convert import (
     GGUFBytePairTokenizer,
-    gguf_tokenizer,
-    hf_llama,
+    gguf_names,
     llama,
     load_hf_llama,
     save_hf_llama,
 )
+from keras_tfm.tokenizers import byte_level_bpe_tokenizer as gguf_tokenizer
 from tests.builders import causal_lm
 from tests.convert import decoder_checks as checks
 
@@ -158,7 +158,7 @@ def test_mapping_round_trips_on_its_own(case):
         "num_key_value_heads": attention.effective_num_key_value_heads,
     }
     ours = {w.path: w.numpy() for w in model.weights}
-    back = llama.llama_weights(llama.hf_llama_tensors(ours, config), config)
+    back = llama.convert_weights(llama.hf_llama_tensors(ours, config), config)
     assert sorted(back) == sorted(ours)
     for key, value in ours.items():
         np.testing.assert_array_equal(back[key], value)
@@ -344,19 +344,7 @@ def test_pickled_checkpoints_are_refused(tmp_path):
 
 
 def test_sharded_checkpoints_load(tmp_path):
-    import json
-
-    from safetensors.numpy import save_file
-
-    folder = checks.copy_fixture("llama_gqa", tmp_path)
-    tensors = load_file(str(folder / "model.safetensors"))
-    (folder / "model.safetensors").unlink()
-    names = sorted(tensors)
-    shards = {"model-1.safetensors": names[:5], "model-2.safetensors": names[5:]}
-    for shard, keys in shards.items():
-        save_file({k: tensors[k] for k in keys}, str(folder / shard))
-    index = {"weight_map": {k: s for s, keys in shards.items() for k in keys}}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    folder = checks.shard_safetensors(checks.copy_fixture("llama_gqa", tmp_path))
     reference = checks.reference("llama_gqa")
     checks.check_logits(load_hf_llama(folder), reference)
 
@@ -381,10 +369,9 @@ def test_unsaveable_models_raise(case, tmp_path, overrides, message):
 
 
 def test_docstring_examples():
-    result = doctest.testmod(
-        hf_llama,
-        extraglobs={"np": np, "keras_tfm": keras_tfm, "FIXTURES": checks.FIXTURES},
-        optionflags=doctest.NORMALIZE_WHITESPACE,
+    result = checks.run_docstring_examples(
+        [llama.load_hf_llama, llama.save_hf_llama],
+        {"np": np, "keras_tfm": keras_tfm, "FIXTURES": checks.FIXTURES},
     )
     assert result.attempted > 0 and result.failed == 0
 
@@ -394,23 +381,24 @@ def test_gguf_names_map_onto_the_same_mapping():
     config = {"num_layers": 2, "use_bias": False, "tie_word_embeddings": False}
     gguf = ["token_embd.weight", "output_norm.weight", "output.weight"]
     for i in range(2):
-        gguf += [key.replace("{i}", str(i)) for key in llama.GGUF_TO_HF if "{i}" in key]
-    hf = [llama.hf_name_from_gguf(name) for name in gguf]
+        table = gguf_names.GGUF_TO_HF
+        gguf += [key.replace("{i}", str(i)) for key in table if "{i}" in key]
+    hf = [gguf_names.hf_name_from_gguf(name) for name in gguf]
     assert sorted(hf) == sorted(llama.llama_hf_names(config))
     with pytest.raises(ValueError, match="'blk.0.attn_qkv.weight'"):
-        llama.hf_name_from_gguf("blk.0.attn_qkv.weight")
+        gguf_names.hf_name_from_gguf("blk.0.attn_qkv.weight")
 
 
 def test_llama_mapping_docstring_examples():
-    result = doctest.testmod(llama, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(gguf_names, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
 
 
 @pytest.mark.parametrize("untied", [False, True])
 def test_the_gguf_loader_goes_through_this_mapping(tmp_path, untied, monkeypatch):
-    # The GGUF loader hands llama.llama_weights the file's tensors under
+    # The GGUF loader hands llama.convert_weights the file's tensors under
     # HuggingFace names: renamed by hand here, q/k rows un-permuted.
-    from keras_tfm.convert import gguf_llama
+    from keras_tfm.convert import llama as gguf_llama
     from tests.convert.tiny_gguf import Q, write_tiny_llama
 
     path = tmp_path / "tiny.gguf"
@@ -435,16 +423,16 @@ def test_the_gguf_loader_goes_through_this_mapping(tmp_path, untied, monkeypatch
             hf = f"{renamed[parts[0]]}.weight"
         if parts[-2] in ("attn_q", "attn_k"):
             heads = 4 if parts[-2] == "attn_q" else 2
-            value = gguf_llama.unpermute_rows(value, heads)
+            value = gguf_names.unpermute_rows(value, heads)
         want[hf] = value
     seen = []
-    real = llama.llama_weights
+    real = llama.convert_weights
 
     def spy(tensors, config, source="the checkpoint"):
         seen.append(tensors)
         return real(tensors, config, source)
 
-    monkeypatch.setattr(gguf_llama, "llama_weights", spy)
+    monkeypatch.setattr(gguf_llama, "convert_weights", spy)
     model = gguf_llama.load_gguf_llama(path)
     (tensors,) = seen
     assert sorted(tensors) == sorted(want)

@@ -13,13 +13,10 @@ import tensorflow as tf
 from safetensors.numpy import load_file
 
 import keras_tfm
-from keras_tfm.convert import (
-    MarianTokenizer,
-    hf_marian,
-    load_hf_marian,
-    marian_tokenizer,
-)
+from keras_tfm.convert import MarianTokenizer, load_hf_marian
+from keras_tfm.convert import marian as hf_marian
 from keras_tfm.layers import PositionalEncoding
+from keras_tfm.tokenizers import marian_tokenizer
 from tests.builders import seq2seq_lm
 from tests.convert import decoder_checks as checks
 

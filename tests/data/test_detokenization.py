@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer
 from keras_tfm.data import detokenize, join_word_pieces, train_word_piece_tokenizer
 from keras_tfm.data.translation import detokenize_text
 from keras_tfm.datasets.trans_de_en import TRANS_DE_EN_PATH, load_translation_pairs
+from keras_tfm.tokenizers.hf_bert_tokenizer import HFBertTokenizer
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo"
 

@@ -11,28 +11,35 @@ projections side by side, and the key and value part is our fused
 
 import numpy as np
 
-from keras_tfm.convert._hf_bpe import (
+from keras_tfm.convert.config_checks import (
+    check_format_settings,
+    check_model_class,
+    check_model_type,
+    check_vocabulary_size,
+    config_choice,
+    plain_attention_settings,
+    refuse_unsupported_options,
+)
+from keras_tfm.convert.hf_directory import (
+    check_directory,
+    read_json,
+    read_safetensors,
+    write_json,
+    write_safetensors,
+)
+from keras_tfm.convert.hf_tokenizer_files import (
     read_vocab_and_merges,
     tokenizer_vocabulary,
     write_vocab_and_merges,
 )
-from keras_tfm.convert._hf_files import (
+from keras_tfm.convert.weights import (
     assign_weights,
-    check_directory,
-    check_format_settings,
-    check_model_type,
-    config_choice,
     model_weights,
-    read_json,
-    read_safetensors,
     refuse_unknown_tensors,
-    refuse_unsupported_options,
     require_tensors,
-    write_json,
-    write_safetensors,
 )
-from keras_tfm.convert.gguf_tokenizer import GGUFBytePairTokenizer
 from keras_tfm.models.causal_lm import CausalLM
+from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 
 # HuggingFace `activation_function` -> our FeedForward activation.
 ACTIVATIONS = {
@@ -53,7 +60,7 @@ UNSUPPORTED = {
 BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 
 
-def gpt2_config(config, directory="."):
+def convert_backbone_config(config, directory="."):
     """`CausalLM` arguments from a GPT-2 config.json dict."""
     check_model_type(config, ("gpt2",), "GPT-2", directory)
     activation = config_choice(
@@ -110,11 +117,8 @@ def _standardize_names(tensors):
     """Drops the "transformer." prefix, old mask buffers and a tied lm_head."""
     out = {}
     for name, value in tensors.items():
-        if name.startswith("transformer."):
-            name = name[len("transformer.") :]
-        if name.endswith(BUFFER_SUFFIXES):
-            continue
-        out[name] = value
+        if not name.endswith(BUFFER_SUFFIXES):
+            out[name.removeprefix("transformer.")] = value
     head = out.pop("lm_head.weight", None)
     if head is not None and "wte.weight" in out:
         if not np.array_equal(head, out["wte.weight"]):
@@ -125,8 +129,21 @@ def _standardize_names(tensors):
     return out
 
 
-def gpt2_weights(tensors, num_layers, hidden_dim, directory="."):
-    """Our weight path -> array, from GPT-2's (standardized) tensors."""
+def convert_weights(tensors, config, directory="."):
+    """Our weight path -> array, from a GPT-2 checkpoint's tensors.
+
+    Args:
+        tensors: HuggingFace name -> array (with or without the
+            "transformer." prefix; old mask buffers and a tied lm_head are
+            dropped).
+        config: the `CausalLM` arguments (`num_layers`, `hidden_dim`).
+        directory: how errors name the checkpoint.
+
+    Returns:
+        A dict for every `CausalLM` weight path.
+    """
+    tensors = _standardize_names(tensors)
+    num_layers, hidden_dim = config["num_layers"], config["hidden_dim"]
     names = _hf_names(num_layers)
     attention = [f"h.{i}.attn.c_attn.{leaf}" for i in range(num_layers)
                  for leaf in ("weight", "bias")]  # fmt: skip
@@ -150,7 +167,10 @@ def gpt2_weights(tensors, num_layers, hidden_dim, directory="."):
     return weights
 
 
-def _load_tokenizer(directory, vocabulary_size):
+def convert_tokenizer(directory, config):
+    """A `ByteLevelBPETokenizer` with GPT-2's pre-tokenization from the
+    directory's tokenizer files, checked against config.json (`config`)."""
+    vocabulary_size = config["vocab_size"]
     vocabulary, merges, special, options = read_vocab_and_merges(directory)
     if END_OF_TEXT not in vocabulary:
         raise ValueError(
@@ -164,7 +184,7 @@ def _load_tokenizer(directory, vocabulary_size):
         )
     # keras-hub's own split is Llama 3's regex; GPT-2's differs (e.g. on
     # runs of spaces), hence the tokenizer with GPT-2's pre-tokenization.
-    return GGUFBytePairTokenizer(
+    return ByteLevelBPETokenizer(
         vocabulary=vocabulary,
         merges=merges,
         unsplittable_tokens=sorted({END_OF_TEXT, *special}),
@@ -182,7 +202,7 @@ def load_hf_gpt2(directory, max_sequence_length=None):
     the head tied to the token embedding. GPT-2 has no padding token, so
     `padding_id` is the config's `pad_token_id`, usually None. The
     tokenizer is attached (`generate` then takes and returns strings): a
-    `GGUFBytePairTokenizer`, keras-hub's byte-level `BytePairTokenizer` with
+    `ByteLevelBPETokenizer`, keras-hub's byte-level `BytePairTokenizer` with
     the checkpoint's vocabulary and merges, GPT-2's pre-tokenization and
     "<|endoftext|>" as its start and end token.
 
@@ -203,11 +223,9 @@ def load_hf_gpt2(directory, max_sequence_length=None):
     '<|endoftext|>'
     """
     directory = check_directory(directory)
-    config = gpt2_config(read_json(directory / "config.json"), directory)
-    tensors = _standardize_names(read_safetensors(directory))
-    weights = gpt2_weights(
-        tensors, config["num_layers"], config["hidden_dim"], directory
-    )
+    hf_config = read_json(directory / "config.json")
+    config = convert_backbone_config(hf_config, directory)
+    weights = convert_weights(read_safetensors(directory), config, directory)
     if max_sequence_length is not None:
         if not 0 < max_sequence_length <= config["max_sequence_length"]:
             raise ValueError(
@@ -218,29 +236,21 @@ def load_hf_gpt2(directory, max_sequence_length=None):
         config["max_sequence_length"] = max_sequence_length
         table = weights["position_embedding/embeddings"]
         weights["position_embedding/embeddings"] = table[:max_sequence_length]
-    tokenizer = _load_tokenizer(directory, config["vocabulary_size"])
+    tokenizer = convert_tokenizer(directory, hf_config)
     model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     assign_weights(model, weights)
     return model
 
 
 def _check_saveable(model, tokenizer):
-    if not isinstance(model, CausalLM):
-        raise ValueError(
-            f"`model` must be a keras_tfm CausalLM. Received: {type(model).__name__}"
-        )
-    attention = model.backbone.transformer_layers[0].self_attention
+    check_model_class(model, CausalLM)
     checks = {
         "normalize_first": (True, model.normalize_first),
         "normalization": ("layer_norm", model.normalization),
         "position_encoding": ("learned", model.position_encoding),
         "use_bias": (True, model.use_bias),
         "tie_word_embeddings": (True, model.tie_word_embeddings),
-        "head_dim": (model.hidden_dim // model.num_heads, attention.effective_head_dim),
-        "num_key_value_heads": (
-            model.num_heads,
-            attention.effective_num_key_value_heads,
-        ),
+        **plain_attention_settings(model.backbone),
     }
     check_format_settings("GPT-2", checks)
     if model.activation not in ACTIVATIONS.values():
@@ -254,15 +264,10 @@ def _check_saveable(model, tokenizer):
             "GPT2Tokenizer), or the model must have one attached. Received: "
             f"tokenizer={type(tokenizer).__name__}"
         )
-    size = tokenizer.vocabulary_size()
-    if size != model.vocabulary_size:
-        raise ValueError(
-            "The tokenizer and the model disagree on the vocabulary size. "
-            f"Received: {size} tokens and vocabulary_size={model.vocabulary_size}"
-        )
+    check_vocabulary_size(tokenizer, model)
     if END_OF_TEXT not in tokenizer.vocabulary:
         raise ValueError(f"A GPT-2 vocabulary needs the {END_OF_TEXT!r} token.")
-    if isinstance(tokenizer, GGUFBytePairTokenizer):
+    if isinstance(tokenizer, ByteLevelBPETokenizer):
         # vocab.json and merges.txt hold no pre-tokenization: GPT-2's applies.
         settings = {
             "pre_tokenizer": ("gpt2", tokenizer.pre_tokenizer),
@@ -287,7 +292,7 @@ def save_hf_gpt2(model, directory, tokenizer=None):
             "gelu_approximate", "gelu" or "relu".
         directory: the folder to write (created; files in it are replaced).
         tokenizer: a keras-hub byte-level `BytePairTokenizer` (such as
-            `GPT2Tokenizer` or `GGUFBytePairTokenizer`) with an
+            `GPT2Tokenizer` or `ByteLevelBPETokenizer`) with an
             "<|endoftext|>" token; by default the model's attached tokenizer.
 
     Returns:

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tfm.convert import HFBertTokenizer, hf_bert_tokenizer
+from keras_tfm.convert import HFBertTokenizer
+from keras_tfm.tokenizers import hf_bert_tokenizer
 from tests.conftest import require_data
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -4,13 +4,13 @@ HuggingFace keeps a byte-level BPE as vocab.json (token -> id) and
 merges.txt (one "left right" pair a line, after a "#version" line), or
 inside tokenizer.json (`model.vocab`, `model.merges`, with the
 normalizer and pre-tokenizer); keras-hub's `BytePairTokenizer` takes the
-same vocabulary and merges, `GGUFBytePairTokenizer` the pre-tokenization.
+same vocabulary and merges, `ByteLevelBPETokenizer` the pre-tokenization.
 """
 
 import json
 from pathlib import Path
 
-from keras_tfm.convert._hf_files import read_json, write_json
+from keras_tfm.convert.hf_directory import read_json, write_json
 
 
 def read_merges_txt(path):
@@ -35,7 +35,7 @@ def _sentencepiece_style(spec):
 
 
 def _pre_tokenizer_options(pre, path):
-    """`GGUFBytePairTokenizer` pre-tokenizer arguments from tokenizer.json's
+    """`ByteLevelBPETokenizer` pre-tokenizer arguments from tokenizer.json's
     `pre_tokenizer`: ByteLevel alone ("gpt2"), Digits(individual_digits)
     then ByteLevel ("smollm"), or Split(a regex, Isolated) then ByteLevel
     without its regex ("split", Llama 3 and Qwen2)."""
@@ -65,7 +65,7 @@ def _pre_tokenizer_options(pre, path):
 
 
 def tokenizer_options(spec, path):
-    """`GGUFBytePairTokenizer` arguments (pre-tokenizer, split regex,
+    """`ByteLevelBPETokenizer` arguments (pre-tokenizer, split regex,
     normalizer, ignore_merges) for a parsed tokenizer.json."""
     model = spec.get("model") or {}
     if model.get("type") != "BPE":
@@ -96,7 +96,7 @@ def read_vocab_and_merges(directory):
     """`(vocabulary, merges, special tokens, options)` of a directory.
 
     tokenizer.json is preferred; vocab.json with merges.txt (GPT-2's split)
-    is the fallback. `options` are the `GGUFBytePairTokenizer` arguments of
+    is the fallback. `options` are the `ByteLevelBPETokenizer` arguments of
     `tokenizer_options`.
     """
     directory = Path(directory)
@@ -131,7 +131,7 @@ def read_vocab_and_merges(directory):
 
 
 def write_tokenizer_json(directory, tokenizer):
-    """tokenizer.json for a `GGUFBytePairTokenizer`, built by `tokenizers`."""
+    """tokenizer.json for a `ByteLevelBPETokenizer`, built by `tokenizers`."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers
     from tokenizers import pre_tokenizers as pre
 

@@ -1,4 +1,10 @@
-"""keras-hub's BytePairTokenizer with a GGUF checkpoint's pre-tokenization."""
+"""keras-hub's BytePairTokenizer with a checkpoint's pre-tokenization.
+
+The byte-level BPE tokenizer of the converted GPT-2 and Llama-family
+checkpoints, HuggingFace and GGUF alike. It was first written for GGUF
+files and named `GGUFBytePairTokenizer`; that name stays registered, so a
+`.keras` file or preset whose config names it still loads (as this class).
+"""
 
 import keras
 import keras_hub
@@ -7,7 +13,7 @@ import tensorflow as tf
 from keras_hub.src.tokenizers.byte_pair_tokenizer import SPLIT_PATTERN_TOKENIZERS
 from tokenizers import Regex, models, normalizers, pre_tokenizers
 
-from keras_tfm.convert.chat_template import apply_chatml, parse_chatml_template
+from keras_tfm.tokenizers.chat_template import apply_chatml, parse_chatml_template
 
 # How text is cut into pieces before the merges. "gpt2": GPT-2's byte-level
 # regex. "smollm" (also StarCoder's): every Unicode numeral (\p{N}) is first
@@ -25,24 +31,6 @@ NORMALIZERS = (None, "NFC")
 LLAMA3_SPLIT_PATTERN = SPLIT_PATTERN_TOKENIZERS
 # Qwen2's (transformers' Qwen2Tokenizer): Llama 3's with single digits.
 QWEN2_SPLIT_PATTERN = LLAMA3_SPLIT_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
-
-# GGUF `tokenizer.ggml.pre` values -> the tokenizer's arguments, as
-# llama.cpp's llama-vocab.cpp reads them (it ignores merges for Llama 3:
-# a piece that is a whole vocabulary token is that token).
-_LLAMA3 = dict(
-    pre_tokenizer="split", split_pattern=LLAMA3_SPLIT_PATTERN, ignore_merges=True
-)
-_QWEN2 = dict(pre_tokenizer="split", split_pattern=QWEN2_SPLIT_PATTERN)
-GGUF_PRE_TOKENIZERS = {
-    "gpt2": dict(pre_tokenizer="gpt2"),
-    "gpt-2": dict(pre_tokenizer="gpt2"),
-    "smollm": dict(pre_tokenizer="smollm"),
-    "llama-bpe": _LLAMA3,
-    "llama3": _LLAMA3,
-    "llama-v3": _LLAMA3,
-    "qwen2": _QWEN2,
-    "deepseek-r1-qwen": _QWEN2,
-}
 
 
 def _check_split_pattern(pre_tokenizer, split_pattern):
@@ -64,9 +52,9 @@ def _check_split_pattern(pre_tokenizer, split_pattern):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
-    """keras-hub's `BytePairTokenizer` with a GGUF checkpoint's
-    pre-tokenization, special tokens and chat template.
+class ByteLevelBPETokenizer(keras_hub.tokenizers.BytePairTokenizer):
+    """keras-hub's `BytePairTokenizer` with a checkpoint's pre-tokenization,
+    special tokens and chat template.
 
     keras-hub's byte-pair tokenizer splits text before merging with one
     fixed regex, Llama 3's (`LLAMA3_SPLIT_PATTERN`). GPT-2-style checkpoints
@@ -99,7 +87,7 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
 
     Example:
     >>> vocab = {"<|im_end|>": 0, "a": 1, "b": 2, "ab": 3, "1": 4, "Ġ": 5}
-    >>> tokenizer = GGUFBytePairTokenizer(
+    >>> tokenizer = ByteLevelBPETokenizer(
     ...     vocab, ["a b"], unsplittable_tokens=["<|im_end|>"],
     ...     eos_token="<|im_end|>")
     >>> [int(i) for i in tokenizer("ab 11<|im_end|>")]
@@ -110,12 +98,12 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
     Llama 3's split cuts digit runs into pieces of three ("121", "2"), which
     are merged separately; GPT-2's keeps "1212" whole:
 
-    >>> llama3 = GGUFBytePairTokenizer(
+    >>> llama3 = ByteLevelBPETokenizer(
     ...     {"1": 0, "2": 1, "12": 2}, ["1 2"], pre_tokenizer="split",
     ...     split_pattern=LLAMA3_SPLIT_PATTERN)
     >>> [llama3.id_to_token(int(i)) for i in llama3("1212")]
     ['12', '1', '2']
-    >>> gpt2 = GGUFBytePairTokenizer(
+    >>> gpt2 = ByteLevelBPETokenizer(
     ...     {"1": 0, "2": 1, "12": 2}, ["1 2"], pre_tokenizer="gpt2")
     >>> [gpt2.id_to_token(int(i)) for i in gpt2("1212")]
     ['12', '12']
@@ -273,3 +261,12 @@ class GGUFBytePairTokenizer(keras_hub.tokenizers.BytePairTokenizer):
             }
         )
         return config
+
+
+GGUFBytePairTokenizer = ByteLevelBPETokenizer
+"""`ByteLevelBPETokenizer` under its first name, which `.keras` files and
+presets saved before the rename give as "keras_tfm>GGUFBytePairTokenizer";
+they load as `ByteLevelBPETokenizer`."""
+keras.saving.get_custom_objects()["keras_tfm>GGUFBytePairTokenizer"] = (
+    ByteLevelBPETokenizer
+)

@@ -13,20 +13,24 @@ projections are concatenated into our fused `key_value` projection.
 
 import numpy as np
 
-from keras_tfm.convert._hf_files import (
-    assign_weights,
-    check_directory,
+from keras_tfm.convert.config_checks import (
     check_model_type,
     config_choice,
+    refuse_unsupported_options,
+)
+from keras_tfm.convert.hf_directory import (
+    check_directory,
     read_json,
     read_safetensors,
+)
+from keras_tfm.convert.weights import (
+    assign_weights,
     refuse_unknown_tensors,
-    refuse_unsupported_options,
     require_tensors,
 )
-from keras_tfm.convert.marian_tokenizer import MarianTokenizer
 from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.models.seq2seq_lm import Seq2SeqLM
+from keras_tfm.tokenizers.marian_tokenizer import MarianTokenizer
 
 # HuggingFace `activation_function` -> our FeedForward activation.
 ACTIVATIONS = {
@@ -57,7 +61,7 @@ SAME = (
 PREFIX = "model."
 
 
-def marian_config(config, directory="."):
+def convert_backbone_config(config, directory="."):
     """`Seq2SeqLM` arguments from a Marian config.json dict."""
     where = f"{directory}/config.json"
     check_model_type(config, ("marian",), "Marian", directory)
@@ -127,10 +131,7 @@ def _layer_names(prefix, ours, cross):
 
 def _standardize_names(tensors):
     """Drops the "model." prefix of `MarianMTModel` names."""
-    return {
-        (name[len(PREFIX) :] if name.startswith(PREFIX) else name): value
-        for name, value in tensors.items()
-    }
+    return {name.removeprefix(PREFIX): value for name, value in tensors.items()}
 
 
 def _check_copies(tensors, embedding, tied, directory):
@@ -157,10 +158,11 @@ def _check_copies(tensors, embedding, tied, directory):
                 )
 
 
-def marian_weights(tensors, config, directory="."):
-    """`(weights, sources)`: our weight path -> array, and -> the HF name(s)."""
+def _weight_names(config):
+    """`(names, key_value)`: our path -> HF name for the one-to-one weights,
+    and our fused key_value path -> its (k name, v name)."""
     names = {}
-    kv = {}  # our key_value path -> (k name, v name)
+    kv = {}
     stacks = (
         ("encoder", config["num_encoder_layers"], False),
         ("decoder", config["num_decoder_layers"], True),
@@ -180,6 +182,32 @@ def marian_weights(tensors, config, directory="."):
                     kv[key] = tuple(
                         f"{prefix}{theirs}.{p}_proj.{leaf}" for p in ("k", "v")
                     )
+    return names, kv
+
+
+def weight_sources(config):
+    """Our weight path -> the checkpoint tensor(s) it comes from, for errors."""
+    names, kv = _weight_names(config)
+    sources = {**names, **{path: " and ".join(pair) for path, pair in kv.items()}}
+    sources["token_embedding/embeddings"] = "shared.weight"
+    sources["lm_head/kernel"] = "lm_head.weight"
+    return sources
+
+
+def convert_weights(tensors, config, directory="."):
+    """Our weight path -> array, from a Marian checkpoint's tensors.
+
+    Args:
+        tensors: HuggingFace name -> array (with or without `MarianMTModel`'s
+            "model." prefix).
+        config: the `Seq2SeqLM` arguments.
+        directory: how errors name the checkpoint.
+
+    Returns:
+        A dict for every `Seq2SeqLM` weight path (kernels (in, out)).
+    """
+    tensors = _standardize_names(tensors)
+    names, kv = _weight_names(config)
     if "shared.weight" not in tensors and "encoder.embed_tokens.weight" in tensors:
         tensors = {**tensors, "shared.weight": tensors["encoder.embed_tokens.weight"]}
     required = ["shared.weight", *names.values()]
@@ -219,10 +247,7 @@ def marian_weights(tensors, config, directory="."):
             f"Received: {bias.shape} in {directory}"
         )
     weights["logits_bias/bias"] = bias[0]
-    sources = {**names, **{path: " and ".join(pair) for path, pair in kv.items()}}
-    sources["token_embedding/embeddings"] = "shared.weight"
-    sources["lm_head/kernel"] = "lm_head.weight"
-    return weights, sources
+    return weights
 
 
 def _check_shapes(model, weights, sources):
@@ -238,7 +263,11 @@ def _check_shapes(model, weights, sources):
             )
 
 
-def _load_tokenizer(directory, config, where):
+def convert_tokenizer(directory, config):
+    """A `MarianTokenizer` from source.spm, target.spm and vocab.json, checked
+    against config.json (`config`): vocabulary size, pad, end and decoder
+    start ids."""
+    where = f"{directory}/config.json"
     files = [directory / name for name in ("source.spm", "target.spm", "vocab.json")]
     missing = [path.name for path in files if not path.exists()]
     if missing:
@@ -312,15 +341,14 @@ def load_hf_marian(directory):
     ('sinusoidal_split', True)
     """
     directory = check_directory(directory)
-    where = f"{directory}/config.json"
-    raw = read_json(directory / "config.json")
-    config = marian_config(raw, directory)
-    tensors = _standardize_names(read_safetensors(directory))
-    weights, sources = marian_weights(tensors, config, directory)
-    tokenizer = _load_tokenizer(directory, raw, where)
+    hf_config = read_json(directory / "config.json")
+    config = convert_backbone_config(hf_config, directory)
+    tensors = read_safetensors(directory, "AutoModelForSeq2SeqLM")
+    weights = convert_weights(tensors, config, directory)
+    tokenizer = convert_tokenizer(directory, hf_config)
     model = Seq2SeqLM.from_config(
         {**config, "tokenizer": tokenizer, "dtype": "float32"}
     )
-    _check_shapes(model, weights, sources)
+    _check_shapes(model, weights, weight_sources(config))
     assign_weights(model, weights)
     return model

@@ -1,25 +1,35 @@
-"""HuggingFace-format BERT checkpoints <-> `keras_tfm.models.EncoderBackbone`.
+"""The BERT family: HuggingFace checkpoints <-> `EncoderBackbone`.
 
-A checkpoint directory holds `config.json` (a `BertConfig`), `model.safetensors`
-(the weights of a `BertModel`, or of a BERT task model whose names start with
-"bert.") and `vocab.txt` with `tokenizer_config.json` (casing). Weights are read
-with `safetensors` only: a pickled `pytorch_model.bin` is refused, since
-unpickling a file can run arbitrary code.
+A checkpoint directory holds `config.json` (a `BertConfig`), the weights of
+a `BertModel` (or of a BERT task model, whose names start with "bert.") as
+safetensors, in one file or shards (read by hf_directory.py), and
+`vocab.txt` with `tokenizer_config.json` (casing). A pickled
+`pytorch_model.bin` is refused, since unpickling a file can run arbitrary
+code.
 """
 
-import json
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
 
-from keras_tfm.convert._hf_files import (
+from keras_tfm.convert.config_checks import (
     check_format_settings,
+    check_model_class,
     check_model_type,
+    check_vocabulary_size,
     config_choice,
+    plain_attention_settings,
 )
-from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer
+from keras_tfm.convert.hf_directory import (
+    check_directory,
+    read_json,
+    read_safetensors,
+    write_json,
+    write_safetensors,
+)
+from keras_tfm.convert.weights import assign_weights, model_weights, require_tensors
 from keras_tfm.models.encoder_backbone import EncoderBackbone
+from keras_tfm.tokenizers.hf_bert_tokenizer import HFBertTokenizer
 
 # HuggingFace `hidden_act` -> our FeedForward activation. HF's "gelu" is the
 # exact erf form, as ours; the tanh approximations ("gelu_new",
@@ -32,21 +42,10 @@ SPECIAL_TOKENS = {
     "cls_token": "[CLS]",
     "mask_token": "[MASK]",
 }
-PICKLE_FILES = ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack")
 
 
-def _read_json(path, required=True):
-    if not path.exists():
-        if required:
-            raise ValueError(
-                f"The checkpoint directory has no {path.name}. Received: "
-                f"directory={str(path.parent)!r}"
-            )
-        return {}
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _backbone_config(config, directory):
+def convert_backbone_config(config, directory="."):
+    """`EncoderBackbone` arguments from a BERT config.json dict."""
     check_model_type({"model_type": "bert", **config}, ("bert",), "BERT", directory)
     position_type = config.get("position_embedding_type", "absolute")
     if position_type != "absolute":
@@ -111,8 +110,7 @@ def _standardize_names(tensors):
     """Strips a task model's "bert." prefix and renames old gamma/beta norms."""
     out = {}
     for name, value in tensors.items():
-        if name.startswith("bert."):
-            name = name[len("bert.") :]
+        name = name.removeprefix("bert.")
         if "LayerNorm." in name:
             name = name.replace("LayerNorm.gamma", "LayerNorm.weight")
             name = name.replace("LayerNorm.beta", "LayerNorm.bias")
@@ -120,7 +118,10 @@ def _standardize_names(tensors):
     return out
 
 
-def _load_tokenizer(directory):
+def convert_tokenizer(directory, config):
+    """An `HFBertTokenizer` from vocab.txt and tokenizer_config.json,
+    checked against config.json's (`config`) vocabulary size."""
+    directory = Path(directory)
     vocab_path = directory / "vocab.txt"
     if not vocab_path.exists():
         raise ValueError(
@@ -130,21 +131,84 @@ def _load_tokenizer(directory):
     vocabulary = vocab_path.read_text(encoding="utf-8").split("\n")
     if vocabulary and vocabulary[-1] == "":
         vocabulary = vocabulary[:-1]
-    config = _read_json(directory / "tokenizer_config.json", required=False)
+    settings = read_json(directory / "tokenizer_config.json", required=False)
     for key, token in SPECIAL_TOKENS.items():
-        found = config.get(key, token)
+        found = settings.get(key, token)
         found = found.get("content", token) if isinstance(found, dict) else found
         if found != token:
             raise ValueError(
                 f"Only BERT's special tokens are supported. Received: {key}="
                 f"{found!r} in {directory}/tokenizer_config.json"
             )
+    if len(vocabulary) != config["vocab_size"]:
+        raise ValueError(
+            "vocab.txt and config.json disagree on the vocabulary size. Received: "
+            f"{len(vocabulary)} tokens and vocab_size={config['vocab_size']}"
+        )
     return HFBertTokenizer(
         vocabulary=vocabulary,
-        lowercase=bool(config.get("do_lower_case", True)),
-        strip_accents=config.get("strip_accents"),
-        split_on_cjk=bool(config.get("tokenize_chinese_chars", True)),
+        lowercase=bool(settings.get("do_lower_case", True)),
+        strip_accents=settings.get("strip_accents"),
+        split_on_cjk=bool(settings.get("tokenize_chinese_chars", True)),
     )
+
+
+def _key_value_names(i):
+    p = f"encoder.layer.{i}.attention.self."
+    return [p + f"{part}.{leaf}" for part in ("key", "value")
+            for leaf in ("weight", "bias")]  # fmt: skip
+
+
+def convert_weights(tensors, config, directory="."):
+    """Our weight path -> array, from a BERT checkpoint's tensors.
+
+    Args:
+        tensors: HuggingFace name -> array (a task model's "bert." prefix and
+            old "gamma"/"beta" norm names are accepted; the pooler and any
+            task head are left out).
+        config: the `EncoderBackbone` arguments (`num_layers`).
+        directory: how errors name the checkpoint.
+
+    Returns:
+        A dict for every `EncoderBackbone` weight path (kernels (in, out)).
+    """
+    tensors = _standardize_names(tensors)
+    num_layers = config["num_layers"]
+    names = _hf_names(num_layers)
+    key_value = [n for i in range(num_layers) for n in _key_value_names(i)]
+    required = [hf for hf, _ in names.values()] + key_value
+    require_tensors(tensors, required, "BERT", directory)
+    weights = {}
+    for path, (hf_name, transpose) in names.items():
+        value = tensors[hf_name]
+        weights[path] = value.T if transpose else value
+    for i in range(num_layers):
+        p = f"encoder.layer.{i}.attention.self."
+        ours = f"transformer_layer_{i}/self_attention/key_value/"
+        # Our fused key/value projection holds all key heads, then all values.
+        weights[ours + "kernel"] = np.concatenate(
+            [tensors[p + "key.weight"].T, tensors[p + "value.weight"].T], 1
+        )
+        weights[ours + "bias"] = np.concatenate(
+            [tensors[p + "key.bias"], tensors[p + "value.bias"]]
+        )
+    return weights
+
+
+def hf_bert_tensors(weights, num_layers, hidden_dim):
+    """The inverse of `convert_weights`: `BertModel` name -> array."""
+    tensors = {}
+    for path, (hf_name, transpose) in _hf_names(num_layers).items():
+        tensors[hf_name] = weights[path].T if transpose else weights[path]
+    for i in range(num_layers):
+        p = f"encoder.layer.{i}.attention.self."
+        kernel = weights[f"transformer_layer_{i}/self_attention/key_value/kernel"]
+        bias = weights[f"transformer_layer_{i}/self_attention/key_value/bias"]
+        tensors[p + "key.weight"] = kernel[:, :hidden_dim].T
+        tensors[p + "value.weight"] = kernel[:, hidden_dim:].T
+        tensors[p + "key.bias"] = bias[:hidden_dim]
+        tensors[p + "value.bias"] = bias[hidden_dim:]
+    return tensors
 
 
 def load_hf_bert(directory):
@@ -182,109 +246,32 @@ def load_hf_bert(directory):
     >>> backbone(token_ids).shape
     TensorShape([1, 8, 384])
     """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ValueError(
-            f"`directory` must be an existing folder. Received: "
-            f"directory={str(directory)!r}"
-        )
-    weights_path = directory / "model.safetensors"
-    if not weights_path.exists():
-        pickled = [name for name in PICKLE_FILES if (directory / name).exists()]
-        hint = ""
-        if pickled:
-            hint = (
-                f" It holds {pickled[0]}, which is refused: loading a pickled "
-                "checkpoint can execute arbitrary code. Convert it once, where "
-                "you trust the file, to safetensors, e.g. with transformers: "
-                "`BertModel.from_pretrained(directory).save_pretrained(directory, "
-                "safe_serialization=True)`."
-            )
-        raise ValueError(
-            "The checkpoint directory has no model.safetensors." + hint + " "
-            f"Received: directory={str(directory)!r}"
-        )
-    config = _read_json(directory / "config.json")
-    backbone = EncoderBackbone(**_backbone_config(config, directory))
-    tokenizer = _load_tokenizer(directory)
-    if tokenizer.vocabulary_size() != backbone.vocabulary_size:
-        raise ValueError(
-            "vocab.txt and config.json disagree on the vocabulary size. Received: "
-            f"{tokenizer.vocabulary_size()} tokens and vocab_size="
-            f"{backbone.vocabulary_size}"
-        )
-
-    tensors = _standardize_names(load_file(str(weights_path)))
-    names = _hf_names(backbone.num_layers)
-    ours = {w.path: w for w in backbone.weights}
-    missing = [hf for hf, _ in names.values() if hf not in tensors]
-    for i in range(backbone.num_layers):
-        for part in ("key", "value"):
-            for leaf in ("weight", "bias"):
-                name = f"encoder.layer.{i}.attention.self.{part}.{leaf}"
-                if name not in tensors:
-                    missing.append(name)
-    if missing:
-        raise ValueError(
-            f"{weights_path} lacks {len(missing)} BERT weights, e.g. "
-            f"{missing[:3]}. Received names such as {sorted(tensors)[:3]}"
-        )
-
-    def assign(path, value):
-        weight = ours[path]
-        if tuple(weight.shape) != value.shape:
-            raise ValueError(
-                f"Weight {path} has shape {tuple(weight.shape)} but the "
-                f"checkpoint's has {value.shape}"
-            )
-        weight.assign(value.astype("float32"))
-
-    for path, (hf_name, transpose) in names.items():
-        value = tensors[hf_name]
-        assign(path, value.T if transpose else value)
-    for i in range(backbone.num_layers):
-        p = f"encoder.layer.{i}.attention.self."
-        # Our fused key/value projection holds all key heads, then all values.
-        assign(
-            f"transformer_layer_{i}/self_attention/key_value/kernel",
-            np.concatenate(
-                [tensors[p + "key.weight"].T, tensors[p + "value.weight"].T], 1
-            ),
-        )
-        assign(
-            f"transformer_layer_{i}/self_attention/key_value/bias",
-            np.concatenate([tensors[p + "key.bias"], tensors[p + "value.bias"]]),
-        )
+    directory = check_directory(directory)
+    hf_config = read_json(directory / "config.json")
+    config = convert_backbone_config(hf_config, directory)
+    tokenizer = convert_tokenizer(directory, hf_config)
+    weights = convert_weights(
+        read_safetensors(directory, "AutoModel"), config, directory
+    )
+    backbone = EncoderBackbone(**config)
+    assign_weights(backbone, weights)
     return backbone, tokenizer
 
 
 def _check_saveable(backbone, tokenizer):
-    if not isinstance(backbone, EncoderBackbone):
-        raise ValueError(
-            "`backbone` must be a keras_tfm EncoderBackbone. Received: "
-            f"backbone={type(backbone).__name__}"
-        )
+    check_model_class(backbone, EncoderBackbone, "backbone")
     if not isinstance(tokenizer, HFBertTokenizer):
         raise ValueError(
             "`tokenizer` must be an HFBertTokenizer (e.g. from load_hf_bert). "
             f"Received: tokenizer={type(tokenizer).__name__}"
         )
-    attention = backbone.transformer_layers[0].self_attention
-    # name: (what BERT needs, what the backbone has; for the heads, the
-    # values in use, whether passed or derived).
+    # name: (what BERT needs, what the backbone has).
     checks = {
         "normalize_first": (False, backbone.normalize_first),
         "normalization": ("layer_norm", backbone.normalization),
         "position_encoding": ("learned", backbone.position_encoding),
         "use_bias": (True, backbone.use_bias),
-        "head_dim": (
-            backbone.hidden_dim // backbone.num_heads,
-            attention.effective_head_dim,
-        ),
-        "num_key_value_heads": (
-            backbone.num_heads,
-            attention.effective_num_key_value_heads,
-        ),
+        **plain_attention_settings(backbone),
     }
     check_format_settings("BERT", checks)
     if backbone.activation not in ACTIVATIONS.values():
@@ -297,12 +284,7 @@ def _check_saveable(backbone, tokenizer):
             "A BERT checkpoint needs at least one segment (token type). "
             f"Received: num_segments={backbone.num_segments}"
         )
-    if tokenizer.vocabulary_size() != backbone.vocabulary_size:
-        raise ValueError(
-            "The tokenizer and the backbone disagree on the vocabulary size. "
-            f"Received: {tokenizer.vocabulary_size()} and vocabulary_size="
-            f"{backbone.vocabulary_size}"
-        )
+    check_vocabulary_size(tokenizer, backbone, "backbone")
 
 
 def save_hf_bert(backbone, tokenizer, directory):
@@ -357,24 +339,11 @@ def save_hf_bert(backbone, tokenizer, directory):
         "pad_token_id": 0 if backbone.padding_id is None else backbone.padding_id,
         "position_embedding_type": "absolute",
     }
-    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-
-    ours = {w.path: np.asarray(w.numpy(), "float32") for w in backbone.weights}
-    tensors = {}
-    for path, (hf_name, transpose) in _hf_names(backbone.num_layers).items():
-        tensors[hf_name] = ours[path].T if transpose else ours[path]
-    hidden = backbone.hidden_dim
-    for i in range(backbone.num_layers):
-        p = f"encoder.layer.{i}.attention.self."
-        kernel = ours[f"transformer_layer_{i}/self_attention/key_value/kernel"]
-        bias = ours[f"transformer_layer_{i}/self_attention/key_value/bias"]
-        tensors[p + "key.weight"] = kernel[:, :hidden].T
-        tensors[p + "value.weight"] = kernel[:, hidden:].T
-        tensors[p + "key.bias"] = bias[:hidden]
-        tensors[p + "value.bias"] = bias[hidden:]
-    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
-    # transformers reads only safetensors files marked as PyTorch-format.
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    write_json(directory / "config.json", config)
+    tensors = hf_bert_tensors(
+        model_weights(backbone), backbone.num_layers, backbone.hidden_dim
+    )
+    write_safetensors(tensors, directory)
 
     vocabulary = tokenizer.get_vocabulary()
     (directory / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
@@ -386,10 +355,6 @@ def save_hf_bert(backbone, tokenizer, directory):
         "model_max_length": backbone.max_sequence_length,
         **SPECIAL_TOKENS,
     }
-    (directory / "tokenizer_config.json").write_text(
-        json.dumps(tokenizer_config, indent=2) + "\n"
-    )
-    (directory / "special_tokens_map.json").write_text(
-        json.dumps(SPECIAL_TOKENS, indent=2) + "\n"
-    )
+    write_json(directory / "tokenizer_config.json", tokenizer_config)
+    write_json(directory / "special_tokens_map.json", SPECIAL_TOKENS)
     return directory

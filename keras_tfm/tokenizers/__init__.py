@@ -1,0 +1,34 @@
+"""Tokenizers of converted checkpoints, and their chat formatting.
+
+keras-hub's tokenizers, with what the checkpoints' own tokenizers do
+differently: `ByteLevelBPETokenizer` (GPT-2, Llama 3, Qwen2 and SmolLM
+byte-level BPE, from HuggingFace or GGUF files, with the checkpoint's
+pre-tokenization and chat template), `HFBertTokenizer` (BERT's WordPiece
+with HuggingFace's text normalization) and `MarianTokenizer` (Marian's two
+SentencePiece models numbered by its vocab.json). `apply_chatml` formats a
+conversation for ChatML templates.
+
+Example:
+>>> tokenizer = keras_tfm.tokenizers.ByteLevelBPETokenizer(
+...     {"a": 0, "b": 1, "ab": 2}, ["a b"], pre_tokenizer="gpt2")
+>>> [int(i) for i in tokenizer("ab")]
+[2]
+"""
+
+from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
+    ByteLevelBPETokenizer as ByteLevelBPETokenizer,
+)
+from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
+    GGUFBytePairTokenizer as GGUFBytePairTokenizer,
+)
+from keras_tfm.tokenizers.chat_template import apply_chatml as apply_chatml
+from keras_tfm.tokenizers.hf_bert_tokenizer import HFBertTokenizer as HFBertTokenizer
+from keras_tfm.tokenizers.marian_tokenizer import MarianTokenizer as MarianTokenizer
+
+__all__ = [
+    "ByteLevelBPETokenizer",
+    "GGUFBytePairTokenizer",
+    "HFBertTokenizer",
+    "MarianTokenizer",
+    "apply_chatml",
+]
