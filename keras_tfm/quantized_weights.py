@@ -50,9 +50,9 @@ def int8_weight_only_config():
     sum_i |x_i| * max_i |w_ij| / 254.
 
     Example:
-    >>> model = keras_tfm.models.CausalLM(
+    >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-    ...     intermediate_dim=32, max_sequence_length=16)
+    ...     intermediate_dim=32, max_sequence_length=16))
     >>> model.quantize("int8", config=int8_weight_only_config())
     >>> model.quantized_to
     'int8_weight_only'

@@ -38,7 +38,7 @@ def test_flatten_layers_reaches_layers_held_in_lists():
     model = tiny_lm()
     layers = compat.flatten_layers(model)
     assert layers[0] is model
-    assert model.transformer_layers[1].self_attention.query_dense in layers
+    assert model.backbone.transformer_layers[1].self_attention.query_dense in layers
     assert model not in compat.flatten_layers(model, include_self=False)
 
 

@@ -56,6 +56,7 @@ from keras_tfm.convert.weights import (
     require_tensors,
 )
 from keras_tfm.models.causal_lm import CausalLM
+from keras_tfm.models.legacy_configs import flat_arguments
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 
 # model_type values whose HuggingFace model is Llama's computation exactly.
@@ -453,7 +454,7 @@ def _saveable_config(model, tokenizer):
         )
     check_vocabulary_size(tokenizer, model)
     attention = model.backbone.transformer_layers[0].self_attention
-    config = model.get_config()
+    config = flat_arguments(model)
     config["head_dim"] = attention.effective_head_dim
     config["num_key_value_heads"] = attention.effective_num_key_value_heads
     return config

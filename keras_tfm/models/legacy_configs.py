@@ -103,3 +103,27 @@ def preprocessor_from_legacy_config(config, preprocessor_class, sequence_length)
         if tokenizer is None
         else preprocessor_class(tokenizer, sequence_length=sequence_length)
     )
+
+
+def flat_arguments(model):
+    """A task's arguments and its backbone's in one dict, as a preset lists them.
+
+    The backbone's config with the task's own arguments beside it (no
+    "backbone", "preprocessor" or layer name), which `from_config` of the
+    task reads back; a backbone's own config otherwise.
+
+    Example:
+    >>> llm = keras_tfm.models.CausalLM.from_preset("gpt_nano")
+    >>> arguments = flat_arguments(llm)
+    >>> arguments["num_layers"], arguments["tie_word_embeddings"]
+    (3, True)
+    """
+    config = model.get_config()
+    backbone = config.pop("backbone", None)
+    config.pop("preprocessor", None)
+    config.pop("name", None)
+    if backbone is None:
+        return config
+    inner = dict(backbone["config"])
+    inner.pop("name", None)
+    return {**inner, **config}

@@ -211,6 +211,9 @@ def _accepted_arguments(cls, config):
     names.discard("self")
     if issubclass(cls, keras.layers.Layer):
         names.update({"name", "dtype", "trainable"})  # the base layer's kwargs
+    backbone_class = getattr(cls, "backbone_class", None)
+    if backbone_class is not None:  # a task: its backbone's arguments too
+        names |= _accepted_arguments(backbone_class, {})
     return names
 
 

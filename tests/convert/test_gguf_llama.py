@@ -17,6 +17,7 @@ from keras_tfm.convert import (
     smollm2_gguf_path,
 )
 from keras_tfm.models import CausalLM
+from keras_tfm.models.legacy_configs import flat_arguments
 from tests.convert.decoder_checks import run_docstring_examples
 from tests.convert.llama_reference import llama_logits, tensors_of
 from tests.convert.tiny_gguf import CONFIG, Q, write_tiny_llama
@@ -118,12 +119,12 @@ def test_tiny_gguf_with_float32_weights_and_no_tokenizer_template(tmp_path):
     stored = write_tiny_llama(path, linear_type=Q.F32, embedding_type=Q.F32)
     model = load_gguf_llama(path, max_sequence_length=16)
     assert model.max_sequence_length == 16
-    kernel = model.get_layer("token_embedding").embeddings.numpy()
+    kernel = model.backbone.get_layer("token_embedding").embeddings.numpy()
     assert np.array_equal(kernel, stored["token_embd.weight"])
 
 
 def test_smollm2_config(smollm2):
-    config = smollm2.get_config()
+    config = flat_arguments(smollm2)
     want = dict(
         vocabulary_size=49152, num_layers=30, num_heads=9, hidden_dim=576,
         intermediate_dim=1536, num_key_value_heads=3, activation="swiglu",

@@ -7,7 +7,8 @@ from safetensors.numpy import load_file
 import keras_tfm
 from keras_tfm.convert import GGUFBytePairTokenizer, load_hf_gpt2, save_hf_gpt2
 from keras_tfm.convert import gpt2 as hf_gpt2
-from tests.builders import causal_lm
+from keras_tfm.models import CausalLM
+from keras_tfm.models.legacy_configs import flat_arguments
 from tests.convert import decoder_checks as checks
 
 FIXTURE = checks.FIXTURES / "tiny_gpt2_hf"
@@ -24,7 +25,7 @@ def reference():
 
 
 def test_config_is_the_checkpoints(model):
-    config = model.get_config()
+    config = flat_arguments(model)
     want = dict(
         num_layers=2,
         num_heads=4,
@@ -60,7 +61,7 @@ def test_exact_gelu_would_not_match(reference):
     # The tanh approximation matters: the same weights with exact GELU are
     # further from transformers' logits than the tolerance.
     model = load_hf_gpt2(FIXTURE)
-    exact = causal_lm(**{**model.get_config(), "activation": "gelu"})
+    exact = CausalLM.from_config({**flat_arguments(model), "activation": "gelu"})
     exact.set_weights(model.get_weights())
     gap = np.abs(np.asarray(exact(reference["token_ids"])) - reference["logits"])
     assert gap.max() > 1e-4
@@ -85,8 +86,8 @@ def test_save_then_load_is_exact(model, reference, tmp_path):
         "vocab.json",
     ]
     loaded = load_hf_gpt2(folder)
-    assert {k: v for k, v in loaded.get_config().items() if k != "name"} == {
-        k: v for k, v in model.get_config().items() if k != "name"
+    assert {k: v for k, v in flat_arguments(loaded).items() if k != "name"} == {
+        k: v for k, v in flat_arguments(model).items() if k != "name"
     }
     checks.check_same_weights(model, loaded)
     checks.check_decoder_tokenizer(loaded, reference)
@@ -188,18 +189,18 @@ def test_missing_tokenizer_files_raise(tmp_path):
     ],
 )
 def test_unsaveable_models_raise(model, tmp_path, overrides, message):
-    other = causal_lm(
-        **{**model.get_config(), **overrides, "tokenizer": model.tokenizer}
+    other = CausalLM.from_config(
+        {**flat_arguments(model), **overrides, "tokenizer": model.tokenizer}
     )
     with pytest.raises(ValueError, match=message):
         save_hf_gpt2(other, tmp_path)
 
 
 def test_a_model_without_tokenizer_needs_one(model, tmp_path):
-    config = {**model.get_config(), "tokenizer": None}
+    config = {**flat_arguments(model), "tokenizer": None}
     with pytest.raises(ValueError, match="tokenizer=NoneType"):
-        save_hf_gpt2(causal_lm(**config), tmp_path)
-    save_hf_gpt2(causal_lm(**config), tmp_path, tokenizer=model.tokenizer)
+        save_hf_gpt2(CausalLM.from_config(config), tmp_path)
+    save_hf_gpt2(CausalLM.from_config(config), tmp_path, tokenizer=model.tokenizer)
 
 
 def test_docstring_examples():

@@ -14,8 +14,9 @@ from keras_tfm.convert import (
     load_hf_llama,
     save_hf_llama,
 )
+from keras_tfm.models import CausalLM
+from keras_tfm.models.legacy_configs import flat_arguments
 from keras_tfm.tokenizers import byte_level_bpe_tokenizer as gguf_tokenizer
-from tests.builders import causal_lm
 from tests.convert import decoder_checks as checks
 
 NAMES = ["llama_gqa", "llama_tied", "mistral", "qwen2"]
@@ -32,8 +33,8 @@ def case(request):
 
 
 def test_configs_are_the_checkpoints():
-    gqa = load_hf_llama(checks.FIXTURES / "tiny_llama_gqa_hf").get_config()
-    tied = load_hf_llama(checks.FIXTURES / "tiny_llama_tied_hf").get_config()
+    gqa = flat_arguments(load_hf_llama(checks.FIXTURES / "tiny_llama_gqa_hf"))
+    tied = flat_arguments(load_hf_llama(checks.FIXTURES / "tiny_llama_tied_hf"))
     common = dict(
         num_layers=2,
         num_heads=4,
@@ -72,8 +73,8 @@ def test_configs_are_the_checkpoints():
     assert mistral.rotary_max_wavelength == 10000.0
     qwen2 = load_hf_llama(checks.FIXTURES / "tiny_qwen2_hf")
     assert (qwen2.use_bias, qwen2.rotary_max_wavelength) == (True, 1e6)
-    output_bias = qwen2.transformer_layers[0].self_attention.output_dense.bias
-    query_bias = qwen2.transformer_layers[0].self_attention.query_dense.bias
+    output_bias = qwen2.backbone.transformer_layers[0].self_attention.output_dense.bias
+    query_bias = qwen2.backbone.transformer_layers[0].self_attention.query_dense.bias
     assert not np.asarray(output_bias).any() and np.asarray(query_bias).any()
     with pytest.raises(ValueError, match="sliding_window=32"):
         load_hf_llama(checks.FIXTURES / "tiny_mistral_hf", max_sequence_length=33)
@@ -106,8 +107,8 @@ def test_rope_base_matters(case):
     # With another base the logits move by more than the tolerance.
     _, model, reference = case
     base = 2 * model.rotary_max_wavelength
-    other = causal_lm(
-        **{**model.get_config(), "rotary_max_wavelength": base, "tokenizer": None}
+    other = CausalLM.from_config(
+        {**flat_arguments(model), "rotary_max_wavelength": base, "tokenizer": None}
     )
     other.set_weights(model.get_weights())
     gap = np.abs(np.asarray(other(reference["token_ids"])) - reference["logits"])
@@ -128,7 +129,7 @@ def test_save_then_load_is_exact(case, tmp_path):
     folder = save_hf_llama(model, tmp_path / "out")
     loaded = load_hf_llama(folder)
     # Layer names are numbered per process ("tokenizer_3"): compare without.
-    assert unnamed(loaded.get_config()) == unnamed(model.get_config())
+    assert unnamed(flat_arguments(loaded)) == unnamed(flat_arguments(model))
     checks.check_same_weights(model, loaded)
     checks.check_decoder_tokenizer(loaded, reference)
     # The same tensors as transformers wrote, under the same names.
@@ -151,9 +152,9 @@ def test_mapping_round_trips_on_its_own(case):
     # llama_weights and hf_llama_tensors are inverse (the GGUF loader reuses
     # llama_weights after renaming its tensors).
     _, model, _ = case
-    attention = model.transformer_layers[0].self_attention
+    attention = model.backbone.transformer_layers[0].self_attention
     config = {
-        **model.get_config(),
+        **flat_arguments(model),
         "head_dim": attention.effective_head_dim,
         "num_key_value_heads": attention.effective_num_key_value_heads,
     }
@@ -361,8 +362,8 @@ def test_sharded_checkpoints_load(tmp_path):
 )
 def test_unsaveable_models_raise(case, tmp_path, overrides, message):
     _, model, _ = case
-    other = causal_lm(
-        **{**model.get_config(), **overrides, "tokenizer": model.tokenizer}
+    other = CausalLM.from_config(
+        {**flat_arguments(model), **overrides, "tokenizer": model.tokenizer}
     )
     with pytest.raises(ValueError, match=message):
         save_hf_llama(other, tmp_path)
@@ -438,5 +439,5 @@ def test_the_gguf_loader_goes_through_this_mapping(tmp_path, untied, monkeypatch
     assert sorted(tensors) == sorted(want)
     for key, value in want.items():
         np.testing.assert_array_equal(tensors[key], value)
-    embedding = model.get_layer("token_embedding").embeddings.numpy()
+    embedding = model.backbone.get_layer("token_embedding").embeddings.numpy()
     np.testing.assert_array_equal(embedding, stored["token_embd.weight"])

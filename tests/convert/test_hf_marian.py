@@ -16,8 +16,9 @@ import keras_tfm
 from keras_tfm.convert import MarianTokenizer, load_hf_marian
 from keras_tfm.convert import marian as hf_marian
 from keras_tfm.layers import PositionalEncoding
+from keras_tfm.models import Seq2SeqLM
+from keras_tfm.models.legacy_configs import flat_arguments
 from keras_tfm.tokenizers import marian_tokenizer
-from tests.builders import seq2seq_lm
 from tests.convert import decoder_checks as checks
 
 FIXTURE = checks.FIXTURES / "tiny_marian_hf"
@@ -42,7 +43,7 @@ def fresh_tokenizer():
 
 
 def test_config_is_the_checkpoints(model):
-    config = model.get_config()
+    config = flat_arguments(model)
     want = dict(
         vocabulary_size=358,
         num_encoder_layers=2,
@@ -103,8 +104,8 @@ def test_encoder_outputs_and_logits_equal_transformers(model, reference):
 
 
 def test_interleaved_positions_would_not_match(model, reference):
-    interleaved = seq2seq_lm(
-        **{**model.get_config(), "position_encoding": "sinusoidal", "tokenizer": None}
+    interleaved = Seq2SeqLM.from_config(
+        {**flat_arguments(model), "position_encoding": "sinusoidal", "tokenizer": None}
     )
     interleaved.set_weights(model.get_weights())
     inputs = {
