@@ -20,6 +20,7 @@ from keras_tfm.convert._hf_files import (
 )
 from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer
 from keras_tfm.models.encoder_backbone import EncoderBackbone
+from keras_tfm.saving import atomic_directory
 
 # HuggingFace `hidden_act` -> our FeedForward activation. HF's "gelu" is the
 # exact erf form, as ours; the tanh approximations ("gelu_new",
@@ -305,7 +306,7 @@ def _check_saveable(backbone, tokenizer):
         )
 
 
-def save_hf_bert(backbone, tokenizer, directory):
+def save_hf_bert(backbone, tokenizer, directory, overwrite=False):
     """Writes `backbone` and `tokenizer` as a HuggingFace BERT checkpoint.
 
     The folder gets config.json (a `BertModel` config), model.safetensors
@@ -318,7 +319,10 @@ def save_hf_bert(backbone, tokenizer, directory):
         backbone: a post-LN `EncoderBackbone` with layer norm, learned
             positions, "gelu" or "relu" and at least one segment.
         tokenizer: the `HFBertTokenizer` whose vocabulary the ids come from.
-        directory: the folder to write (created; files in it are replaced).
+        directory: the folder to write (created, or empty).
+        overwrite: whether to replace a `directory` that holds files. The
+            files are written to a sibling folder first, which replaces
+            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
 
     Returns:
         The folder, as a `pathlib.Path`.
@@ -336,8 +340,12 @@ def save_hf_bert(backbone, tokenizer, directory):
      'tokenizer_config.json', 'vocab.txt']
     """
     _check_saveable(backbone, tokenizer)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(directory, overwrite) as tmp:
+        _write_files(backbone, tokenizer, tmp)
+    return Path(directory)
+
+
+def _write_files(backbone, tokenizer, directory):
     inverse = {v: k for k, v in ACTIVATIONS.items()}
     config = {
         "architectures": ["BertModel"],
@@ -392,4 +400,3 @@ def save_hf_bert(backbone, tokenizer, directory):
     (directory / "special_tokens_map.json").write_text(
         json.dumps(SPECIAL_TOKENS, indent=2) + "\n"
     )
-    return directory

@@ -9,6 +9,8 @@ projections side by side, and the key and value part is our fused
 `key_value` projection as it is.
 """
 
+from pathlib import Path
+
 import numpy as np
 
 from keras_tfm.convert._hf_bpe import (
@@ -33,6 +35,7 @@ from keras_tfm.convert._hf_files import (
 )
 from keras_tfm.convert.gguf_tokenizer import GGUFBytePairTokenizer
 from keras_tfm.models.causal_lm import CausalLM
+from keras_tfm.saving import atomic_directory
 
 # HuggingFace `activation_function` -> our FeedForward activation.
 ACTIVATIONS = {
@@ -272,7 +275,7 @@ def _check_saveable(model, tokenizer):
         check_format_settings("GPT-2 tokenizer (vocab.json, merges.txt)", settings)
 
 
-def save_hf_gpt2(model, directory, tokenizer=None):
+def save_hf_gpt2(model, directory, tokenizer=None, overwrite=False):
     """Writes a `CausalLM` and its tokenizer as a HuggingFace GPT-2 checkpoint.
 
     The folder gets config.json (a `GPT2LMHeadModel` config), model.safetensors
@@ -285,10 +288,13 @@ def save_hf_gpt2(model, directory, tokenizer=None):
         model: a pre-LN `CausalLM` with layer norm, learned positions,
             biases, a tied head, plain multi-head attention and activation
             "gelu_approximate", "gelu" or "relu".
-        directory: the folder to write (created; files in it are replaced).
+        directory: the folder to write (created, or empty).
         tokenizer: a keras-hub byte-level `BytePairTokenizer` (such as
             `GPT2Tokenizer` or `GGUFBytePairTokenizer`) with an
             "<|endoftext|>" token; by default the model's attached tokenizer.
+        overwrite: whether to replace a `directory` that holds files. The
+            files are written to a sibling folder first, which replaces
+            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
 
     Returns:
         The folder, as a `pathlib.Path`.
@@ -301,12 +307,14 @@ def save_hf_gpt2(model, directory, tokenizer=None):
     ['config.json', 'merges.txt', 'model.safetensors', 'special_tokens_map.json',
      'tokenizer_config.json', 'vocab.json']
     """
-    from pathlib import Path
-
     tokenizer = model.tokenizer if tokenizer is None else tokenizer
     _check_saveable(model, tokenizer)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(directory, overwrite) as tmp:
+        _write_files(model, tokenizer, tmp)
+    return Path(directory)
+
+
+def _write_files(model, tokenizer, directory):
     vocabulary = tokenizer_vocabulary(tokenizer)
     end_id = vocabulary[END_OF_TEXT]
     inverse = {"gelu_approximate": "gelu_new", "gelu": "gelu", "relu": "relu"}
@@ -363,4 +371,3 @@ def save_hf_gpt2(model, directory, tokenizer=None):
         },
     )
     write_json(directory / "special_tokens_map.json", special)
-    return directory

@@ -25,6 +25,7 @@ from keras_tfm.convert._hf_files import (
 from keras_tfm.convert.gguf_tokenizer import GGUFBytePairTokenizer
 from keras_tfm.convert.llama import LLAMA_MODEL_TYPES, hf_llama_tensors, llama_weights
 from keras_tfm.models.causal_lm import CausalLM
+from keras_tfm.saving import atomic_directory
 
 
 def _rope_theta(config, where):
@@ -245,7 +246,7 @@ def _saveable_config(model, tokenizer):
     return config
 
 
-def save_hf_llama(model, directory, tokenizer=None):
+def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
     """Writes a `CausalLM` and its tokenizer as a HuggingFace Llama checkpoint.
 
     The folder gets config.json (a `LlamaForCausalLM` config with
@@ -259,9 +260,12 @@ def save_hf_llama(model, directory, tokenizer=None):
         model: a pre-norm `CausalLM` with RMSNorm, SwiGLU and rotary
             positions (biases, grouped-query attention, head size and a
             tied or untied head as it has them).
-        directory: the folder to write (created; files in it are replaced).
+        directory: the folder to write (created, or empty).
         tokenizer: a `GGUFBytePairTokenizer`; by default the model's
             attached tokenizer.
+        overwrite: whether to replace a `directory` that holds files. The
+            files are written to a sibling folder first, which replaces
+            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
 
     Returns:
         The folder, as a `pathlib.Path`.
@@ -276,9 +280,12 @@ def save_hf_llama(model, directory, tokenizer=None):
     """
     tokenizer = model.tokenizer if tokenizer is None else tokenizer
     config = _saveable_config(model, tokenizer)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(directory, overwrite) as tmp:
+        _write_files(model, tokenizer, config, tmp)
+    return Path(directory)
 
+
+def _write_files(model, tokenizer, config, directory):
     def token_id(token):
         return None if token is None else int(tokenizer.token_to_id(token))
 
@@ -323,4 +330,3 @@ def save_hf_llama(model, directory, tokenizer=None):
     if tokenizer.chat_template is not None:
         settings["chat_template"] = tokenizer.chat_template
     write_json(directory / "tokenizer_config.json", settings)
-    return directory
