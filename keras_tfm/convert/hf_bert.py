@@ -11,12 +11,14 @@ import json
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import save_file
 
 from keras_tfm.convert._hf_files import (
     check_format_settings,
     check_model_type,
     config_choice,
+    load_safetensors,
+    parse_json,
 )
 from keras_tfm.convert.hf_bert_tokenizer import HFBertTokenizer
 from keras_tfm.models.encoder_backbone import EncoderBackbone
@@ -44,7 +46,7 @@ def _read_json(path, required=True):
                 f"directory={str(path.parent)!r}"
             )
         return {}
-    return json.loads(path.read_text(encoding="utf-8"))
+    return parse_json(path)
 
 
 def _backbone_config(config, directory):
@@ -215,7 +217,7 @@ def load_hf_bert(directory):
             f"{backbone.vocabulary_size}"
         )
 
-    tensors = _standardize_names(load_file(str(weights_path)))
+    tensors = _standardize_names(load_safetensors(weights_path))
     names = _hf_names(backbone.num_layers)
     ours = {w.path: w for w in backbone.weights}
     missing = [hf for hf, _ in names.values() if hf not in tensors]
