@@ -59,17 +59,12 @@ def llama_config(config, directory="."):
             "Only SwiGLU feed-forward networks (hidden_act 'silu') are "
             f"supported. Received: hidden_act={config['hidden_act']!r} in {where}"
         )
-    attention_bias = bool(config.get("attention_bias", False))
-    mlp_bias = bool(config.get("mlp_bias", False))
-    if model_type == "qwen2":
-        # Query, key and value biases; see `_add_qwen2_zero_biases`.
-        attention_bias = mlp_bias = True
-    if attention_bias != mlp_bias:
-        raise ValueError(
-            "`attention_bias` and `mlp_bias` must agree (`use_bias` covers all "
-            f"projections). Received: attention_bias={attention_bias}, "
-            f"mlp_bias={mlp_bias} in {where}"
-        )
+    # One `use_bias` covers every projection; the biases a checkpoint lacks
+    # (Qwen2's output and feed-forward ones, or those of one of
+    # `attention_bias` / `mlp_bias`) load as zeros: see `_zero_biases`.
+    use_bias = model_type == "qwen2" or any(
+        bool(config.get(key, False)) for key in ("attention_bias", "mlp_bias")
+    )
     for key in ("pretraining_tp",):
         if config.get(key, 1) != 1:
             raise ValueError(f"Received: {key}={config[key]!r} in {where}")
@@ -96,30 +91,56 @@ def llama_config(config, directory="."):
         layer_norm_epsilon=float(config.get("rms_norm_eps", 1e-6)),
         position_encoding="rotary",
         rotary_max_wavelength=_rope_theta(config, where),
-        use_bias=attention_bias,
+        use_bias=use_bias,
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         padding_id=None,
     )
 
 
-def _add_qwen2_zero_biases(tensors, config):
-    """Qwen2 has query, key and value biases only; `use_bias` covers every
-    projection, so the output and feed-forward biases are zeros (exact)."""
+ATTENTION_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj",
+                         "self_attn.v_proj", "self_attn.o_proj")  # fmt: skip
+MLP_PROJECTIONS = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def _zero_biases(hf_config):
+    """`(projections, who)`: the projections whose bias the checkpoint has
+    none of, though the model (one `use_bias` for all) has one; `who` starts
+    the error for a checkpoint that has one after all.
+
+    transformers' `attention_bias` covers the query, key, value and output
+    projections, `mlp_bias` the gate, up and down ones; Qwen2 has query,
+    key and value biases only.
+    """
+    if hf_config.get("model_type") == "qwen2":
+        return ("self_attn.o_proj", *MLP_PROJECTIONS), "A Qwen2 checkpoint has"
+    attention_bias = bool(hf_config.get("attention_bias", False))
+    mlp_bias = bool(hf_config.get("mlp_bias", False))
+    if attention_bias and not mlp_bias:
+        return MLP_PROJECTIONS, "With mlp_bias=false a checkpoint has"
+    if mlp_bias and not attention_bias:
+        return ATTENTION_PROJECTIONS, "With attention_bias=false a checkpoint has"
+    return (), ""
+
+
+def _add_zero_biases(tensors, config, projections, who):
+    """`tensors` with zero biases for `projections` (the same computation)."""
     tensors = dict(tensors)
-    hidden, inner = config["hidden_dim"], config["intermediate_dim"]
+    head_dim = config["head_dim"]
+    sizes = {
+        "self_attn.q_proj": config["num_heads"] * head_dim,
+        "self_attn.k_proj": config["num_key_value_heads"] * head_dim,
+        "self_attn.v_proj": config["num_key_value_heads"] * head_dim,
+        "self_attn.o_proj": config["hidden_dim"],
+        "mlp.gate_proj": config["intermediate_dim"],
+        "mlp.up_proj": config["intermediate_dim"],
+        "mlp.down_proj": config["hidden_dim"],
+    }
     for i in range(config["num_layers"]):
-        p = f"model.layers.{i}."
-        for name, size in (
-            ("self_attn.o_proj", hidden),
-            ("mlp.gate_proj", inner),
-            ("mlp.up_proj", inner),
-            ("mlp.down_proj", hidden),
-        ):
-            if p + name + ".bias" in tensors:
-                raise ValueError(
-                    f"A Qwen2 checkpoint has no {p}{name}.bias, but this one does"
-                )
-            tensors[p + name + ".bias"] = np.zeros((size,), "float32")
+        for name in projections:
+            bias = f"model.layers.{i}.{name}.bias"
+            if bias in tensors:
+                raise ValueError(f"{who} no {bias}, but this one does")
+            tensors[bias] = np.zeros((sizes[name],), "float32")
     return tensors
 
 
@@ -161,13 +182,16 @@ def load_hf_llama(directory, max_sequence_length=None):
     "qwen2"; SmolLM is a Llama) become a pre-norm `CausalLM` with RMSNorm, SwiGLU,
     grouped-query attention (the config's `num_key_value_heads` and
     `head_dim`), RoPE with the config's base (`rope_theta`; RoPE scaling is
-    refused), biases when `attention_bias` and `mlp_bias` say so, and the
+    refused), biases when `attention_bias` or `mlp_bias` say so, and the
     head tied or untied as `tie_word_embeddings` says. `padding_id` is None
     (Llama masks no token id). A Mistral sliding window caps
     `max_sequence_length` (within the window the attention is the same).
-    Qwen2's query, key and value biases load into a model with
-    `use_bias=True` whose output and feed-forward biases are zeros (the same
-    computation; `save_hf_llama` then writes a Llama with all biases).
+    The model has one `use_bias` for every projection: the biases a
+    checkpoint has none of (the feed-forward ones with `attention_bias` but
+    not `mlp_bias`, the attention ones the other way round, Qwen2's output
+    and feed-forward ones beside its query, key and value biases) load as
+    zeros, the same computation; `save_hf_llama` then writes a Llama with
+    all biases.
     The tokenizer is attached: a `GGUFBytePairTokenizer` (keras-hub's
     byte-level BPE) with the vocabulary, merges and pre-tokenization of
     tokenizer.json (GPT-2's split, SmolLM's digit split, or the Split regex
@@ -206,8 +230,8 @@ def load_hf_llama(directory, max_sequence_length=None):
                 )
         config["max_sequence_length"] = max_sequence_length
     tensors = read_safetensors(directory)
-    if hf_config.get("model_type") == "qwen2":
-        tensors = _add_qwen2_zero_biases(tensors, config)
+    projections, who = _zero_biases(hf_config)
+    tensors = _add_zero_biases(tensors, config, projections, who)
     weights = llama_weights(tensors, config, str(directory))
     tokenizer = _load_tokenizer(directory, config["vocabulary_size"])
     model = CausalLM(**config, tokenizer=tokenizer, dtype="float32")
