@@ -17,8 +17,9 @@ NON_FINITE = [math.nan, math.inf, -math.inf]
 
 
 def lm(**overrides):
-    return models.CausalLM(
-        **{
+    # `from_config` of the flat arguments: what the converters build with.
+    return models.CausalLM.from_config(
+        {
             "vocabulary_size": 50, "num_layers": 1, "num_heads": 2, "hidden_dim": 16,
             "intermediate_dim": 32, "max_sequence_length": 16, **overrides,
         }
