@@ -16,14 +16,11 @@ from safetensors.numpy import load_file
 
 from keras_tfm.convert import load_hf_llama, save_hf_llama
 from tests.convert import decoder_checks as checks
+from tests.convert.llama_reference import rms_norm
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 TOKEN_IDS = np.array([[5, 17, 200, 3, 99, 42, 7, 300]])
-
-
-def rms_norm(x, weight, epsilon):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + epsilon) * weight
 
 
 def rope_halves(x, base):
