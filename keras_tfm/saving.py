@@ -175,7 +175,14 @@ def atomic_directory(directory, overwrite=False):
     >>> sorted(path.name for path in target.iterdir())
     ['config.json']
     """
-    directory = check_target_directory(directory, overwrite)
+    given = check_target_directory(directory, overwrite)
+    directory = Path(os.path.abspath(given))  # "." has a parent, and a name
+    if Path.cwd() == directory or directory in Path.cwd().parents:
+        raise ValueError(
+            "`directory` holds the current working directory, which replacing "
+            "it would delete from under this process: write to another folder. "
+            f"Received: directory={str(given)!r}"
+        )
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = _fresh_sibling(directory, "tmp")
     try:

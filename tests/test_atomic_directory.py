@@ -165,3 +165,20 @@ def test_a_failed_rename_puts_the_old_folder_back(tmp_path, monkeypatch):
         with saving.atomic_directory(folder, overwrite=True) as tmp:
             (tmp / "x").write_bytes(np.arange(3).tobytes())
     assert snapshot(tmp_path) == before
+
+
+def test_a_relative_path_is_written_beside_and_the_working_folder_refused(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    with saving.atomic_directory("out") as tmp:
+        assert tmp.parent == tmp_path
+        (tmp / "a").write_text("a")
+    assert (tmp_path / "out" / "a").read_text() == "a"
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    for directory in (".", "..", str(tmp_path)):
+        with pytest.raises(ValueError, match="holds the current working directory"):
+            with saving.atomic_directory(directory, overwrite=True):
+                pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "sub"]
