@@ -16,6 +16,11 @@ PosixPath('/tmp/lm.keras')
 >>> atomic_save(model, "/tmp/lm.weights.h5")       # the weights only
 PosixPath('/tmp/lm.weights.h5')
 
+Exports that write a folder of files (`keras_tfm.convert.save_hf_*`,
+`keras_tfm.zoo.save_preset`) go through `atomic_directory`: they refuse a
+folder that holds files unless `overwrite=True`, and write a sibling folder
+that replaces the old one only when complete.
+
 Loading: `keras.models.load_model` reports a truncated or corrupt `.keras`
 file as "File not found" (it treats any file that does not open as a zip as
 missing), and a damaged byte inside the archive can even load silently.
@@ -31,6 +36,7 @@ PosixPath('/tmp/lm.weights.h5')
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import zipfile
@@ -80,6 +86,127 @@ def atomic_path(path, suffix=""):
             os.remove(tmp)
         raise
     _fsync_directory(path.parent)
+
+
+def check_target_directory(directory, overwrite=False):
+    """Refuses to write into a folder that holds files, unless `overwrite`.
+
+    Args:
+        directory: the folder an export will write.
+        overwrite: whether replacing an existing non-empty folder is wanted.
+
+    Returns:
+        `directory`, a `pathlib.Path`.
+
+    Raises:
+        ValueError: if `directory` is a file, or a non-empty folder while
+            `overwrite` is False.
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(
+            "`directory` must be a folder to write, but it is a file. "
+            f"Received: directory={str(directory)!r}"
+        )
+    if not overwrite and directory.is_dir() and any(directory.iterdir()):
+        raise ValueError(
+            "`directory` exists and is not empty; pass overwrite=True to replace "
+            f"it (its files are then deleted). Received: directory={str(directory)!r}"
+        )
+    return directory
+
+
+def _fsync_tree(directory):
+    for path in sorted(Path(directory).rglob("*"), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        elif path.is_dir():
+            _fsync_directory(path)
+    _fsync_directory(directory)
+
+
+def _fresh_sibling(directory, tag):
+    """A new empty folder `.<name>.<tag>-<random>` beside `directory`.
+
+    Made with `mkdir`, so it gets the user's usual permissions (umask), as
+    the folder it becomes should (`tempfile.mkdtemp` would make it private).
+    """
+    while True:
+        path = directory.parent / f".{directory.name}.{tag}-{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+
+
+@contextlib.contextmanager
+def atomic_directory(directory, overwrite=False):
+    """Yields a temporary folder beside `directory`; moves it into place on success.
+
+    For exports that write several files (a HuggingFace checkpoint, a
+    preset): everything is written into a fresh sibling folder, which
+    replaces `directory` only once the block has finished. If the block
+    raises (a full disk, an interrupted process, a failed check), the
+    temporary folder is removed and `directory` keeps its previous files,
+    byte for byte. A non-empty `directory` is refused unless `overwrite`
+    (as `keras.Model.save` asks), before anything is written.
+
+    A folder cannot be swapped for another in one atomic step: the old one
+    is renamed aside (into `.<name>.old-*` in the same parent), the new one
+    renamed in, and the old one deleted. Only a crash between the two
+    renames leaves no `directory`; the old files are then in `.<name>.old-*`.
+
+    Args:
+        directory: the folder to write (its parent is created if needed).
+        overwrite: whether an existing non-empty `directory` may be replaced.
+
+    Yields:
+        The temporary folder (a `pathlib.Path`) to write into.
+
+    Raises:
+        ValueError: as `check_target_directory`.
+
+    Example:
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "export"
+    >>> with atomic_directory(target) as tmp:
+    ...     _ = (tmp / "config.json").write_text("{}")
+    >>> sorted(path.name for path in target.iterdir())
+    ['config.json']
+    """
+    given = check_target_directory(directory, overwrite)
+    directory = Path(os.path.abspath(given))  # "." has a parent, and a name
+    if Path.cwd() == directory or directory in Path.cwd().parents:
+        raise ValueError(
+            "`directory` holds the current working directory, which replacing "
+            "it would delete from under this process: write to another folder. "
+            f"Received: directory={str(given)!r}"
+        )
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _fresh_sibling(directory, "tmp")
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if directory.exists():
+        old = _fresh_sibling(directory, "old")
+        os.replace(directory, old / directory.name)
+    try:
+        os.replace(tmp, directory)
+    except BaseException:
+        if old is not None:
+            os.replace(old / directory.name, directory)
+            old.rmdir()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_directory(directory.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def atomic_save(model, path, include_optimizer=True):

@@ -2,8 +2,11 @@
 
 Every check raises a `ValueError` that names the argument and quotes the
 value received, so that a bad call fails at the line that made it rather
-than as a NaN or a silent broadcast three layers later.
+than as a NaN or a silent broadcast three layers later. Float settings are
+refused when not finite (NaN, infinity), whatever their range.
 """
+
+import math
 
 NORMALIZATIONS = ("layer_norm", "rms_norm")
 
@@ -31,18 +34,40 @@ def check_heads(num_heads, head_dim, num_key_value_heads):
     return head_dim, num_key_value_heads
 
 
-def check_rate(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"`{name}` must be a number. Received: {name}={value!r}")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value!r}")
+def check_finite_float(name, value):
+    """A finite number (an int or a float, not a bool), as a float.
+
+    NaN and infinity are refused: every comparison with NaN is False, so a
+    range check alone (`value <= 0`) lets it through.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+    ):
+        raise ValueError(
+            f"`{name}` must be a finite number. Received: {name}={value!r}"
+        )
     return float(value)
 
 
+def check_rate(name, value):
+    value = check_finite_float(name, value)
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value!r}")
+    return value
+
+
 def check_positive_float(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    """A finite number > 0, as a float (NaN and infinity are refused)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(
-            f"`{name}` must be a positive number. Received: {name}={value!r}"
+            f"`{name}` must be a positive finite number. Received: {name}={value!r}"
         )
     return float(value)
 

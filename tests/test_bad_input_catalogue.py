@@ -7,6 +7,8 @@ is up to date), so the document and the tests cannot drift apart:
 
 A row whose `fixed` is False records a bad error that is reported but not
 yet fixed; its test is a strict xfail that starts failing once it is fixed.
+A row's `before` says what the input got before it was fixed; a row whose
+`error` is None is an input once refused or mishandled that now works.
 """
 
 import dataclasses
@@ -24,6 +26,7 @@ from tests.builders import causal_lm
 from tests.convert.tiny_gguf import Q, write_tiny_llama
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Row:
     message: str  # a substring of its message
     run: object  # a callable taking a tmp folder
     fixed: bool = True
+    before: str = ""  # what it got before the fix, if it was fixed
 
 
 def lm(**overrides):
@@ -71,9 +75,8 @@ def hf_copy(folder, name, **config_changes):
     import json
     import shutil
 
-    fixtures = Path(__file__).resolve().parent / "fixtures"
     target = folder / name
-    shutil.copytree(fixtures / f"tiny_{name}_hf", target)
+    shutil.copytree(FIXTURES / f"tiny_{name}_hf", target)
     config = json.loads((target / "config.json").read_text())
     (target / "config.json").write_text(json.dumps({**config, **config_changes}))
     return target
@@ -111,7 +114,7 @@ def fortunes():
 def truncated(folder, name, save):
     """A whole file saved by `save(path)`, then cut to half its length."""
     path = folder / name
-    save(path)
+    save(path)  # (a no-op for a file that is there already)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     return path
@@ -129,6 +132,80 @@ def preset_with_truncated_weights(folder):
     model = zoo.from_preset("gpt_nano")
     truncated(folder / "p", "model.weights.h5", model.save_weights)
     return zoo.from_preset("p", root=folder)
+
+
+def folder_with_files(folder):
+    """A user's folder that already holds their own config.json."""
+    (folder / "mine").mkdir()
+    (folder / "mine" / "config.json").write_text('{"mine": true}')
+    return folder / "mine"
+
+
+def save_gpt2_over(folder):
+    model = convert.load_hf_gpt2(FIXTURES / "tiny_gpt2_hf")
+    convert.save_hf_gpt2(model, folder_with_files(folder))
+
+
+def save_gpt2_to_a_full_disk(folder):
+    """Writing the weights fails; the folder must be left byte-identical."""
+    import errno
+
+    from keras_tfm.convert import hf_gpt2
+
+    target = folder_with_files(folder)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    model = convert.load_hf_gpt2(FIXTURES / "tiny_gpt2_hf")
+    write, hf_gpt2.write_safetensors = hf_gpt2.write_safetensors, full_disk
+    try:
+        convert.save_hf_gpt2(model, target, overwrite=True)
+    finally:
+        hf_gpt2.write_safetensors = write
+        after = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+        assert after == before, "the failed save changed the folder"
+
+
+def llama_with_attention_biases(folder):
+    """The Llama fixture with query, key, value and output biases only."""
+    from safetensors.numpy import load_file, save_file
+
+    target = hf_copy(folder, "llama_gqa", attention_bias=True, mlp_bias=False)
+    tensors = load_file(str(target / "model.safetensors"))
+    for name in list(tensors):
+        if name.endswith("_proj.weight") and ".self_attn." in name:
+            size = tensors[name].shape[0]
+            tensors[name.replace(".weight", ".bias")] = np.full(size, 0.1, "float32")
+    save_file(tensors, str(target / "model.safetensors"))
+    return target
+
+
+def cut_safetensors(folder):
+    target = hf_copy(folder, "gpt2")
+    truncated(target, "model.safetensors", lambda path: None)
+    return target
+
+
+def config_not_json(folder):
+    target = hf_copy(folder, "llama_gqa")
+    (target / "config.json").write_text('{"model_type": "llama",,}')
+    return target
+
+
+def lm_file(folder):
+    """A .keras language model with a byte tokenizer, for the CLI."""
+    model = lm(vocabulary_size=256, tokenizer=keras_hub.tokenizers.ByteTokenizer())
+    model(x(1, 2, dtype="int32", fill=1))
+    model.save(folder / "lm.keras")
+    return str(folder / "lm.keras")
+
+
+def enable_lora_nan(folder):
+    model = lm()
+    model(x(1, 2, dtype="int32", fill=1))
+    training.enable_lora(model, rank=2, lora_alpha=float("nan"))
 
 
 MHSA = layers.MultiHeadSelfAttention
@@ -179,6 +256,18 @@ CATALOGUE = [
         lambda d: lm().generate([[1, 2]], max_new_tokens=100)),
     Row("model", "unknown sampler", "ValueError", "Received: sampler='bogus'",
         lambda d: lm().generate([[1, 2]], max_new_tokens=2, sampler="bogus")),
+    Row("model", "`generate(sampler=\"random\", temperature=nan)`", "ValueError",
+        "Received: temperature=nan", lambda d: lm().generate(
+            [[1, 2]], max_new_tokens=2, sampler="random", temperature=float("nan")),
+        before="accepted: the same token every step (\"And nat nat nat nat\")"),
+    Row("model", "`generate(sampler=\"random\", temperature=inf)`", "ValueError",
+        "Received: temperature=inf", lambda d: lm().generate(
+            [[1, 2]], max_new_tokens=2, sampler="random", temperature=float("inf")),
+        before="accepted: sampled uniformly"),
+    Row("model", "`CausalLM(layer_norm_epsilon=inf)`", "ValueError",
+        "Received: layer_norm_epsilon=inf",
+        lambda d: lm(layer_norm_epsilon=float("inf")),
+        before="accepted: the norms output zeros, every position the same logits"),
     Row("model", "`Seq2SeqTransformer` without `target_ids`", "ValueError",
         '"source_ids" and "target_ids"', lambda d: zoo.from_preset(
             "transformer_tiny")({"source_ids": x(1, 4, dtype="int32", fill=1)})),
@@ -212,6 +301,13 @@ CATALOGUE = [
         "not a path", lambda d: zoo.from_preset("../etc")),
     Row("zoo", "unknown preset", "ValueError", "Unknown preset",
         lambda d: zoo.from_preset("nope")),
+    Row("zoo", "`from_preset(\"kjv-gpt\")` (a near miss)", "ValueError",
+        "Did you mean 'kjv_gpt'?", lambda d: zoo.from_preset("kjv-gpt"),
+        before="the list of presets, no guess"),
+    Row("zoo", "`from_preset(\"runs/lm.keras\")` (a file path)", "ValueError",
+        "keras_tfm.saving.load_model(path)",
+        lambda d: zoo.from_preset("runs/lm.keras"),
+        before="\"not a path\", with no word of how to load one"),
     Row("zoo", "unknown override", "ValueError", "Unknown override(s) ['bogus']",
         lambda d: zoo.from_preset("gpt_nano", bogus=1)),
     # Data loaders.
@@ -233,6 +329,9 @@ CATALOGUE = [
     Row("training", "`TokenCrossEntropy(label_smoothing=2.0)`", "ValueError",
         "Received: label_smoothing=2.0",
         lambda d: training.TokenCrossEntropy(label_smoothing=2.0)),
+    Row("training", "`enable_lora(model, rank=2, lora_alpha=nan)`", "ValueError",
+        "Received: lora_alpha=nan", enable_lora_nan,
+        before="accepted: every output NaN"),
     Row("convert", "`load_gguf_llama` of a file that is not GGUF", "ValueError",
         "Not a GGUF file", lambda d: convert.load_gguf_llama(
             write(d, "m.gguf", b"PK\x03\x04 a zip archive"))),
@@ -262,6 +361,25 @@ CATALOGUE = [
     Row("convert", "`load_hf_marian` of a pre-LN Marian config", "ValueError",
         "normalize_before=True", lambda d:
         convert.load_hf_marian(hf_copy(d, "marian", normalize_before=True))),
+    Row("convert", "`save_hf_gpt2` (or any `save_hf_*`) into a folder holding "
+        "the user's files", "ValueError", "not empty; pass overwrite=True",
+        save_gpt2_over, before="overwrote them silently (their config.json)"),
+    Row("convert", "a `model.safetensors` cut in half", "ValueError",
+        "model.safetensors is truncated or corrupt", lambda d:
+        convert.load_hf_gpt2(cut_safetensors(d)),
+        before="`SafetensorError: ... incomplete metadata, file not fully "
+        "covered`, naming no file"),
+    Row("convert", "a `config.json` that is not JSON", "ValueError",
+        "config.json is not valid JSON", lambda d:
+        convert.load_hf_llama(config_not_json(d)),
+        before="`JSONDecodeError` without the file name"),
+    Row("convert", "`save_hf_gpt2(..., overwrite=True)` failing midway (a full "
+        "disk)", "OSError", "No space left on device", save_gpt2_to_a_full_disk,
+        before="the folder was left half-written; now it is left byte-identical "
+        "(any `save_hf_*`, `save_preset`)"),
+    Row("convert", "a Llama config with `attention_bias: true, mlp_bias: false`",
+        None, "", lambda d: convert.load_hf_llama(llama_with_attention_biases(d)),
+        before="refused: one `use_bias` covered all projections"),
     # The command line (SystemExit: a one-line message, no traceback).
     Row("cli", "`train --data` a missing file", "SystemExit", "no such file",
         lambda d: cli.main(["train", "--data", str(d / "missing.txt")])),
@@ -280,6 +398,11 @@ CATALOGUE = [
         lambda d: cli.main(["train", "--save-freq", "0"])),
     Row("cli", "`train --dropout 1.5`", "SystemExit", "Received: dropout=1.5",
         lambda d: cli.main(["train", "--dropout", "1.5"])),
+    Row("cli", "`generate --temperature nan` (or `inf`)", "SystemExit",
+        "Received: temperature=nan", lambda d: cli.main(
+            ["generate", lm_file(d), "--prompt", "a", "--max-new-tokens", "2",
+             "--temperature", "nan"]),
+        before="accepted: the same token every step"),
     Row("cli", "`train --strategy multi_worker` without TF_CONFIG", "SystemExit",
         "needs the TF_CONFIG", lambda d: cli.main(
             ["train", "--strategy", "multi_worker"])),
@@ -318,7 +441,9 @@ def render():
         "command line turns them into a one-line `keras-tfm: ...` message",
         "(`SystemExit`), and argparse rejects malformed flags with exit code 2.",
         "Rows marked **open** still get a poor error (a TensorFlow error, or",
-        "nothing); they are reported and tested as strict xfails.",
+        "nothing); they are reported and tested as strict xfails. A status",
+        "\"(before: ...)\" says what the input got before it was fixed; an",
+        "error \"none: works\" marks an input once refused that now works.",
         "",
         "Plain `keras.models.load_model` reports a truncated or corrupt `.keras`",
         "file as `File not found` (Keras treats any file that does not open as",
@@ -336,9 +461,13 @@ def render():
     ]
     for row in CATALOGUE:
         status = "ok" if row.fixed else "**open**"
-        message = row.message.replace("|", "\\|")
+        if row.before:
+            status += f" (before: {row.before})"
+        status = status.replace("|", "\\|")
+        error = "none: works" if row.error is None else f"`{row.error}`"
+        message = f"`{row.message}`".replace("|", "\\|") if row.message else ""
         lines.append(
-            f"| {row.area} | {row.bad_input} | `{row.error}` | `{message}` | {status} |"
+            f"| {row.area} | {row.bad_input} | {error} | {message} | {status} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -353,6 +482,9 @@ def test_bad_input_gets_its_error(row, tmp_path, request):
         request.applymarker(pytest.mark.xfail(strict=True, reason="reported, open"))
         with pytest.raises(ValueError, match=r"\w"):
             row.run(tmp_path)
+        return
+    if row.error is None:
+        row.run(tmp_path)  # once refused or mishandled, now it works
         return
     with pytest.raises(BaseException) as info:
         row.run(tmp_path)

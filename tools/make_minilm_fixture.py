@@ -117,7 +117,9 @@ def tiny_reference():
     for weight in backbone.weights:
         weight.assign(rng.normal(0, 0.3, weight.shape).astype("float32"))
     directory = FIXTURES / "tiny_bert_hf"
-    save_hf_bert(backbone, HFBertTokenizer(TINY_VOCAB, lowercase=True), directory)
+    save_hf_bert(
+        backbone, HFBertTokenizer(TINY_VOCAB, lowercase=True), directory, overwrite=True
+    )
     ids = rng.integers(5, len(TINY_VOCAB), (3, 12)).astype("int32")
     ids[:, 0] = 2
     mask = np.ones_like(ids)

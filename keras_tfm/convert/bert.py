@@ -29,6 +29,7 @@ from keras_tfm.convert.hf_directory import (
 )
 from keras_tfm.convert.weights import assign_weights, model_weights, require_tensors
 from keras_tfm.models.encoder_backbone import EncoderBackbone
+from keras_tfm.saving import atomic_directory
 from keras_tfm.tokenizers.hf_bert_tokenizer import HFBertTokenizer
 
 # HuggingFace `hidden_act` -> our FeedForward activation. HF's "gelu" is the
@@ -287,7 +288,7 @@ def _check_saveable(backbone, tokenizer):
     check_vocabulary_size(tokenizer, backbone, "backbone")
 
 
-def save_hf_bert(backbone, tokenizer, directory):
+def save_hf_bert(backbone, tokenizer, directory, overwrite=False):
     """Writes `backbone` and `tokenizer` as a HuggingFace BERT checkpoint.
 
     The folder gets config.json (a `BertModel` config), model.safetensors
@@ -300,7 +301,11 @@ def save_hf_bert(backbone, tokenizer, directory):
         backbone: a post-LN `EncoderBackbone` with layer norm, learned
             positions, "gelu" or "relu" and at least one segment.
         tokenizer: the `HFBertTokenizer` whose vocabulary the ids come from.
-        directory: the folder to write (created; files in it are replaced).
+        directory: the folder to write (created, or empty).
+
+        overwrite: whether to replace a `directory` that holds files. The
+            files are written to a sibling folder first, which replaces
+            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
 
     Returns:
         The folder, as a `pathlib.Path`.
@@ -318,43 +323,45 @@ def save_hf_bert(backbone, tokenizer, directory):
      'tokenizer_config.json', 'vocab.txt']
     """
     _check_saveable(backbone, tokenizer)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    inverse = {v: k for k, v in ACTIVATIONS.items()}
-    config = {
-        "architectures": ["BertModel"],
-        "model_type": "bert",
-        "vocab_size": backbone.vocabulary_size,
-        "hidden_size": backbone.hidden_dim,
-        "num_hidden_layers": backbone.num_layers,
-        "num_attention_heads": backbone.num_heads,
-        "intermediate_size": backbone.intermediate_dim,
-        "hidden_act": inverse[backbone.activation],
-        "hidden_dropout_prob": backbone.dropout,
-        "attention_probs_dropout_prob": backbone.dropout,
-        "max_position_embeddings": backbone.max_sequence_length,
-        "type_vocab_size": backbone.num_segments,
-        "initializer_range": 0.02,
-        "layer_norm_eps": backbone.layer_norm_epsilon,
-        "pad_token_id": 0 if backbone.padding_id is None else backbone.padding_id,
-        "position_embedding_type": "absolute",
-    }
-    write_json(directory / "config.json", config)
-    tensors = hf_bert_tensors(
-        model_weights(backbone), backbone.num_layers, backbone.hidden_dim
-    )
-    write_safetensors(tensors, directory)
+    target = Path(directory)
+    with atomic_directory(target, overwrite) as directory:
+        inverse = {v: k for k, v in ACTIVATIONS.items()}
+        config = {
+            "architectures": ["BertModel"],
+            "model_type": "bert",
+            "vocab_size": backbone.vocabulary_size,
+            "hidden_size": backbone.hidden_dim,
+            "num_hidden_layers": backbone.num_layers,
+            "num_attention_heads": backbone.num_heads,
+            "intermediate_size": backbone.intermediate_dim,
+            "hidden_act": inverse[backbone.activation],
+            "hidden_dropout_prob": backbone.dropout,
+            "attention_probs_dropout_prob": backbone.dropout,
+            "max_position_embeddings": backbone.max_sequence_length,
+            "type_vocab_size": backbone.num_segments,
+            "initializer_range": 0.02,
+            "layer_norm_eps": backbone.layer_norm_epsilon,
+            "pad_token_id": 0 if backbone.padding_id is None else backbone.padding_id,
+            "position_embedding_type": "absolute",
+        }
+        write_json(directory / "config.json", config)
+        tensors = hf_bert_tensors(
+            model_weights(backbone), backbone.num_layers, backbone.hidden_dim
+        )
+        write_safetensors(tensors, directory)
 
-    vocabulary = tokenizer.get_vocabulary()
-    (directory / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
-    tokenizer_config = {
-        "tokenizer_class": "BertTokenizer",
-        "do_lower_case": tokenizer.hf_lowercase,
-        "strip_accents": tokenizer.hf_strip_accents,
-        "tokenize_chinese_chars": tokenizer.split_on_cjk,
-        "model_max_length": backbone.max_sequence_length,
-        **SPECIAL_TOKENS,
-    }
-    write_json(directory / "tokenizer_config.json", tokenizer_config)
-    write_json(directory / "special_tokens_map.json", SPECIAL_TOKENS)
-    return directory
+        vocabulary = tokenizer.get_vocabulary()
+        (directory / "vocab.txt").write_text(
+            "\n".join(vocabulary) + "\n", encoding="utf-8"
+        )
+        tokenizer_config = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": tokenizer.hf_lowercase,
+            "strip_accents": tokenizer.hf_strip_accents,
+            "tokenize_chinese_chars": tokenizer.split_on_cjk,
+            "model_max_length": backbone.max_sequence_length,
+            **SPECIAL_TOKENS,
+        }
+        write_json(directory / "tokenizer_config.json", tokenizer_config)
+        write_json(directory / "special_tokens_map.json", SPECIAL_TOKENS)
+    return target

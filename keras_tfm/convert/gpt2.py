@@ -39,6 +39,7 @@ from keras_tfm.convert.weights import (
     require_tensors,
 )
 from keras_tfm.models.causal_lm import CausalLM
+from keras_tfm.saving import atomic_directory
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 
 # HuggingFace `activation_function` -> our FeedForward activation.
@@ -277,7 +278,7 @@ def _check_saveable(model, tokenizer):
         check_format_settings("GPT-2 tokenizer (vocab.json, merges.txt)", settings)
 
 
-def save_hf_gpt2(model, directory, tokenizer=None):
+def save_hf_gpt2(model, directory, tokenizer=None, overwrite=False):
     """Writes a `CausalLM` and its tokenizer as a HuggingFace GPT-2 checkpoint.
 
     The folder gets config.json (a `GPT2LMHeadModel` config), model.safetensors
@@ -290,10 +291,14 @@ def save_hf_gpt2(model, directory, tokenizer=None):
         model: a pre-LN `CausalLM` with layer norm, learned positions,
             biases, a tied head, plain multi-head attention and activation
             "gelu_approximate", "gelu" or "relu".
-        directory: the folder to write (created; files in it are replaced).
+        directory: the folder to write (created, or empty).
         tokenizer: a keras-hub byte-level `BytePairTokenizer` (such as
             `GPT2Tokenizer` or `ByteLevelBPETokenizer`) with an
             "<|endoftext|>" token; by default the model's attached tokenizer.
+
+        overwrite: whether to replace a `directory` that holds files. The
+            files are written to a sibling folder first, which replaces
+            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
 
     Returns:
         The folder, as a `pathlib.Path`.
@@ -310,62 +315,62 @@ def save_hf_gpt2(model, directory, tokenizer=None):
 
     tokenizer = model.tokenizer if tokenizer is None else tokenizer
     _check_saveable(model, tokenizer)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    vocabulary = tokenizer_vocabulary(tokenizer)
-    end_id = vocabulary[END_OF_TEXT]
-    inverse = {"gelu_approximate": "gelu_new", "gelu": "gelu", "relu": "relu"}
-    config = {
-        "architectures": ["GPT2LMHeadModel"],
-        "model_type": "gpt2",
-        "vocab_size": model.vocabulary_size,
-        "n_positions": model.max_sequence_length,
-        "n_embd": model.hidden_dim,
-        "n_layer": model.num_layers,
-        "n_head": model.num_heads,
-        "n_inner": model.intermediate_dim,
-        "activation_function": inverse[model.activation],
-        "resid_pdrop": model.dropout,
-        "embd_pdrop": model.dropout,
-        "attn_pdrop": model.dropout,
-        "layer_norm_epsilon": model.layer_norm_epsilon,
-        "initializer_range": 0.02,
-        "bos_token_id": end_id,
-        "eos_token_id": end_id,
-        "pad_token_id": model.padding_id,
-        "tie_word_embeddings": True,
-    }
-    write_json(directory / "config.json", config)
+    target = Path(directory)
+    with atomic_directory(target, overwrite) as directory:
+        vocabulary = tokenizer_vocabulary(tokenizer)
+        end_id = vocabulary[END_OF_TEXT]
+        inverse = {"gelu_approximate": "gelu_new", "gelu": "gelu", "relu": "relu"}
+        config = {
+            "architectures": ["GPT2LMHeadModel"],
+            "model_type": "gpt2",
+            "vocab_size": model.vocabulary_size,
+            "n_positions": model.max_sequence_length,
+            "n_embd": model.hidden_dim,
+            "n_layer": model.num_layers,
+            "n_head": model.num_heads,
+            "n_inner": model.intermediate_dim,
+            "activation_function": inverse[model.activation],
+            "resid_pdrop": model.dropout,
+            "embd_pdrop": model.dropout,
+            "attn_pdrop": model.dropout,
+            "layer_norm_epsilon": model.layer_norm_epsilon,
+            "initializer_range": 0.02,
+            "bos_token_id": end_id,
+            "eos_token_id": end_id,
+            "pad_token_id": model.padding_id,
+            "tie_word_embeddings": True,
+        }
+        write_json(directory / "config.json", config)
 
-    ours = model_weights(model)
-    tensors = {
-        f"transformer.{theirs}": ours[path]
-        for path, theirs in _hf_names(model.num_layers).items()
-    }
-    for i in range(model.num_layers):
-        p = f"transformer_layer_{i}/self_attention/"
-        tensors[f"transformer.h.{i}.attn.c_attn.weight"] = np.concatenate(
-            [ours[p + "query/kernel"], ours[p + "key_value/kernel"]], axis=1
-        )
-        tensors[f"transformer.h.{i}.attn.c_attn.bias"] = np.concatenate(
-            [ours[p + "query/bias"], ours[p + "key_value/bias"]]
-        )
-    write_safetensors(tensors, directory)
+        ours = model_weights(model)
+        tensors = {
+            f"transformer.{theirs}": ours[path]
+            for path, theirs in _hf_names(model.num_layers).items()
+        }
+        for i in range(model.num_layers):
+            p = f"transformer_layer_{i}/self_attention/"
+            tensors[f"transformer.h.{i}.attn.c_attn.weight"] = np.concatenate(
+                [ours[p + "query/kernel"], ours[p + "key_value/kernel"]], axis=1
+            )
+            tensors[f"transformer.h.{i}.attn.c_attn.bias"] = np.concatenate(
+                [ours[p + "query/bias"], ours[p + "key_value/bias"]]
+            )
+        write_safetensors(tensors, directory)
 
-    write_vocab_and_merges(directory, vocabulary, list(tokenizer.merges))
-    special = {
-        "bos_token": END_OF_TEXT,
-        "eos_token": END_OF_TEXT,
-        "unk_token": END_OF_TEXT,
-    }
-    write_json(
-        directory / "tokenizer_config.json",
-        {
-            "tokenizer_class": "GPT2Tokenizer",
-            "add_prefix_space": False,
-            "model_max_length": model.max_sequence_length,
-            **special,
-        },
-    )
-    write_json(directory / "special_tokens_map.json", special)
-    return directory
+        write_vocab_and_merges(directory, vocabulary, list(tokenizer.merges))
+        special = {
+            "bos_token": END_OF_TEXT,
+            "eos_token": END_OF_TEXT,
+            "unk_token": END_OF_TEXT,
+        }
+        write_json(
+            directory / "tokenizer_config.json",
+            {
+                "tokenizer_class": "GPT2Tokenizer",
+                "add_prefix_space": False,
+                "model_max_length": model.max_sequence_length,
+                **special,
+            },
+        )
+        write_json(directory / "special_tokens_map.json", special)
+    return target

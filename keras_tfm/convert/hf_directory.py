@@ -35,7 +35,39 @@ def read_json(path, required=True):
                 f"directory={str(path.parent)!r}"
             )
         return {}
-    return json.loads(path.read_text(encoding="utf-8"))
+    return parse_json(path)
+
+
+def parse_json(path):
+    """The JSON value in the file at `path`; a file that is not JSON is named."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(
+            f"{path} is not valid JSON ({error}): the file is damaged or is "
+            "not the checkpoint's. Download or copy it again. Received: a file "
+            f"of {path.stat().st_size} bytes"
+        ) from None
+
+
+def load_safetensors(path):
+    """`safetensors.numpy.load_file(path)`, naming a truncated or corrupt file.
+
+    safetensors' own error ("incomplete metadata, file not fully covered")
+    names no file.
+    """
+    from safetensors import SafetensorError
+
+    path = Path(path)
+    try:
+        return load_file(str(path))
+    except SafetensorError as error:
+        raise ValueError(
+            f"{path} is truncated or corrupt (reading it failed with: {error}); "
+            "it exists, but is not a whole safetensors file. Download or copy it "
+            f"again. Received: a file of {path.stat().st_size} bytes"
+        ) from None
 
 
 def write_json(path, value):
@@ -54,12 +86,12 @@ def read_safetensors(directory, auto_class="AutoModelForCausalLM"):
     single = directory / "model.safetensors"
     index = directory / "model.safetensors.index.json"
     if single.exists():
-        return load_file(str(single))
+        return load_safetensors(single)
     if index.exists():
         shards = sorted(set(read_json(index).get("weight_map", {}).values()))
         tensors = {}
         for shard in shards:
-            tensors.update(load_file(str(directory / shard)))
+            tensors.update(load_safetensors(directory / shard))
         return tensors
     pickled = [name for name in PICKLE_FILES if (directory / name).exists()]
     hint = ""

@@ -57,6 +57,7 @@ from keras_tfm.convert.weights import (
 )
 from keras_tfm.models.causal_lm import CausalLM
 from keras_tfm.models.legacy_configs import flat_arguments
+from keras_tfm.saving import atomic_directory
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 
 # model_type values whose HuggingFace model is Llama's computation exactly.
@@ -278,17 +279,12 @@ def convert_backbone_config(config, directory="."):
             "Only SwiGLU feed-forward networks (hidden_act 'silu') are "
             f"supported. Received: hidden_act={config['hidden_act']!r} in {where}"
         )
-    attention_bias = bool(config.get("attention_bias", False))
-    mlp_bias = bool(config.get("mlp_bias", False))
-    if model_type == "qwen2":
-        # Query, key and value biases; see `_add_qwen2_zero_biases`.
-        attention_bias = mlp_bias = True
-    if attention_bias != mlp_bias:
-        raise ValueError(
-            "`attention_bias` and `mlp_bias` must agree (`use_bias` covers all "
-            f"projections). Received: attention_bias={attention_bias}, "
-            f"mlp_bias={mlp_bias} in {where}"
-        )
+    # One `use_bias` covers every projection; the biases a checkpoint lacks
+    # (Qwen2's output and feed-forward ones, or those of one of
+    # `attention_bias` / `mlp_bias`) load as zeros: see `_zero_biases`.
+    use_bias = model_type == "qwen2" or any(
+        bool(config.get(key, False)) for key in ("attention_bias", "mlp_bias")
+    )
     for key in ("pretraining_tp",):
         if config.get(key, 1) != 1:
             raise ValueError(f"Received: {key}={config[key]!r} in {where}")
@@ -315,30 +311,57 @@ def convert_backbone_config(config, directory="."):
         layer_norm_epsilon=float(config.get("rms_norm_eps", 1e-6)),
         position_encoding="rotary",
         rotary_max_wavelength=_rope_theta(config, where),
-        use_bias=attention_bias,
+        use_bias=use_bias,
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         padding_id=None,
     )
 
 
-def _add_qwen2_zero_biases(tensors, config):
-    """Qwen2 has query, key and value biases only; `use_bias` covers every
-    projection, so the output and feed-forward biases are zeros (exact)."""
+ATTENTION_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj",
+                         "self_attn.v_proj", "self_attn.o_proj")  # fmt: skip
+MLP_PROJECTIONS = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def _zero_biases(hf_config):
+    """`(projections, who)`: the projections whose bias the checkpoint has
+    none of, though the model (one `use_bias` for all) has one; `who` starts
+    the error for a checkpoint that has one after all.
+
+    transformers' `attention_bias` covers the query, key, value and output
+    projections, `mlp_bias` the gate, up and down ones; Qwen2 has query,
+    key and value biases only.
+    """
+    if hf_config.get("model_type") == "qwen2":
+        return ("self_attn.o_proj", *MLP_PROJECTIONS), "A Qwen2 checkpoint has"
+    attention_bias = bool(hf_config.get("attention_bias", False))
+    mlp_bias = bool(hf_config.get("mlp_bias", False))
+    if attention_bias and not mlp_bias:
+        return MLP_PROJECTIONS, "With mlp_bias=false a checkpoint has"
+    if mlp_bias and not attention_bias:
+        return ATTENTION_PROJECTIONS, "With attention_bias=false a checkpoint has"
+    return (), ""
+
+
+def _add_zero_biases(tensors, config, projections, who):
+    """`tensors` with zero biases for `projections` (the same computation)."""
     tensors = dict(tensors)
-    hidden, inner = config["hidden_dim"], config["intermediate_dim"]
+    head_dim = config.get("head_dim") or config["hidden_dim"] // config["num_heads"]
+    kv_heads = config.get("num_key_value_heads") or config["num_heads"]
+    sizes = {
+        "self_attn.q_proj": config["num_heads"] * head_dim,
+        "self_attn.k_proj": kv_heads * head_dim,
+        "self_attn.v_proj": kv_heads * head_dim,
+        "self_attn.o_proj": config["hidden_dim"],
+        "mlp.gate_proj": config["intermediate_dim"],
+        "mlp.up_proj": config["intermediate_dim"],
+        "mlp.down_proj": config["hidden_dim"],
+    }
     for i in range(config["num_layers"]):
-        p = f"model.layers.{i}."
-        for name, size in (
-            ("self_attn.o_proj", hidden),
-            ("mlp.gate_proj", inner),
-            ("mlp.up_proj", inner),
-            ("mlp.down_proj", hidden),
-        ):
-            if p + name + ".bias" in tensors:
-                raise ValueError(
-                    f"A Qwen2 checkpoint has no {p}{name}.bias, but this one does"
-                )
-            tensors[p + name + ".bias"] = np.zeros((size,), "float32")
+        for name in projections:
+            bias = f"model.layers.{i}.{name}.bias"
+            if bias in tensors:
+                raise ValueError(f"{who} no {bias}, but this one does")
+            tensors[bias] = np.zeros((sizes[name],), "float32")
     return tensors
 
 
@@ -383,7 +406,8 @@ def load_hf_llama(directory, max_sequence_length=None):
     "qwen2"; SmolLM is a Llama) become a pre-norm `CausalLM` with RMSNorm, SwiGLU,
     grouped-query attention (the config's `num_key_value_heads` and
     `head_dim`), RoPE with the config's base (`rope_theta`; RoPE scaling is
-    refused), biases when `attention_bias` and `mlp_bias` say so, and the
+    refused), biases when `attention_bias` or `mlp_bias` say so (the ones a
+    checkpoint lacks load as zeros, the same computation), and the
     head tied or untied as `tie_word_embeddings` says. `padding_id` is None
     (Llama masks no token id). A Mistral sliding window caps
     `max_sequence_length` (within the window the attention is the same).
@@ -428,8 +452,8 @@ def load_hf_llama(directory, max_sequence_length=None):
                 )
         config["max_sequence_length"] = max_sequence_length
     tensors = read_safetensors(directory)
-    if hf_config.get("model_type") == "qwen2":
-        tensors = _add_qwen2_zero_biases(tensors, config)
+    projections, who = _zero_biases(hf_config)
+    tensors = _add_zero_biases(tensors, config, projections, who)
     weights = convert_weights(tensors, config, str(directory))
     tokenizer = convert_tokenizer(directory, hf_config)
     model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
@@ -460,7 +484,7 @@ def _saveable_config(model, tokenizer):
     return config
 
 
-def save_hf_llama(model, directory, tokenizer=None):
+def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
     """Writes a `CausalLM` and its tokenizer as a HuggingFace Llama checkpoint.
 
     The folder gets config.json (a `LlamaForCausalLM` config with
@@ -474,9 +498,13 @@ def save_hf_llama(model, directory, tokenizer=None):
         model: a pre-norm `CausalLM` with RMSNorm, SwiGLU and rotary
             positions (biases, grouped-query attention, head size and a
             tied or untied head as it has them).
-        directory: the folder to write (created; files in it are replaced).
+        directory: the folder to write (created, or empty).
         tokenizer: a `ByteLevelBPETokenizer`; by default the model's
             attached tokenizer.
+
+        overwrite: whether to replace a `directory` that holds files. The
+            files are written to a sibling folder first, which replaces
+            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
 
     Returns:
         The folder, as a `pathlib.Path`.
@@ -491,54 +519,54 @@ def save_hf_llama(model, directory, tokenizer=None):
     """
     tokenizer = model.tokenizer if tokenizer is None else tokenizer
     config = _saveable_config(model, tokenizer)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    target = Path(directory)
+    with atomic_directory(target, overwrite) as directory:
 
-    def token_id(token):
-        return None if token is None else int(tokenizer.token_to_id(token))
+        def token_id(token):
+            return None if token is None else int(tokenizer.token_to_id(token))
 
-    hf_config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": model.vocabulary_size,
-        "hidden_size": model.hidden_dim,
-        "intermediate_size": model.intermediate_dim,
-        "num_hidden_layers": model.num_layers,
-        "num_attention_heads": model.num_heads,
-        "num_key_value_heads": config["num_key_value_heads"],
-        "head_dim": config["head_dim"],
-        "hidden_act": "silu",
-        "max_position_embeddings": model.max_sequence_length,
-        "rms_norm_eps": model.layer_norm_epsilon,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": model.rotary_max_wavelength,
-        },
-        "attention_bias": model.use_bias,
-        "mlp_bias": model.use_bias,
-        "attention_dropout": model.dropout,
-        "tie_word_embeddings": model.tie_word_embeddings,
-        "bos_token_id": token_id(tokenizer.bos_token),
-        "eos_token_id": token_id(tokenizer.eos_token),
-        "pad_token_id": token_id(tokenizer.pad_token),
-        "initializer_range": 0.02,
-    }
-    write_json(directory / "config.json", hf_config)
-    write_safetensors(hf_llama_tensors(model_weights(model), config), directory)
-    write_tokenizer_json(directory, tokenizer)
-    settings = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": model.max_sequence_length,
-        "bos_token": tokenizer.bos_token,
-        "eos_token": tokenizer.eos_token,
-        "pad_token": tokenizer.pad_token,
-        "add_bos_token": False,
-        "add_eos_token": False,
-    }
-    if tokenizer.chat_template is not None:
-        settings["chat_template"] = tokenizer.chat_template
-    write_json(directory / "tokenizer_config.json", settings)
-    return directory
+        hf_config = {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "vocab_size": model.vocabulary_size,
+            "hidden_size": model.hidden_dim,
+            "intermediate_size": model.intermediate_dim,
+            "num_hidden_layers": model.num_layers,
+            "num_attention_heads": model.num_heads,
+            "num_key_value_heads": config["num_key_value_heads"],
+            "head_dim": config["head_dim"],
+            "hidden_act": "silu",
+            "max_position_embeddings": model.max_sequence_length,
+            "rms_norm_eps": model.layer_norm_epsilon,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": model.rotary_max_wavelength,
+            },
+            "attention_bias": model.use_bias,
+            "mlp_bias": model.use_bias,
+            "attention_dropout": model.dropout,
+            "tie_word_embeddings": model.tie_word_embeddings,
+            "bos_token_id": token_id(tokenizer.bos_token),
+            "eos_token_id": token_id(tokenizer.eos_token),
+            "pad_token_id": token_id(tokenizer.pad_token),
+            "initializer_range": 0.02,
+        }
+        write_json(directory / "config.json", hf_config)
+        write_safetensors(hf_llama_tensors(model_weights(model), config), directory)
+        write_tokenizer_json(directory, tokenizer)
+        settings = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": model.max_sequence_length,
+            "bos_token": tokenizer.bos_token,
+            "eos_token": tokenizer.eos_token,
+            "pad_token": tokenizer.pad_token,
+            "add_bos_token": False,
+            "add_eos_token": False,
+        }
+        if tokenizer.chat_template is not None:
+            settings["chat_template"] = tokenizer.chat_template
+        write_json(directory / "tokenizer_config.json", settings)
+    return target
 
 
 CONTROL_TOKEN = 3  # llama.cpp's LLAMA_TOKEN_TYPE_CONTROL in tokenizer.ggml.token_type

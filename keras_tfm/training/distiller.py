@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from keras_tfm.validation import check_finite_float, check_positive_float
+
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
 class Distiller(keras.Model):
@@ -102,12 +104,9 @@ class Distiller(keras.Model):
         """
         if student_loss_fn is None:
             raise ValueError("`student_loss_fn` is required. Received: None")
-        if isinstance(alpha, bool) or not 0.0 <= float(alpha) <= 1.0:
+        if not 0.0 <= check_finite_float("alpha", alpha) <= 1.0:
             raise ValueError(f"`alpha` must be in [0, 1]. Received: alpha={alpha!r}")
-        if isinstance(temperature, bool) or not float(temperature) > 0:
-            raise ValueError(
-                f"`temperature` must be > 0. Received: temperature={temperature!r}"
-            )
+        check_positive_float("temperature", temperature)
         super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
         self.student_loss_fn = student_loss_fn
         self.distillation_loss_fn = distillation_loss_fn or keras.losses.KLDivergence(

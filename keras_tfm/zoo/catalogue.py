@@ -17,6 +17,7 @@ are only created on first call. The default root is the repository's
 top-level `zoo/` folder, installed with the package as `keras_tfm._catalogue`.
 """
 
+import difflib
 import importlib.resources
 import inspect
 import json
@@ -43,6 +44,8 @@ PACKAGE = "keras_tfm"
 WEIGHT_KINDS = ("pretrained", "trained", "none")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# Names ending so are files, not presets.
+MODEL_FILE_SUFFIXES = (".keras", ".h5", ".safetensors", ".gguf")
 
 
 def default_root():
@@ -58,12 +61,26 @@ def _root(root):
     return default_root() if root is None else Path(root)
 
 
+def _file_hint(name):
+    """What to say when a preset name looks like a model file's path."""
+    if not isinstance(name, str):
+        return ""
+    looks_like_a_path = "/" in name or "\\" in name
+    if looks_like_a_path or name.endswith(MODEL_FILE_SUFFIXES) or Path(name).exists():
+        return (
+            " A model file (.keras) loads through "
+            "`keras_tfm.saving.load_model(path)`, a HuggingFace checkpoint "
+            "folder through `keras_tfm.convert.load_hf_*`."
+        )
+    return ""
+
+
 def check_preset_name(name):
     """Refuses anything but a plain folder name (no separators, no "..")."""
     if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
         raise ValueError(
             "`name` must be a plain preset name: letters, digits, '_', '-' and "
-            f"'.', not a path. Received: name={name!r}"
+            f"'.', not a path.{_file_hint(name)} Received: name={name!r}"
         )
     return name
 
@@ -110,6 +127,10 @@ def preset_weights(name, root=None):
     return "trained" if (directory / WEIGHTS_FILE).is_file() else "none"
 
 
+def _folded(name):
+    return re.sub(r"[-_.]", "", name.lower())
+
+
 def preset_dir(name, root=None):
     """The folder of preset `name`, e.g. to read its tokenizer files.
 
@@ -120,9 +141,22 @@ def preset_dir(name, root=None):
     root = _root(root)
     available = list_presets(root)
     if name not in available:
+        close = difflib.get_close_matches(name, available, n=3, cutoff=0.6)
+        # "kjv-gpt" for "kjv_gpt" (the separators are the usual slip), and
+        # "smollm2" for "smollm2_135m_instruct".
+        close += [
+            other
+            for other in available
+            if other not in close
+            and (
+                _folded(other) == _folded(name)
+                or (len(name) >= 4 and _folded(other).startswith(_folded(name)))
+            )
+        ]
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
         raise ValueError(
-            f"Unknown preset. Received: name={name!r}. Available presets in "
-            f"{root}: {available}"
+            f"Unknown preset.{hint}{_file_hint(name)} Received: name={name!r}. "
+            f"Available presets in {root}: {available}"
         )
     directory = (root / name).resolve()
     if directory.parent != root.resolve():

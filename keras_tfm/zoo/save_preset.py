@@ -1,13 +1,12 @@
 """Writing a model as a preset folder of a catalogue."""
 
 import json
-import shutil
 from pathlib import Path
 
 import keras
 import numpy as np
 
-from keras_tfm.saving import atomic_save
+from keras_tfm.saving import atomic_directory, atomic_save
 from keras_tfm.zoo.catalogue import (
     ASSETS_DIR,
     CARD_FILE,
@@ -101,7 +100,10 @@ def save_preset(
         training_data: the data set, its size and licence.
         training_command: the command that trained it, as run.
         save_weights: whether to write the weights (False: a config-only preset).
-        overwrite: whether to replace an existing non-empty folder.
+        overwrite: whether to replace an existing non-empty folder. The
+            preset is written (and verified) in a sibling folder first, which
+            replaces `directory` only once complete, so a failure leaves an
+            existing folder as it was (`keras_tfm.saving.atomic_directory`).
         verify: whether to load the written preset back and compare weights.
         usage: optional one-line Python expression on `model`, e.g.
             `'model.classify("Real programmers use vi.")'`; the caller's own
@@ -163,57 +165,58 @@ def save_preset(
             f"The config of `model` is not JSON-serializable: {error}"
         ) from error
 
-    if directory.exists() and any(directory.iterdir()):
-        if not overwrite:
-            raise ValueError(
-                f"`directory` exists and is not empty; pass overwrite=True to "
-                f"replace it. Received: directory={str(directory)!r}"
-            )
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_FILE).write_text(config_text + "\n", encoding="utf-8")
-    if save_weights:
-        atomic_save(model, directory / WEIGHTS_FILE, include_optimizer=False)
-        if weights_dtype == "float16":
-            _store_as_float16(directory / WEIGHTS_FILE)
-    for layer in _layers_with(model, "save_assets"):
-        assets = directory / ASSETS_DIR / layer.name
-        assets.mkdir(parents=True, exist_ok=True)
-        layer.save_assets(str(assets))
-    loaded = None
-    if verify:
-        loaded = build_from_directory(directory, load_weights=save_weights)
+    # Written and verified in a sibling folder, which replaces `directory`
+    # only once complete: a failure leaves an existing preset as it was.
+    with atomic_directory(directory, overwrite) as folder:
+        (folder / CONFIG_FILE).write_text(config_text + "\n", encoding="utf-8")
         if save_weights:
-            for saved, restored in zip(model.weights, loaded.weights, strict=True):
-                expected = keras.ops.convert_to_numpy(saved)
-                if weights_dtype == "float16" and expected.dtype == np.float32:
-                    expected = expected.astype("float16").astype("float32")
-                if not np.array_equal(expected, keras.ops.convert_to_numpy(restored)):
-                    raise ValueError(
-                        f"The preset written to {directory} does not reload to the "
-                        f"same weights (first difference: {saved.path})."
-                    )
-    if usage is None:
-        usage_text = LOAD_LINE.format(name=name)
-    else:
-        # The card's doctest output is what the expression gives on the preset.
-        output = eval(usage.strip(), {"model": model if loaded is None else loaded})
-        usage_text = USAGE.format(
-            name=name, expression=usage.strip(), output=repr(output)
+            atomic_save(model, folder / WEIGHTS_FILE, include_optimizer=False)
+            if weights_dtype == "float16":
+                _store_as_float16(folder / WEIGHTS_FILE)
+        for layer in _layers_with(model, "save_assets"):
+            assets = folder / ASSETS_DIR / layer.name
+            assets.mkdir(parents=True, exist_ok=True)
+            layer.save_assets(str(assets))
+        loaded = None
+        if verify:
+            loaded = build_from_directory(folder, load_weights=save_weights)
+            if save_weights:
+                _check_same_weights(model, loaded, weights_dtype, directory)
+        if usage is None:
+            usage_text = LOAD_LINE.format(name=name)
+        else:
+            # The card's doctest output is what the expression gives on the
+            # preset as loaded back.
+            preset = model if loaded is None else loaded
+            output = eval(usage.strip(), {"model": preset})
+            usage_text = USAGE.format(
+                name=name, expression=usage.strip(), output=repr(output)
+            )
+        card = CARD.format(
+            name=name,
+            usage=usage_text,
+            class_name=spec["class_name"],
+            parameters=model.count_params() if model.built else 0,
+            weights=f"{WEIGHTS_FILE} ({STORED_DTYPES[weights_dtype]} model weights "
+            "only, no optimizer state)"
+            if save_weights
+            else "none (config only)",
+            **{key: text.strip() for key, text in texts.items()},
         )
-    card = CARD.format(
-        name=name,
-        usage=usage_text,
-        class_name=spec["class_name"],
-        parameters=model.count_params() if model.built else 0,
-        weights=f"{WEIGHTS_FILE} ({STORED_DTYPES[weights_dtype]} model weights "
-        "only, no optimizer state)"
-        if save_weights
-        else "none (config only)",
-        **{key: text.strip() for key, text in texts.items()},
-    )
-    (directory / CARD_FILE).write_text(card, encoding="utf-8")
+        (folder / CARD_FILE).write_text(card, encoding="utf-8")
     return directory
+
+
+def _check_same_weights(model, loaded, weights_dtype, directory):
+    for saved, restored in zip(model.weights, loaded.weights, strict=True):
+        expected = keras.ops.convert_to_numpy(saved)
+        if weights_dtype == "float16" and expected.dtype == np.float32:
+            expected = expected.astype("float16").astype("float32")
+        if not np.array_equal(expected, keras.ops.convert_to_numpy(restored)):
+            raise ValueError(
+                f"The preset written to {directory} does not reload to the "
+                f"same weights (first difference: {saved.path})."
+            )
 
 
 def _store_as_float16(path):

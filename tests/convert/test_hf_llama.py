@@ -239,7 +239,7 @@ def test_regex_split_tokenizers(name, pattern, normalizer, ignore_merges):
             "rope_parameters.rope_type='llama3'",
         ),
         ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_type='linear'"),
-        ({"attention_bias": True, "mlp_bias": False}, "attention_bias=True"),
+        ({"attention_bias": True, "mlp_bias": False}, "lacks 8 weights"),
         ({"pretraining_tp": 2}, "pretraining_tp=2"),
         ({"vocab_size": 400}, "vocab_size=400"),
         ({"intermediate_size": 40}, "shape"),

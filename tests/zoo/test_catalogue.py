@@ -325,3 +325,39 @@ def test_round_trips_a_tiny_causal_lm(tmp_path):
         keras.ops.convert_to_numpy(model(tokens)),
         atol=1e-6,
     )
+
+
+@pytest.mark.parametrize(
+    "name,suggested",
+    [("kjv-gpt", ["kjv_gpt"]), ("KJV_GPT", ["kjv_gpt"]), ("gpt-nano", ["gpt_nano"]),
+     ("smollm2", ["smollm2_135m_instruct"])],
+)  # fmt: skip
+def test_an_unknown_preset_suggests_the_near_miss(name, suggested):
+    with pytest.raises(ValueError) as info:
+        zoo.from_preset(name)
+    message = str(info.value)
+    assert message.startswith("Unknown preset. Did you mean ")
+    hint = message.split("Did you mean ")[1].split("?")[0]
+    assert all(repr(s) in hint for s in suggested)
+    assert "load_model" not in message
+
+
+def test_an_unknown_preset_far_from_any_gets_no_guess():
+    with pytest.raises(ValueError, match=r"^Unknown preset\. Received: name='qqqq'"):
+        zoo.from_preset("qqqq")
+
+
+@pytest.mark.parametrize("name", ["model.keras", "/tmp/model.keras", "runs/lm.keras",
+                                  "ckpt/model.safetensors"])  # fmt: skip
+def test_a_file_path_given_as_a_preset_points_to_load_model(name):
+    with pytest.raises(ValueError, match=r"keras_tfm\.saving\.load_model\(path\)"):
+        zoo.from_preset(name)
+
+
+def test_an_existing_folder_given_as_a_preset_points_to_the_loaders(
+    tmp_path, monkeypatch
+):
+    (tmp_path / "my_checkpoint").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"keras_tfm\.convert\.load_hf_\*"):
+        zoo.from_preset("my_checkpoint")
