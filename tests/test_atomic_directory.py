@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keras_tfm import convert, saving, zoo
-from keras_tfm.convert import hf_bert, hf_gpt2, hf_llama
+from keras_tfm.convert import bert, gpt2, llama
 from keras_tfm.models import EncoderBackbone
 from tests.convert.decoder_checks import FIXTURES
 
@@ -56,19 +56,19 @@ EXPORTS = {
         lambda d, **kw: convert.save_hf_gpt2(
             convert.load_hf_gpt2(FIXTURES / "tiny_gpt2_hf"), d, **kw
         ),
-        (hf_gpt2, "write_safetensors"),
+        (gpt2, "write_safetensors"),
     ),
     "save_hf_llama": (
         lambda d, **kw: convert.save_hf_llama(
             convert.load_hf_llama(FIXTURES / "tiny_llama_tied_hf"), d, **kw
         ),
-        (hf_llama, "write_safetensors"),
+        (llama, "write_safetensors"),
     ),
     "save_hf_bert": (
         lambda d, **kw: convert.save_hf_bert(
             bert_backbone(), convert.HFBertTokenizer(BERT_VOCAB), d, **kw
         ),
-        (hf_bert, "save_file"),
+        (bert, "write_safetensors"),
     ),
     "save_preset": (
         lambda d, **kw: zoo.save_preset(zoo.from_preset("gpt_nano"), d, *CARD, **kw),

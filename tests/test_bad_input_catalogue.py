@@ -150,7 +150,7 @@ def save_gpt2_to_a_full_disk(folder):
     """Writing the weights fails; the folder must be left byte-identical."""
     import errno
 
-    from keras_tfm.convert import hf_gpt2
+    from keras_tfm.convert import gpt2
 
     target = folder_with_files(folder)
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
@@ -159,11 +159,11 @@ def save_gpt2_to_a_full_disk(folder):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     model = convert.load_hf_gpt2(FIXTURES / "tiny_gpt2_hf")
-    write, hf_gpt2.write_safetensors = hf_gpt2.write_safetensors, full_disk
+    write, gpt2.write_safetensors = gpt2.write_safetensors, full_disk
     try:
         convert.save_hf_gpt2(model, target, overwrite=True)
     finally:
-        hf_gpt2.write_safetensors = write
+        gpt2.write_safetensors = write
         after = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
         assert after == before, "the failed save changed the folder"
 
