@@ -175,7 +175,7 @@ def _save_freq(text):
 def _windows(model, text, sequence_length, batch_size, seed):
     """The training windows (tf.data, one example each, in text order), the
     validation batches and the number of training windows."""
-    from keras_tfm.data import next_token_windows, split_offsets
+    from keras_tfm.data.language_modeling import next_token_windows, split_offsets
     from keras_tfm.training import next_token_pairs
 
     _, validation = _datasets(model, text, sequence_length, batch_size, seed)
