@@ -13,6 +13,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+import keras
 import keras_hub
 import numpy as np
 import pytest
@@ -112,6 +113,22 @@ def truncated(folder, name, save):
 
 def truncated_model(folder):
     return truncated(folder, "m.keras", lm().save)
+
+
+def keras_hub_backbone_file(folder):
+    """A `.keras` file of a keras-hub GPT2Backbone: no tokenizer, no generate."""
+    path = folder / "gpt2_backbone.keras"
+    keras_hub.models.GPT2Backbone(
+        vocabulary_size=10, num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=8,
+    ).save(path)  # fmt: skip
+    return str(path)
+
+
+def sequential_file(folder):
+    path = folder / "sequential.keras"
+    keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(path)
+    return str(path)
 
 
 def preset_with_truncated_weights(folder):
@@ -268,6 +285,24 @@ CATALOGUE = [
     Row("cli", "`generate` / `evaluate` a truncated model file", "SystemExit",
         "is truncated or corrupt", lambda d: cli.main(
             ["evaluate", str(truncated_model(d))])),
+    Row("cli", "`generate kjv-gpt` (neither a file nor a preset)", "SystemExit",
+        "neither a model file", lambda d: cli.main(
+            ["generate", "kjv-gpt", "--prompt", "a"])),
+    Row("cli", "`generate` a keras-hub `GPT2Backbone` file", "SystemExit",
+        "is a keras_hub GPT2Backbone; `keras-tfm generate` takes", lambda d:
+        cli.main(["generate", keras_hub_backbone_file(d), "--prompt", "a"])),
+    Row("cli", "`evaluate` a `keras.Sequential` file", "SystemExit",
+        "is a keras Sequential; `keras-tfm evaluate` takes", lambda d:
+        cli.main(["evaluate", sequential_file(d)])),
+    Row("cli", "`chat --model` a keras-hub `GPT2Backbone` file", "SystemExit",
+        "is a keras_hub GPT2Backbone; `keras-tfm chat` takes", lambda d:
+        cli.main(["chat", "hi", "--model", keras_hub_backbone_file(d)])),
+    Row("cli", "`evaluate` a translator (not a causal LM)", "SystemExit",
+        "`keras-tfm evaluate` takes a keras-tfm CausalLM", lambda d:
+        cli.main(["evaluate", "transformer_tiny"])),
+    Row("cli", "`generate translator_de_en` with the top-k sampler", "SystemExit",
+        "takes no --temperature, --top-k", lambda d: cli.main(
+            ["generate", "translator_de_en", "--prompt", "a", "--sampler", "top_k"])),
 ]  # fmt: skip
 
 
