@@ -289,16 +289,16 @@ CATALOGUE = [
         "neither a model file", lambda d: cli.main(
             ["generate", "kjv-gpt", "--prompt", "a"])),
     Row("cli", "`generate` a keras-hub `GPT2Backbone` file", "SystemExit",
-        "is a keras_hub GPT2Backbone; `keras-tfm generate` takes", lambda d:
+        "is a keras_hub GPT2Backbone; ", lambda d:
         cli.main(["generate", keras_hub_backbone_file(d), "--prompt", "a"])),
     Row("cli", "`evaluate` a `keras.Sequential` file", "SystemExit",
-        "is a keras Sequential; `keras-tfm evaluate` takes", lambda d:
+        "is a keras Sequential; ", lambda d:
         cli.main(["evaluate", sequential_file(d)])),
     Row("cli", "`chat --model` a keras-hub `GPT2Backbone` file", "SystemExit",
-        "is a keras_hub GPT2Backbone; `keras-tfm chat` takes", lambda d:
+        "chat template", lambda d:
         cli.main(["chat", "hi", "--model", keras_hub_backbone_file(d)])),
     Row("cli", "`evaluate` a translator (not a causal LM)", "SystemExit",
-        "`keras-tfm evaluate` takes a keras-tfm CausalLM", lambda d:
+        "takes a keras-tfm CausalLM with a tokenizer (", lambda d:
         cli.main(["evaluate", "transformer_tiny"])),
     Row("cli", "`generate translator_de_en` with the top-k sampler", "SystemExit",
         "takes no --temperature, --top-k", lambda d: cli.main(
