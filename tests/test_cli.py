@@ -347,3 +347,28 @@ def test_weights_of_a_quantized_model_are_refused_clearly(trained, tmp_path):
     quantized.save(path)
     with pytest.raises(SystemExit, match="--weights bfloat16: .*quantized to 'int8'"):
         cli.main(["generate", str(path), "--prompt", "In", "--weights", "bfloat16"])
+
+
+def test_the_readme_commands_parse_and_name_models_that_exist():
+    """Each `keras-tfm ...` command of the README's shell blocks is valid, and
+    names a preset or the file that `keras-tfm train` writes by default."""
+    import shlex
+
+    from keras_tfm import zoo
+
+    readme = (Path(cli.__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    commands = [
+        shlex.split(part, comments=True)[1:]
+        for block in blocks
+        for line in block.splitlines()
+        for part in line.split("&&")
+        if part.strip().startswith("keras-tfm ")
+    ]
+    assert [argv[0] for argv in commands][:4] == ["train", "generate", "evaluate",
+                                                  "generate"]  # fmt: skip
+    trained = f"gpt_micro_{cli.SHIPPED_TEXT_NAME}.keras"  # train's default output
+    for argv in commands:
+        args = cli.build_parser().parse_args(argv)
+        if hasattr(args, "model"):
+            assert args.model in [*zoo.list_presets(), trained], argv
