@@ -1,6 +1,5 @@
 """examples/generate_kjv.py: the --quick run, and the shipped preset."""
 
-import builtins
 import bz2
 import importlib.util
 import math
@@ -40,28 +39,6 @@ def float64_sums(model, windows, batch_size=32):
         loss -= np.take_along_axis(log_probs, labels[..., None], -1).sum()
         hits += int((logits.argmax(-1) == labels).sum())
     return loss, hits
-
-
-def test_arguments_are_parsed_before_anything_heavy_is_imported(monkeypatch):
-    """`--help` or a bad flag answers at once: loading the script and parsing
-    its arguments imports neither TensorFlow nor Keras nor keras_tfm."""
-    imported = []
-    real_import = builtins.__import__
-
-    def recording_import(name, *args, **kwargs):
-        imported.append(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", recording_import)
-    example = load_example()
-    args = example.parse_args(["--quick", "--epochs", "2"])
-    monkeypatch.undo()
-    assert "argparse" in imported  # the recording works
-    heavy = ("tensorflow", "keras", "keras_hub", "keras_tfm", "numpy")
-    assert not [name for name in imported if name.split(".")[0] in heavy]
-    assert args.quick and args.epochs == 2
-    with pytest.raises(SystemExit):
-        example.parse_args(["--epochs", "many"])
 
 
 @requires_debian_package("bible-kjv")
