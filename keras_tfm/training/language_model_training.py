@@ -119,8 +119,9 @@ def train_language_model(
         The `History` of the last `fit` call, or None if a backup showed
         that the training had already finished.
 
-    Example (each of the tokens 1..8 follows from the one before, while
-    their frequencies alone leave ln 8 = 2.08 nats a token):
+    Example:
+    >>> # Tokens 1..8 over and over: each follows from the one before, while
+    >>> # their frequencies alone leave ln 8 = 2.08 nats a token.
     >>> keras.utils.set_random_seed(0)
     >>> model = keras_tfm.zoo.from_preset("gpt_tiny", vocabulary_size=9)
     >>> windows = np.tile(np.arange(1, 9), 41)[: 36 * 9].reshape(36, 9)
