@@ -101,15 +101,22 @@ WANTED = {
 }
 
 
+# Encoder-decoder classes (a Seq2SeqLM is also a CausalLM): not for `evaluate`.
+SEQ2SEQ_CLASSES = ("Seq2SeqLM", "Seq2SeqTransformer")
+
+
 def _language_model(reference, needs="generate"):
     """`resolve_model(reference)`, checked to be a keras-tfm model with a
     tokenizer and the method `needs` (a one-line error otherwise)."""
-    from keras_tfm.models import CausalLM
+    from keras_tfm import models
 
     model = resolve_model(reference)
     usable = callable(getattr(model, needs, None)) and hasattr(model, "tokenizer")
-    if needs == "evaluate":  # as a causal language model
-        usable = isinstance(model, CausalLM)
+    if needs == "evaluate":  # as a decoder-only language model
+        seq2seq = [getattr(models, name, None) for name in SEQ2SEQ_CLASSES]
+        usable = isinstance(model, models.CausalLM) and not isinstance(
+            model, tuple(cls for cls in seq2seq if cls is not None)
+        )
     if not usable:
         kind = f"{type(model).__module__.split('.')[0]} {type(model).__name__}"
         raise SystemExit(
@@ -387,9 +394,10 @@ COMMANDS = {
     ("CausalLM", False): "keras-tfm train --preset {name}",
     ("CausalLM", True): 'keras-tfm generate {name} --prompt "..."',
     ("EncoderClassifier", True): 'keras-tfm classify {name} --text "..."',
-    ("Seq2SeqTransformer", True): (
-        'keras-tfm generate {name} --prompt "..." --sampler greedy'
-    ),
+    **{
+        (name, True): 'keras-tfm generate {name} --prompt "..." --sampler greedy'
+        for name in SEQ2SEQ_CLASSES
+    },
 }
 CHAT_COMMAND = 'keras-tfm chat "..." --model {name}'
 # The class a converted checkpoint's loader builds (zoo/<name>/source.json).

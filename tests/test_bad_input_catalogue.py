@@ -300,9 +300,6 @@ CATALOGUE = [
     Row("cli", "`evaluate` a translator (not a causal LM)", "SystemExit",
         "takes a keras-tfm CausalLM with a tokenizer (", lambda d:
         cli.main(["evaluate", "transformer_tiny"])),
-    Row("cli", "`generate translator_de_en` with the top-k sampler", "SystemExit",
-        "takes no --temperature, --top-k", lambda d: cli.main(
-            ["generate", "translator_de_en", "--prompt", "a", "--sampler", "top_k"])),
 ]  # fmt: skip
 
 

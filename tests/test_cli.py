@@ -372,3 +372,16 @@ def test_the_readme_commands_parse_and_name_models_that_exist():
         args = cli.build_parser().parse_args(argv)
         if hasattr(args, "model"):
             assert args.model in [*zoo.list_presets(), trained], argv
+
+
+def test_sampler_settings_the_model_does_not_take_are_refused():
+    class Model:  # a generate without top-k sampling
+        def generate(self, inputs, max_new_tokens, sampler="greedy", seed=None):
+            return inputs
+
+    argv = ["generate", "m", "--prompt", "x", "--sampler", "top_k"]
+    with pytest.raises(SystemExit, match="takes no --temperature, --top-k"):
+        cli._generate_settings(Model(), cli.build_parser().parse_args(argv))
+    # Without --sampler: the model's own default, nothing it does not take.
+    args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
+    assert cli._generate_settings(Model(), args) == {}
