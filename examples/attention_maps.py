@@ -25,20 +25,8 @@ classify_fortunes.py), runs a sentence through it with
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")  # files only, no display
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-import keras_tfm  # noqa: E402
-from keras_tfm import saving  # noqa: E402
-from keras_tfm.data.tokenizers import encode_for_classification  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
 PRESET = "fortunes_classifier"
@@ -58,6 +46,23 @@ def parse_args(argv):
     parser.add_argument("--output", default="outputs/attention_maps")
     parser.add_argument("--quick", action="store_true", help="same plots, low dpi")
     return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args(sys.argv[1:])  # --help, a bad flag: answered before TensorFlow loads
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")  # files only, no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+import keras_tfm  # noqa: E402
+from keras_tfm import saving  # noqa: E402
+from keras_tfm.data.tokenizers import encode_for_classification  # noqa: E402
 
 
 def load(args):

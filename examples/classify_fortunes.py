@@ -20,20 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
-
-import keras_tfm  # noqa: E402
-from keras_tfm import baselines  # noqa: E402
-from keras_tfm.data.classification import classification_dataset  # noqa: E402
-from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
-from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
-from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
-from keras_tfm.saving import uncompiled_copy  # noqa: E402
-
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(
     vocabulary_size=8000,  # requested WordPiece size (the learner returns <=)
@@ -79,6 +65,24 @@ def parse_args(argv):
         "--save-preset", default=None, help="e.g. zoo/fortunes_classifier"
     )
     return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args(sys.argv[1:])  # --help, a bad flag: answered before TensorFlow loads
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
+
+import keras_tfm  # noqa: E402
+from keras_tfm import baselines  # noqa: E402
+from keras_tfm.data.classification import classification_dataset  # noqa: E402
+from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
+from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
+from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
+from keras_tfm.saving import uncompiled_copy  # noqa: E402
 
 
 def slice_split(texts, labels, count, seed):

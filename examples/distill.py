@@ -31,21 +31,9 @@ import argparse
 import importlib.util
 import json
 import os
+import sys
 import time
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import keras_tfm  # noqa: E402
-from keras_tfm.data.classification import classification_dataset  # noqa: E402
-from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
-from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
-from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
-from keras_tfm.training import Distiller  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(
@@ -139,7 +127,7 @@ def with_teacher_logits(texts, labels, logits, make_dataset):
     return make_dataset(texts, np.arange(len(texts))).map(targets)
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--output", default="outputs/distill")
@@ -154,7 +142,28 @@ def main(argv=None):
         "MiniLM teaches (offline)",
     )
     parser.add_argument("--epochs", type=int, default=None)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args(sys.argv[1:])  # --help, a bad flag: answered before TensorFlow loads
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import keras_tfm  # noqa: E402
+from keras_tfm.data.classification import classification_dataset  # noqa: E402
+from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
+from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
+from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
+from keras_tfm.training import Distiller  # noqa: E402
+
+
+def main(argv=None):
+    args = parse_args(argv)
     config = dict(CONFIG, **(QUICK if args.quick else {}))
     if args.epochs is not None:
         config["epochs"] = args.epochs

@@ -34,24 +34,9 @@ to fine-tune on labels of your own) to --output.
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
-
-import keras_tfm  # noqa: E402
-from keras_tfm import baselines  # noqa: E402
-from keras_tfm.data.classification import classification_dataset  # noqa: E402
-from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
-from keras_tfm.datasets.bible import load_bible  # noqa: E402
-from keras_tfm.datasets.fortunes import fortune_splits, load_fortunes  # noqa: E402
-from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
-from keras_tfm.saving import atomic_save  # noqa: E402
-from keras_tfm.training import device_defaults  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(
@@ -148,6 +133,26 @@ def parse_args(argv):
         help="fine-tuning rates to choose from on validation",
     )
     return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args(sys.argv[1:])  # --help, a bad flag: answered before TensorFlow loads
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
+
+import keras_tfm  # noqa: E402
+from keras_tfm import baselines  # noqa: E402
+from keras_tfm.data.classification import classification_dataset  # noqa: E402
+from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
+from keras_tfm.datasets.bible import load_bible  # noqa: E402
+from keras_tfm.datasets.fortunes import fortune_splits, load_fortunes  # noqa: E402
+from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
+from keras_tfm.saving import atomic_save  # noqa: E402
+from keras_tfm.training import device_defaults  # noqa: E402
 
 
 def head(split, count, seed):

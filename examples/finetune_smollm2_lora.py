@@ -20,17 +20,8 @@ before and after, and the wall time.
 import argparse
 import math
 import os
+import sys
 import time
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from keras_tfm import training, zoo  # noqa: E402
-from keras_tfm.datasets.bible import load_bible  # noqa: E402
-from keras_tfm.models import CausalLM  # noqa: E402
 
 # --- Configuration ------------------------------------------------------------
 CONFIG = dict(
@@ -78,6 +69,20 @@ def parse_args(argv):
     parser.add_argument("--lora-rank", type=int, help="override lora_rank")
     parser.add_argument("--lora-alpha", type=float, help="override lora_alpha")
     return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args(sys.argv[1:])  # --help, a bad flag: answered before TensorFlow loads
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_tfm import training, zoo  # noqa: E402
+from keras_tfm.datasets.bible import load_bible  # noqa: E402
+from keras_tfm.models import CausalLM  # noqa: E402
 
 
 def lora_copy(base, dtype_policy):

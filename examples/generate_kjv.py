@@ -22,20 +22,8 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-from keras_tfm import baselines, training  # noqa: E402
-from keras_tfm.data import (  # noqa: E402
-    next_token_windows,
-    split_at_line,
-    train_byte_pair_tokenizer,
-    window_dataset,
-)
-from keras_tfm.datasets.bible import load_bible  # noqa: E402
-from keras_tfm.models import CausalLM  # noqa: E402
+# TensorFlow and keras_tfm are imported in `main`, after the arguments are
+# parsed: `--help` and a bad flag answer at once, without TensorFlow's logs.
 
 # --- Configuration ------------------------------------------------------------
 FULL = dict(
@@ -53,7 +41,6 @@ FULL = dict(
     batch_size=32,
     epochs=12,
     steps_per_epoch=100,
-    validation_steps=None,  # all validation windows
     learning_rate=1e-3,
     device_defaults=True,  # the dtype policy and XLA setting fastest here
 )
@@ -72,23 +59,6 @@ PROMPTS = ["In the beginning", "And Jesus said unto them,", "The LORD is my"]
 SEED = 0
 VALIDATION_FRACTION = 0.05  # the last 5% of the text, in order
 # ------------------------------------------------------------------------------
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training at the end of the first epoch past `minutes` (None: never)."""
-
-    def __init__(self, minutes):
-        super().__init__()
-        self.minutes = minutes
-
-    def on_train_begin(self, logs=None):
-        self.began = time.time()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.epochs = epoch + 1
-        if self.minutes and time.time() - self.began > 60 * self.minutes:
-            print(f"Time budget of {self.minutes} min reached after {epoch + 1} epochs")
-            self.model.stop_training = True
 
 
 def held_out_bytes(tokenizer, windows):
@@ -126,7 +96,8 @@ def baseline_table(results):
     return "\n".join(lines)
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """The command-line arguments (parsed before TensorFlow is imported)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small slice, < 1 min")
     parser.add_argument("--epochs", type=int, help="override the configured epochs")
@@ -136,7 +107,24 @@ def main(argv=None):
         help="stop training after the first epoch that ends past this budget",
     )
     parser.add_argument("--save", help="write the model as a preset folder")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import numpy as np
+
+    from keras_tfm import baselines, training
+    from keras_tfm.data import (
+        next_token_windows,
+        split_at_line,
+        train_byte_pair_tokenizer,
+    )
+    from keras_tfm.datasets.bible import load_bible
+    from keras_tfm.models import CausalLM, DecoderBackbone
+
     config = dict(QUICK if args.quick else FULL)
     if args.epochs:
         config["epochs"] = args.epochs
@@ -163,8 +151,7 @@ def main(argv=None):
     held_out = next_token_windows(
         tokenizer(held_out_text), sequence_length, overlap=True
     )
-    train = window_dataset(train_windows, config["batch_size"], shuffle=True, seed=SEED)
-    validation = window_dataset(held_out, config["batch_size"])
+    validation = training.next_token_pairs(held_out).batch(config["batch_size"])
     scored = held_out_bytes(tokenizer, held_out)
     train_bytes_per_token = len(train_text.encode()) / len(train_ids)
     bytes_per_token = len(scored) / held_out[:, 1:].size
@@ -174,42 +161,35 @@ def main(argv=None):
         f"training tokens ({train_bytes_per_token:.2f} bytes each), "
         f"{held_out[:, 1:].size:,} held-out tokens scored ({len(scored):,} bytes)"
     )
-    model = CausalLM(
+    backbone = DecoderBackbone(
         vocabulary_size=tokenizer.vocabulary_size(),
         max_sequence_length=sequence_length,
-        tokenizer=tokenizer,
         **config["model"],
     )
-    schedule = keras.optimizers.schedules.CosineDecay(
-        0.0,
-        config["epochs"] * config["steps_per_epoch"],
-        warmup_target=config["learning_rate"],
-        warmup_steps=100 if not args.quick else 2,
-    )
-    model.compile(
-        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.1),
-        loss=training.TokenCrossEntropy(),
-        metrics=[training.TokenAccuracy()],
-        jit_compile=jit_compile,
-    )
+    model = CausalLM(backbone, CausalLM.preprocessor_for(tokenizer, backbone))
     print(f"CausalLM: {model.count_params():,} parameters")
     tick = time.time()
-    history = model.fit(
-        train.repeat(),
+    # The recipe of `keras-tfm train`: AdamW, warm-up then cosine decay.
+    history = training.train_language_model(
+        model,
+        training.next_token_pairs(train_windows),
+        validation,  # each epoch: the learning curve
         epochs=config["epochs"],
+        batch_size=config["batch_size"],
+        learning_rate=config["learning_rate"],
         steps_per_epoch=config["steps_per_epoch"],
-        validation_data=validation,  # each epoch: the learning curve
-        validation_steps=config["validation_steps"],
-        callbacks=[TimeBudget(args.max_minutes)],
-        shuffle=False,  # the dataset shuffles itself
-        verbose=2,
+        warmup_steps=100 if not args.quick else 2,
+        final_learning_rate_fraction=0.0,
+        weight_decay=0.1,
+        ignore_class=0,  # as trained for the shipped preset
+        jit_compile=jit_compile,
+        seed=SEED,
+        callbacks=[training.TimeBudget(args.max_minutes)],
     )
     print(f"Training: {time.time() - tick:.0f} s")
     curve = learning_curve(history.history, train_bytes_per_token, bytes_per_token)
     print(curve)
-    loss, accuracy = model.evaluate(
-        validation, steps=config["validation_steps"], verbose=0
-    )
+    loss, accuracy = model.evaluate(validation, verbose=0)
     results = {
         "val_loss_per_token": round(loss, 4),
         "bytes_per_token": round(bytes_per_token, 4),
@@ -245,6 +225,8 @@ def main(argv=None):
 
 
 def save(model, config, args, text, results, samples, curve, validation):
+    from keras_tfm import training
+    from keras_tfm.data import split_at_line
     from keras_tfm.zoo import save_preset
 
     # A fresh copy without the optimizer (Adam's state is twice the weights
@@ -258,7 +240,7 @@ def save(model, config, args, text, results, samples, curve, validation):
     # within 0.002 nats/byte of the trained weights'.
     model.set_weights([w.astype("float16").astype(w.dtype) for w in weights])
     model.compile(loss=training.TokenCrossEntropy())
-    rounded = model.evaluate(validation, steps=config["validation_steps"], verbose=0)
+    rounded = model.evaluate(validation, verbose=0)
     rounded /= results["bytes_per_token"]
     print(f"validation nats/byte with float16-rounded weights: {rounded:.4f}")
     storage = (

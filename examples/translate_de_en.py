@@ -26,16 +26,6 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
-import sacrebleu  # noqa: E402
-
-from keras_tfm import baselines, training  # noqa: E402
-from keras_tfm.data import translation  # noqa: E402
-from keras_tfm.datasets import trans_de_en  # noqa: E402
-from keras_tfm.models import Seq2SeqBackbone, Seq2SeqLM  # noqa: E402
-
 # --- Configuration ------------------------------------------------------------
 FULL = dict(
     vocabulary_size=8000,  # requested WordPiece size (the learner may stop short)
@@ -185,23 +175,6 @@ def training_pairs(config, train, held_out, path=None):
     return list(train) * config["sentence_repeats"] + lexicon, len(lexicon)
 
 
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training at the end of the first epoch past `minutes` (None: never)."""
-
-    def __init__(self, minutes):
-        super().__init__()
-        self.minutes = minutes
-
-    def on_train_begin(self, logs=None):
-        self.began = time.time()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.epochs = epoch + 1
-        if self.minutes and time.time() - self.began > 60 * self.minutes:
-            print(f"Time budget of {self.minutes} min reached after {epoch + 1} epochs")
-            self.model.stop_training = True
-
-
 def positive_int(text):
     """argparse type of a count: 0 steps or epochs would train nothing."""
     value = int(text)
@@ -210,7 +183,7 @@ def positive_int(text):
     return value
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small slice, < 1 min")
     parser.add_argument(
@@ -249,7 +222,25 @@ def main(argv=None):
         help="train nothing: score a saved preset folder (e.g. "
         f"{PRESET}) on training, validation and test sentences",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args(sys.argv[1:])  # --help, a bad flag: answered before TensorFlow loads
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import sacrebleu  # noqa: E402
+
+from keras_tfm import baselines, training  # noqa: E402
+from keras_tfm.data import translation  # noqa: E402
+from keras_tfm.datasets import trans_de_en  # noqa: E402
+from keras_tfm.models import Seq2SeqBackbone, Seq2SeqLM  # noqa: E402
+
+
+def main(argv=None):
+    args = parse_args(argv)
     config = dict(QUICK if args.quick else FULL)
     for name in ("steps", "epochs", "sentence_repeats", "length_penalty"):
         if getattr(args, name) is not None:
@@ -316,7 +307,7 @@ def main(argv=None):
         validation_data=datasets[1],
         epochs=config["epochs"],
         callbacks=[
-            TimeBudget(args.max_minutes),
+            training.TimeBudget(args.max_minutes),
             # The best validation checkpoint, not the last, is the result.
             keras.callbacks.EarlyStopping(
                 patience=config["epochs"], restore_best_weights=True

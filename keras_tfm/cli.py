@@ -1,9 +1,14 @@
-"""The `keras-tfm` command: train, generate, evaluate, list presets.
+"""The `keras-tfm` command: train, generate, evaluate, chat, classify, presets.
 
-keras-tfm train                      # a byte-level GPT on the shipped KJV text
-keras-tfm generate kjv_gpt.keras --prompt "And God said"
-keras-tfm evaluate kjv_gpt.keras
-keras-tfm presets
+keras-tfm train            # gpt_micro, byte-level, on the shipped KJV text
+keras-tfm generate gpt_micro_genesis_exodus.keras --prompt "And God said"
+keras-tfm evaluate gpt_micro_genesis_exodus.keras
+keras-tfm generate kjv_gpt --prompt "And God said"      # a preset, alike
+keras-tfm presets          # each preset's task, parameters and command
+
+A command's model is a `.keras` file if that path exists, else a preset
+name. This module parses and dispatches; the training recipe is
+`keras_tfm.training.train_language_model`.
 
 The `keras-tfm` console script starts in `keras_tfm_launcher`, which silences
 TensorFlow's start-up logs before TensorFlow is imported; `--verbose` keeps
@@ -11,13 +16,19 @@ them.
 """
 
 import argparse
+import inspect
+import json
 import math
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
 
-DEFAULT_OUTPUT = "kjv_gpt.keras"
 VALIDATION_FRACTION = 0.1  # the last 10% of the text, in order
+# `train` writes <preset>_<text>.keras: gpt_micro_genesis_exodus.keras by
+# default, named for what it is (not for the zoo's kjv_gpt, a BPE model).
+SHIPPED_TEXT_NAME = "genesis_exodus"
 
 
 def _positive_int(text):
@@ -28,10 +39,12 @@ def _positive_int(text):
 
 
 def _read_corpus(path):
+    """(text, where it comes from, a short name for the output file)."""
     from keras_tfm.datasets import load_default_corpus
 
     if path is None:
-        return load_default_corpus(), "the shipped KJV Genesis and Exodus"
+        shipped = "the shipped KJV Genesis and Exodus"
+        return load_default_corpus(), shipped, SHIPPED_TEXT_NAME
     path = Path(path)
     if not path.is_file():
         raise SystemExit(f"keras-tfm: no such file: {path}")
@@ -44,34 +57,76 @@ def _read_corpus(path):
         ) from None
     if not text.strip():
         raise SystemExit(f"keras-tfm: {path} is empty.")
-    return text, str(path)
+    return text, str(path), path.stem
 
 
-def _datasets(model, text, args):
+def _datasets(model, text, sequence_length, batch_size, seed):
     from keras_tfm.data import language_model_datasets
 
     return language_model_datasets(
         text,
         model.tokenizer,
-        sequence_length=args.sequence_length,
-        batch_size=args.batch_size,
+        sequence_length=sequence_length,
+        batch_size=batch_size,
         validation_fraction=VALIDATION_FRACTION,
-        seed=args.seed,
+        seed=seed,
     )
 
 
-def _load(path):
-    import keras
+def resolve_model(reference):
+    """The model a command names: a `.keras` file if `reference` is a path
+    that exists (loaded through `keras_tfm.saving.load_model`), else a preset
+    of the zoo (`keras_tfm.zoo.from_preset`); neither: a one-line error."""
+    from keras_tfm import saving, zoo
 
-    from keras_tfm import saving
+    if Path(reference).is_file():
+        try:
+            return saving.load_model(reference)
+        except ValueError as error:
+            raise SystemExit(f"keras-tfm: {error}") from None
+    if reference in zoo.list_presets():
+        return zoo.from_preset(reference)
+    raise SystemExit(
+        f"keras-tfm: {reference!r} is neither a model file (no such model file: "
+        f"{reference}) nor a preset (`keras-tfm presets` lists them)."
+    )
 
-    if not Path(path).is_file():
-        raise SystemExit(f"keras-tfm: no such model file: {path}")
-    try:
-        saving.check_model_file(path)
-    except ValueError as error:
-        raise SystemExit(f"keras-tfm: {error}") from None
-    return keras.models.load_model(path)
+
+# What each command takes, for the error of `_language_model`.
+WANTED = {
+    "generate": "a keras-tfm model with `generate` and a tokenizer",
+    "evaluate": "a keras-tfm CausalLM with a tokenizer",
+    "chat": "a keras-tfm CausalLM with a tokenizer and chat template",
+    "classify": "a keras-tfm classifier with a tokenizer",
+}
+
+
+# Encoder-decoder classes (a Seq2SeqLM is also a CausalLM): not for `evaluate`.
+SEQ2SEQ_CLASSES = ("Seq2SeqLM", "Seq2SeqTransformer")
+
+
+def _language_model(reference, needs="generate"):
+    """`resolve_model(reference)`, checked to be a keras-tfm model with a
+    tokenizer and the method `needs` (a one-line error otherwise)."""
+    from keras_tfm import models
+
+    model = resolve_model(reference)
+    usable = callable(getattr(model, needs, None)) and hasattr(model, "tokenizer")
+    if needs == "evaluate":  # as a decoder-only language model
+        seq2seq = [getattr(models, name, None) for name in SEQ2SEQ_CLASSES]
+        usable = isinstance(model, models.CausalLM) and not isinstance(
+            model, tuple(cls for cls in seq2seq if cls is not None)
+        )
+    if not usable:
+        kind = f"{type(model).__module__.split('.')[0]} {type(model).__name__}"
+        raise SystemExit(
+            f"keras-tfm: {reference} is a {kind}; `keras-tfm {needs}` takes "
+            f"{WANTED[needs]} (`keras-tfm presets` shows the command that fits "
+            "each preset)."
+        )
+    if model.tokenizer is None:
+        raise SystemExit(f"keras-tfm: {reference} has no tokenizer attached.")
+    return model
 
 
 WEIGHTS = ("float32", "int8", "bfloat16")
@@ -124,56 +179,17 @@ def _save_freq(text):
         ) from None
 
 
-def _epoch_stream(windows, args, first_epoch, last_epoch, skip_batches=0):
-    """Batches of epochs [first_epoch, last_epoch), the order of each a
-    function of (seed, epoch) only, so that a restarted run sees the same
-    batches; the first `skip_batches` are left out (already trained on)."""
-    import numpy as np
-    import tensorflow as tf
+def _windows(model, text, sequence_length, batch_size, seed):
+    """The training windows (tf.data, one example each, in text order), the
+    validation batches and the number of training windows."""
+    from keras_tfm.data.language_modeling import next_token_windows, split_offsets
+    from keras_tfm.training import next_token_pairs
 
-    from keras_tfm import distribute
-
-    epochs = []
-    for epoch in range(first_epoch, last_epoch):
-        order = np.random.default_rng([args.seed, epoch]).permutation(len(windows))
-        batches = tf.data.Dataset.from_tensor_slices(
-            (windows[order, :-1], windows[order, 1:])
-        ).batch(args.batch_size)
-        epochs.append(batches.skip(skip_batches) if epoch == first_epoch else batches)
-    stream = epochs[0]
-    for batches in epochs[1:]:
-        stream = stream.concatenate(batches)
-    return distribute.shard_by_data(stream.prefetch(tf.data.AUTOTUNE))
-
-
-def _best_model_callback(directory, enabled):
-    """Keeps `<checkpoint dir>/best.keras`, the lowest validation loss so far,
-    across restarts (the best value is kept beside it in best.json)."""
-    import json  # lazy, as the rest of this module
-
-    import keras
-
-    from keras_tfm.saving import atomic_save, atomic_write_text
-
-    class BestModel(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.path = Path(directory) / "best.keras"
-            self.record = Path(directory) / "best.json"
-            self.best = math.inf
-            if self.record.is_file():
-                self.best = json.loads(self.record.read_text())["val_loss"]
-
-        def on_epoch_end(self, epoch, logs=None):
-            loss = (logs or {}).get("val_loss")
-            if not enabled or loss is None or not loss < self.best:
-                return
-            self.best = float(loss)
-            atomic_save(self.model, self.path)
-            record = {"val_loss": self.best, "epoch": epoch + 1}
-            atomic_write_text(self.record, json.dumps(record))
-
-    return BestModel()
+    _, validation = _datasets(model, text, sequence_length, batch_size, seed)
+    ids = model.tokenizer(text)
+    train_end, _ = split_offsets(len(ids), sequence_length, VALIDATION_FRACTION)
+    windows = next_token_windows(ids[:train_end], sequence_length)
+    return next_token_pairs(windows), validation, len(windows)
 
 
 def train(args):
@@ -184,23 +200,21 @@ def train(args):
 
     import keras
     import keras_hub
-    import numpy as np
 
     from keras_tfm import baselines, training, zoo
-    from keras_tfm.saving import ResumableBackupAndRestore, atomic_save
+    from keras_tfm.saving import atomic_save
 
     keras.utils.set_random_seed(args.seed)
     defaults = training.device_defaults()
-    if args.dtype_policy == "auto":
-        args.dtype_policy = defaults.dtype_policy
-    if args.jit_compile is None:
-        args.jit_compile = defaults.jit_compile
-    keras.config.set_dtype_policy(args.dtype_policy)
-    xla = "on" if args.jit_compile else "off"
-    print(f"{args.dtype_policy}, XLA {xla} (device defaults: {defaults.reason})")
-    peak_flops, peak_source = _peak_flops(args, strategy)
+    policy = defaults.dtype_policy if args.dtype_policy == "auto" else args.dtype_policy
+    jit = defaults.jit_compile if args.jit_compile is None else args.jit_compile
+    keras.config.set_dtype_policy(policy)
+    xla = "on" if jit else "off"
+    print(f"{policy}, XLA {xla} (device defaults: {defaults.reason})")
+    peak_flops, peak_source = _peak_flops(args.peak_flops, strategy)
     print(f"Peak for MFU: {peak_flops:.3g} FLOP/s ({peak_source}).")
-    text, source = _read_corpus(args.data)
+    text, source, stem = _read_corpus(args.data)
+    output = args.output or f"{args.preset}_{stem}.keras"
     with strategy.scope():
         model = zoo.from_preset(
             args.preset,
@@ -210,86 +224,37 @@ def train(args):
             # Keep case: keras-hub lowercases by default, and KJV is not lowercase.
             tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
         )
-    train_data, validation_data = _datasets(model, text, args)
-    # The windows, in a fixed order; each epoch permutes them with (seed, epoch).
-    windows = np.stack(
-        [
-            np.concatenate([x, y[-1:]])
-            for x, y in train_data.unbatch().as_numpy_iterator()
-        ]
+    examples, validation, count = _windows(
+        model, text, args.sequence_length, args.batch_size, args.seed
     )
-    steps_per_epoch = math.ceil(len(windows) / args.batch_size)
-    steps = args.epochs * steps_per_epoch
-    schedule = keras.optimizers.schedules.CosineDecay(
-        0.0,
-        decay_steps=max(1, steps - steps // 10),
-        warmup_target=args.learning_rate,
-        warmup_steps=steps // 10,
-        alpha=0.1,
-    )
-    with strategy.scope():
-        model.compile(
-            optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01),
-            loss=training.TokenCrossEntropy(ignore_class=None),
-            metrics=[training.TokenAccuracy(ignore_class=None)],
-            jit_compile=args.jit_compile,
-        )
-    distribute.build_for_fit(model, next(iter(_epoch_stream(windows, args, 0, 1))))
-    checkpoints = Path(args.checkpoint_dir or f"{args.output}.checkpoints")
-    chief = distribute.is_chief()
-    backup = ResumableBackupAndRestore(
-        str(checkpoints / f"backup-{distribute.task_id()}"), save_freq=args.save_freq
-    )
-    done = backup.restore(model)
-    epoch, skip = divmod(done, steps_per_epoch)
     if strategy.num_replicas_in_sync > 1:
         print(f"Distributing with {type(strategy).__name__} over "
               f"{strategy.num_replicas_in_sync} replicas.")  # fmt: skip
+    steps = args.epochs * math.ceil(count / args.batch_size)
     print(
         f"Training preset '{args.preset}' ({model.count_params():,} parameters) on "
         f"{source}: {len(text):,} characters, {steps} steps."
     )
-    if done:
-        print(f"Resuming from {backup.backup_dir} at step {done} (epoch {epoch + 1}).")
     flops_per_token = training.training_flops_per_token(
         model.count_params(), model.num_layers, model.hidden_dim, args.sequence_length
     )
-    callbacks = [
-        # Silent: Keras' progress line of each epoch shows tokens_per_second.
-        training.ThroughputCallback(
-            tokens_per_step=args.batch_size * args.sequence_length,
-            flops_per_token=flops_per_token,
-            peak_flops=peak_flops,
-            verbose=0,
-        ),
-        backup,
-        _best_model_callback(checkpoints, enabled=chief),
-    ]
-    fit = dict(
-        validation_data=validation_data,
-        callbacks=callbacks,
-        shuffle=False,  # the stream is ordered per epoch
-        verbose=1 if sys.stdout.isatty() else 2,
-    )
+    checkpoints = Path(args.checkpoint_dir or f"{output}.checkpoints")
+    backup = checkpoints / f"backup-{distribute.task_id()}"
     started = time.perf_counter()
-    history = None
-    if skip:  # finish the interrupted epoch first
-        history = model.fit(
-            _epoch_stream(windows, args, epoch, epoch + 1, skip),
-            initial_epoch=epoch,
-            epochs=epoch + 1,
-            steps_per_epoch=steps_per_epoch - skip,
-            **fit,
-        )
-        epoch += 1
-    if epoch < args.epochs:
-        history = model.fit(
-            _epoch_stream(windows, args, epoch, args.epochs),
-            initial_epoch=epoch,
-            epochs=args.epochs,
-            steps_per_epoch=steps_per_epoch,
-            **fit,
-        )
+    history = training.train_language_model(
+        model, examples, validation, epochs=args.epochs, batch_size=args.batch_size,
+        learning_rate=args.learning_rate, jit_compile=jit, seed=args.seed,
+        backup_dir=backup, save_freq=args.save_freq,
+        verbose=1 if sys.stdout.isatty() else 2,
+        callbacks=[
+            # Silent: Keras' progress line of each epoch shows tokens_per_second.
+            training.ThroughputCallback(
+                tokens_per_step=args.batch_size * args.sequence_length,
+                flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=0,
+            ),
+            training.BestModelCheckpoint(checkpoints, enabled=distribute.is_chief()),
+        ],
+    )  # fmt: skip
     minutes = (time.perf_counter() - started) / 60
     if history is not None:
         tokens_per_second = history.history["tokens_per_second"][-1]
@@ -297,13 +262,13 @@ def train(args):
         print(f"Last epoch: {tokens_per_second:,.0f} tokens/s, {mfu}.")
         validation_loss = history.history["val_loss"][-1]
     else:
-        validation_loss = model.evaluate(validation_data, verbose=0, return_dict=True)
+        validation_loss = model.evaluate(validation, verbose=0, return_dict=True)
         validation_loss = validation_loss["loss"]
-    if chief:
-        atomic_save(model, args.output)
-    backup.delete()
+    if distribute.is_chief():
+        atomic_save(model, output)
+    shutil.rmtree(backup, ignore_errors=True)
     print(
-        f"Saved {args.output} after {minutes:.1f} min: validation loss "
+        f"Saved {output} after {minutes:.1f} min: validation loss "
         f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}."
     )
     # The anchor: bzip2 -9 coding the same held-out bytes after the training ones.
@@ -313,25 +278,20 @@ def train(args):
     print(f"{'validation bytes, model vs baseline':<36} nats/byte")
     print(f"{'model (' + args.preset + ')':<36} {validation_loss:9.4f}")
     print(f"{'bzip2 -9 given the training text':<36} {anchor:9.4f}")
-    if not args.samples:
-        return
-    for prompt in args.prompt or ["And God said", "Moses went"]:
-        room = model.max_sequence_length - len(model.tokenizer(prompt))
-        sample = model.generate(
-            prompt,
-            max_new_tokens=min(args.max_new_tokens, room),
-            sampler="top_k",
-            top_k=10,
-            temperature=0.8,
-            seed=args.seed,
-        )
-        print(f"\n>>> {sample}")
+    if args.samples:
+        for prompt in args.prompt or ["And God said", "Moses went"]:
+            room = model.max_sequence_length - len(model.tokenizer(prompt))
+            sample = model.generate(
+                prompt, max_new_tokens=min(args.max_new_tokens, room),
+                sampler="top_k", top_k=10, temperature=0.8, seed=args.seed,
+            )  # fmt: skip
+            print(f"\n>>> {sample}")
 
 
-def _peak_flops(args, strategy):
+def _peak_flops(peak_flops, strategy):
     """The peak FLOP/s of all replicas together, and where it comes from."""
-    if args.peak_flops is not None:
-        return args.peak_flops, "--peak-flops"
+    if peak_flops is not None:
+        return peak_flops, "--peak-flops"
     import keras
 
     from keras_tfm import training
@@ -347,26 +307,47 @@ def _peak_flops(args, strategy):
     return peak * replicas, source + "; set it with --peak-flops"
 
 
-def generate(args):
-    model = _store_weights(_load(args.model), args.weights)
-    if model.tokenizer is None and args.prompt:
-        raise SystemExit("keras-tfm: this model has no tokenizer attached.")
-    # Beam search decides at the end, so it prints its result at once;
-    # sampling prints each new piece as it comes.
-    stream = args.sampler != "beam" and args.num_beams == 1
-    for prompt in args.prompt:
-        output = model.generate(
-            prompt,
-            max_new_tokens=args.max_new_tokens,
-            sampler=args.sampler,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            temperature=args.temperature,
-            num_beams=args.num_beams,
-            seed=args.seed,
-            stream=stream,
+def _sampler_settings(sampler, args):
+    """The settings that `sampler` reads, from the flags (None: the model's
+    default sampler)."""
+    settings = {} if sampler is None else {"sampler": sampler}
+    if args.seed is not None:
+        settings["seed"] = args.seed
+    if sampler in ("random", "top_k", "top_p"):
+        settings["temperature"] = args.temperature
+    if sampler in ("top_k", "top_p"):
+        settings[sampler] = getattr(args, sampler)
+    if sampler == "beam" or getattr(args, "num_beams", 1) > 1:
+        settings["num_beams"] = args.num_beams
+    return settings
+
+
+def _generate_settings(model, args):
+    """`_sampler_settings` for `model.generate`, checked against what it
+    takes (a sequence-to-sequence model has no top-k sampler), and whether
+    to stream (sampling prints each new piece as it comes; beam search
+    decides at the end)."""
+    accepted = inspect.signature(model.generate).parameters
+    sampler = args.sampler or ("top_k" if "top_k" in accepted else None)
+    settings = _sampler_settings(sampler, args)
+    refused = [name for name in settings if name not in accepted]
+    if refused:
+        flags = ", ".join("--" + name.replace("_", "-") for name in refused)
+        raise SystemExit(
+            f"keras-tfm: {type(model).__name__}.generate takes no {flags}; "
+            "try --sampler greedy."
         )
-        if not stream:
+    if "stream" in accepted and "num_beams" not in settings:
+        settings["stream"] = True
+    return settings
+
+
+def generate(args):
+    model = _store_weights(_language_model(args.model), args.weights)
+    settings = _generate_settings(model, args)
+    for prompt in args.prompt:
+        output = model.generate(prompt, max_new_tokens=args.max_new_tokens, **settings)
+        if not settings.get("stream"):
             print(output)
             continue
         print(prompt, end="", flush=True)
@@ -376,44 +357,85 @@ def generate(args):
 
 
 def evaluate(args):
-    model = _load(args.model)
-    text, source = _read_corpus(args.data)
-    args.sequence_length = args.sequence_length or model.max_sequence_length
-    _, validation_data = _datasets(model, text, args)
-    results = model.evaluate(validation_data, return_dict=True, verbose=0)
-    loss = results["loss"]
+    from keras_tfm import training
+
+    model = _language_model(args.model, needs="evaluate")
+    text, source, _ = _read_corpus(args.data)
+    length = args.sequence_length or model.max_sequence_length
+    _, validation = _datasets(model, text, length, args.batch_size, args.seed)
+    model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
+    loss = model.evaluate(validation, return_dict=True, verbose=0)["loss"]
     print(
         f"{source}, validation split: loss {loss:.4f}, perplexity {math.exp(loss):.3f}"
     )
 
 
 def chat(args):
-    from keras_tfm import zoo
-
-    model = zoo.from_preset(args.preset) if args.model is None else _load(args.model)
-    model = _store_weights(model, args.weights)
+    model = _store_weights(_language_model(args.model, needs="chat"), args.weights)
     pieces = model.chat(
         args.message,
         max_new_tokens=args.max_new_tokens,
         stream=True,
-        sampler=args.sampler,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        seed=args.seed,
+        **_sampler_settings(args.sampler, args),
     )
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
 
 
+def classify(args):
+    model = _language_model(args.model, needs="classify")
+    for text, label in zip(args.text, model.classify(args.text), strict=True):
+        print(f"{label}\t{text}")
+
+
+# What each kind of preset is for: (class name, has weights) -> command.
+COMMANDS = {
+    ("CausalLM", False): "keras-tfm train --preset {name}",
+    ("CausalLM", True): 'keras-tfm generate {name} --prompt "..."',
+    ("EncoderClassifier", True): 'keras-tfm classify {name} --text "..."',
+    **{
+        (name, True): 'keras-tfm generate {name} --prompt "..." --sampler greedy'
+        for name in SEQ2SEQ_CLASSES
+    },
+}
+CHAT_COMMAND = 'keras-tfm chat "..." --model {name}'
+# The class a converted checkpoint's loader builds (zoo/<name>/source.json).
+LOADER_CLASSES = {"gguf_llama": "CausalLM", "sentence_encoder": "SentenceEncoder"}
+
+
+def preset_row(name):
+    """(name, weights, task, parameters, command) of a preset, read from its
+    folder and card without building it."""
+    from keras_tfm import zoo
+
+    folder, weights = zoo.preset_dir(name), zoo.preset_weights(name)
+    if (folder / "source.json").is_file():
+        loader = json.loads((folder / "source.json").read_text())["loader"]
+        task = LOADER_CLASSES.get(loader, loader)
+    else:
+        task = json.loads((folder / "config.json").read_text())["class_name"]
+        task = task.removeprefix("keras_tfm>")
+    found = re.search(r"^\| *Parameters *\| *([\d,]+)", zoo.preset_card(name), re.M)
+    command = COMMANDS.get((task, weights != "none"), "Python: zoo.from_preset")
+    if weights == "pretrained" and task == "CausalLM":
+        command = CHAT_COMMAND  # the converted instruct checkpoint
+    parameters = found[1] if found else "?"
+    return name, weights, task, parameters, command.format(name=name)
+
+
 def presets(args):
     from keras_tfm import zoo
 
-    names = zoo.list_presets()
-    width = max(len(name) for name in names)
-    print(f"{'preset':<{width}}  weights")
-    for name in names:
-        print(f"{name:<{width}}  {zoo.preset_weights(name)}")
+    rows = [preset_row(name) for name in zoo.list_presets()]
+    header = ("preset", "weights", "task", "parameters", "command")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[4]]))
+
+
+MODEL_HELP = "a .keras file, or a preset name (`keras-tfm presets`)"
 
 
 def build_parser():
@@ -453,7 +475,11 @@ def build_parser():
         default=None,
         help="compile with XLA (default: as device_defaults says)",
     )
-    p.add_argument("--output", default=DEFAULT_OUTPUT)
+    p.add_argument(
+        "--output",
+        help="the .keras file to write (default: <preset>_<text>.keras, "
+        f"e.g. gpt_micro_{SHIPPED_TEXT_NAME}.keras)",
+    )
     p.add_argument(
         "--peak-flops",
         type=_positive_float,
@@ -493,13 +519,13 @@ def build_parser():
     p = commands.add_parser(
         "generate", parents=[common], help="continue prompts with a saved model"
     )
-    p.add_argument("model", help="a .keras file written by `keras-tfm train`")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--prompt", action="append", required=True)
     p.add_argument("--max-new-tokens", type=_positive_int, default=200)
     p.add_argument(
         "--sampler",
-        default="top_k",
         choices=["greedy", "random", "top_k", "top_p", "beam"],
+        help="default: top_k where the model's generate has it, else its own",
     )
     p.add_argument("--top-k", type=_positive_int, default=10)
     p.add_argument("--top-p", type=float, default=0.9)
@@ -512,7 +538,7 @@ def build_parser():
     p = commands.add_parser(
         "evaluate", parents=[common], help="validation loss and perplexity"
     )
-    p.add_argument("model")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
     p.add_argument("--sequence-length", type=_positive_int)
     p.add_argument("--batch-size", type=_positive_int, default=32)
@@ -523,8 +549,12 @@ def build_parser():
         "chat", parents=[common], help="ask an instruct model (SmolLM2 by default)"
     )
     p.add_argument("message", help="the user's message")
-    p.add_argument("--preset", default="smollm2_135m_instruct")
-    p.add_argument("--model", help="a .keras file instead of a preset")
+    p.add_argument(
+        "--model",
+        "--preset",
+        default="smollm2_135m_instruct",
+        help=MODEL_HELP + " (default: %(default)s)",
+    )
     p.add_argument("--max-new-tokens", type=_positive_int, default=256)
     p.add_argument("--sampler", default="greedy", choices=["greedy", "top_p"])
     p.add_argument("--temperature", type=float, default=1.0)
@@ -534,10 +564,17 @@ def build_parser():
     p.set_defaults(run=chat)
 
     p = commands.add_parser(
+        "classify", parents=[common], help="the class of each text (a classifier)"
+    )
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("--text", action="append", required=True)
+    p.set_defaults(run=classify)
+
+    p = commands.add_parser(
         "presets",
         parents=[common],
-        help="list the zoo's presets and whether their weights are pretrained, "
-        "trained here or none (an architecture)",
+        help="list the zoo's presets: weights (pretrained, trained here or "
+        "none), task, parameters and the command that fits each",
     )
     p.set_defaults(run=presets)
     return parser

@@ -16,6 +16,7 @@ import functools
 import os
 from pathlib import Path
 
+import keras
 import keras_hub
 import numpy as np
 import pytest
@@ -122,6 +123,22 @@ def truncated(folder, name, save):
 
 def truncated_model(folder):
     return truncated(folder, "m.keras", lm().save)
+
+
+def keras_hub_backbone_file(folder):
+    """A `.keras` file of a keras-hub GPT2Backbone: no tokenizer, no generate."""
+    path = folder / "gpt2_backbone.keras"
+    keras_hub.models.GPT2Backbone(
+        vocabulary_size=10, num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=8,
+    ).save(path)  # fmt: skip
+    return str(path)
+
+
+def sequential_file(folder):
+    path = folder / "sequential.keras"
+    keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(path)
+    return str(path)
 
 
 def preset_with_truncated_weights(folder):
@@ -414,6 +431,21 @@ CATALOGUE = [
     Row("cli", "`generate` / `evaluate` a truncated model file", "SystemExit",
         "is truncated or corrupt", lambda d: cli.main(
             ["evaluate", str(truncated_model(d))])),
+    Row("cli", "`generate kjv-gpt` (neither a file nor a preset)", "SystemExit",
+        "neither a model file", lambda d: cli.main(
+            ["generate", "kjv-gpt", "--prompt", "a"])),
+    Row("cli", "`generate` a keras-hub `GPT2Backbone` file", "SystemExit",
+        "is a keras_hub GPT2Backbone; ", lambda d:
+        cli.main(["generate", keras_hub_backbone_file(d), "--prompt", "a"])),
+    Row("cli", "`evaluate` a `keras.Sequential` file", "SystemExit",
+        "is a keras Sequential; ", lambda d:
+        cli.main(["evaluate", sequential_file(d)])),
+    Row("cli", "`chat --model` a keras-hub `GPT2Backbone` file", "SystemExit",
+        "chat template", lambda d:
+        cli.main(["chat", "hi", "--model", keras_hub_backbone_file(d)])),
+    Row("cli", "`evaluate` a translator (not a causal LM)", "SystemExit",
+        "takes a keras-tfm CausalLM with a tokenizer (", lambda d:
+        cli.main(["evaluate", "transformer_tiny"])),
 ]  # fmt: skip
 
 

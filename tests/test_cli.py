@@ -29,7 +29,9 @@ def trained(tmp_path_factory):
     with contextlib.redirect_stdout(printed):
         cli.main(
             [
-                "train", "--data", str(text), "--preset", "gpt_tiny", "--epochs", "1",
+                # 6 epochs (400 steps of 6 ms): past the plateau of a model
+                # that knows only the bytes' frequencies (about 300 steps).
+                "train", "--data", str(text), "--preset", "gpt_tiny", "--epochs", "6",
                 "--batch-size", "8", "--sequence-length", "32", "--output",
                 str(model), "--max-new-tokens", "8", "--prompt", "And",
                 "--prompt", "Moses",
@@ -49,10 +51,25 @@ def test_train_writes_a_model_and_prints_a_sample_per_prompt(trained):
         assert len(prompt) < len(sample.encode("utf-8")) <= len(prompt) + 8
 
 
+def test_train_learns_more_than_byte_frequencies(trained):
+    """The validation loss beats a unigram model of the training bytes (their
+    frequencies, add-one smoothed) scored on the same validation bytes."""
+    _, text, printed = trained
+    data = np.frombuffer(text.read_bytes(), np.uint8)
+    windows = len(data) // 33  # --sequence-length 32, plus one
+    train_end = 33 * (windows - round(0.1 * windows))
+    validation = data[train_end : 33 * windows].reshape(-1, 33)[:, 1:]
+    counts = np.bincount(data[:train_end], minlength=256) + 1.0
+    unigram = -np.log(counts / counts.sum())[validation].mean()
+    loss = float(re.search(r"validation loss ([\d.]+) nats/byte", printed)[1])
+    assert 2.5 < unigram < 3.5  # English bytes: about 4 bits each
+    assert loss < unigram - 0.2, (loss, unigram)
+
+
 def test_train_uses_the_device_defaults(trained):
     model, _, _ = trained
     expected = training.device_defaults().dtype_policy
-    assert cli._load(str(model)).dtype_policy.name == expected
+    assert cli.resolve_model(str(model)).dtype_policy.name == expected
 
 
 def test_an_unknown_dtype_policy_is_refused():
@@ -95,16 +112,55 @@ def test_evaluate_prints_the_validation_cross_entropy(trained, capsys):
     assert loss == pytest.approx(np.concatenate(losses).mean(), abs=2e-4)
 
 
-def test_presets_lists_the_zoo_with_what_its_weights_are(capsys):
+def test_presets_lists_weights_task_parameters_and_command(capsys):
     from keras_tfm import zoo
 
     cli.main(["presets"])
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-    assert {name: kind for name, kind in rows} == {
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["preset", "weights", "task", "parameters", "command"]
+    rows = {line.split()[0]: line.split(maxsplit=4)[1:] for line in lines[1:]}
+    assert {name: row[0] for name, row in rows.items()} == {
         name: zoo.preset_weights(name) for name in zoo.list_presets()
     }
-    assert ["smollm2_135m_instruct", "pretrained"] in rows
-    assert ["gpt_micro", "none"] in rows
+    # The task is the class that from_preset builds, the parameter count
+    # that of the built model (checked on the presets that build quickly).
+    for name in ["gpt_nano", "fortunes_classifier", "transformer_tiny", "kjv_gpt"]:
+        model = zoo.from_preset(name)
+        assert rows[name][1] == type(model).__name__
+        assert int(rows[name][2].replace(",", "")) == model.count_params()
+    assert rows["kjv_gpt"][3] == 'keras-tfm generate kjv_gpt --prompt "..."'
+    assert rows["gpt_micro"][3] == "keras-tfm train --preset gpt_micro"
+    assert rows["fortunes_classifier"][3].startswith("keras-tfm classify ")
+    assert rows["smollm2_135m_instruct"][3].startswith("keras-tfm chat ")
+
+
+def test_each_suggested_command_runs(capsys):
+    """The commands `presets` suggests for the trained presets work as shown."""
+    cli.main(["generate", "kjv_gpt", "--prompt", "And God said",
+              "--max-new-tokens", "4", "--sampler", "greedy"])  # fmt: skip
+    assert capsys.readouterr().out.startswith("And God said")
+    cli.main(["generate", "translator_de_en", "--prompt", "Ich habe einen Hund.",
+              "--max-new-tokens", "16", "--sampler", "greedy"])  # fmt: skip
+    assert capsys.readouterr().out == "I have a dog.\n"  # as the README says
+    cli.main(["classify", "fortunes_classifier", "--text", "Real programmers use vi."])
+    assert capsys.readouterr().out == "computers\tReal programmers use vi.\n"
+
+
+def test_generate_takes_a_preset_as_it_takes_a_file(capsys):
+    from keras_tfm import zoo
+
+    cli.main(["generate", "kjv_gpt", "--prompt", "In the beginning",
+              "--max-new-tokens", "6", "--sampler", "greedy"])  # fmt: skip
+    expected = zoo.from_preset("kjv_gpt").generate(
+        "In the beginning", max_new_tokens=6, sampler="greedy"
+    )
+    assert capsys.readouterr().out == expected + "\n"
+
+
+def test_a_name_that_is_neither_file_nor_preset_names_both(tmp_path):
+    missing = str(tmp_path / "kjv_gpt.keras")
+    with pytest.raises(SystemExit, match="neither a model file .* nor a preset"):
+        cli.main(["evaluate", missing])
 
 
 def test_chat_answers_with_smollm2(smollm2, capsys, monkeypatch):
@@ -131,6 +187,26 @@ def test_bad_data_files_get_clear_errors(tmp_path, content, message):
 def test_missing_model_file(tmp_path):
     with pytest.raises(SystemExit, match="no such model file"):
         cli.main(["generate", str(tmp_path / "none.keras"), "--prompt", "x"])
+
+
+def test_the_default_output_is_named_for_the_preset_and_text(monkeypatch):
+    """Not kjv_gpt.keras: the zoo's kjv_gpt is another model (BPE, 12.2M)."""
+    from keras_tfm import zoo
+
+    written = []
+    def compile_only(model, *args, **kwargs):
+        model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
+
+    monkeypatch.setattr(training, "train_language_model", compile_only)
+    monkeypatch.setattr(
+        "keras_tfm.saving.atomic_save", lambda model, path: written.append(path)
+    )
+    monkeypatch.setattr(cli, "_peak_flops", lambda *args: (1.0, "test"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        cli.main(["train", "--preset", "gpt_tiny", "--no-samples", "--no-jit",
+                  "--dtype-policy", "float32"])  # fmt: skip
+    assert written == ["gpt_tiny_genesis_exodus.keras"]
+    assert Path(written[0]).stem not in zoo.list_presets()
 
 
 def test_bad_flag_values_are_refused():
@@ -240,7 +316,7 @@ def test_generate_prints_the_streamed_sample_equal_to_the_whole(trained, capsys)
          "--sampler", "greedy"]
     )  # fmt: skip
     out = capsys.readouterr().out
-    expected = cli._load(str(model)).generate("In the", max_new_tokens=6)
+    expected = cli.resolve_model(str(model)).generate("In the", max_new_tokens=6)
     assert expected.startswith("In the") and out.endswith(expected + "\n")
 
 
@@ -251,9 +327,9 @@ def test_generate_stores_the_weights_as_asked(trained, capsys, monkeypatch,
                                               weights, quantized_to):  # fmt: skip
     model, *_ = trained
     loaded = []
-    load = cli._load
+    load = cli.resolve_model
     monkeypatch.setattr(
-        cli, "_load", lambda path: loaded.append(load(path)) or loaded[-1]
+        cli, "resolve_model", lambda path: loaded.append(load(path)) or loaded[-1]
     )
     cli.main(["generate", str(model), "--prompt", "In the", "--max-new-tokens", "5",
               "--sampler", "greedy", "--weights", weights])  # fmt: skip
@@ -271,3 +347,41 @@ def test_weights_of_a_quantized_model_are_refused_clearly(trained, tmp_path):
     quantized.save(path)
     with pytest.raises(SystemExit, match="--weights bfloat16: .*quantized to 'int8'"):
         cli.main(["generate", str(path), "--prompt", "In", "--weights", "bfloat16"])
+
+
+def test_the_readme_commands_parse_and_name_models_that_exist():
+    """Each `keras-tfm ...` command of the README's shell blocks is valid, and
+    names a preset or the file that `keras-tfm train` writes by default."""
+    import shlex
+
+    from keras_tfm import zoo
+
+    readme = (Path(cli.__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    commands = [
+        shlex.split(part, comments=True)[1:]
+        for block in blocks
+        for line in block.splitlines()
+        for part in line.split("&&")
+        if part.strip().startswith("keras-tfm ")
+    ]
+    assert [argv[0] for argv in commands][:4] == ["train", "generate", "evaluate",
+                                                  "generate"]  # fmt: skip
+    trained = f"gpt_micro_{cli.SHIPPED_TEXT_NAME}.keras"  # train's default output
+    for argv in commands:
+        args = cli.build_parser().parse_args(argv)
+        if hasattr(args, "model"):
+            assert args.model in [*zoo.list_presets(), trained], argv
+
+
+def test_sampler_settings_the_model_does_not_take_are_refused():
+    class Model:  # a generate without top-k sampling
+        def generate(self, inputs, max_new_tokens, sampler="greedy", seed=None):
+            return inputs
+
+    argv = ["generate", "m", "--prompt", "x", "--sampler", "top_k"]
+    with pytest.raises(SystemExit, match="takes no --temperature, --top-k"):
+        cli._generate_settings(Model(), cli.build_parser().parse_args(argv))
+    # Without --sampler: the model's own default, nothing it does not take.
+    args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
+    assert cli._generate_settings(Model(), args) == {}

@@ -1,5 +1,6 @@
 """The README's Python blocks run as written (the tour and the families)."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -8,6 +9,8 @@ import pytest
 from tests.conftest import requires_debian_package, requires_pip_package
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+# A tour line that promises its answer: `llm.chat(...)  # "The capital..."`.
+PROMISE = re.compile(r"^(?P<call>\w+\.\w+\(.*\))  # (?P<answer>(['\"]).*\3)$")
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
 
 
@@ -38,6 +41,18 @@ def test_block_runs(index, smollm2, monkeypatch):
         assert answer == "The capital of France is Paris."
         a, b = namespace["a"], namespace["b"]
         assert round(float(a @ b), 2) == 0.91
-        assert namespace["classifier"].classify("Real programmers use vi.") in (
-            namespace["classifier"].class_names
-        )
+    # Each `call(...)  # "answer"` line of the block gives that answer (a
+    # trailing "..." promises only the start), as the README says.
+    promised = 0
+    for line in BLOCKS[index].splitlines():
+        found = PROMISE.match(line)
+        if found:
+            answer = eval(found["call"], namespace)
+            expected = ast.literal_eval(found["answer"])
+            if expected.endswith("..."):
+                assert answer.startswith(expected[:-3]), (line, answer)
+            else:
+                assert answer == expected, (line, answer)
+            promised += 1
+    if "llm" in namespace:  # the tour: chat, classify and translate
+        assert promised == 3

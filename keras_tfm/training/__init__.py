@@ -1,8 +1,9 @@
 """Training utilities: the Transformer learning-rate schedule, a padding-aware
 label-smoothed loss, padding-aware metrics, a throughput/MFU callback, LoRA
-(`enable_lora`) and linear-probe initialisation of a classifier's head
-(`pooled_features`, `probe_head`), and the device's fastest settings
-(`device_defaults`).
+(`enable_lora`), the language-model recipe of `keras-tfm train`
+(`train_language_model`, with its callbacks), linear-probe initialisation of
+a classifier's head (`pooled_features`, `probe_head`), and the device's
+fastest settings (`device_defaults`).
 
 `Perplexity` is `keras_hub.metrics.Perplexity`, re-exported: pass
 `from_logits=True, mask_token_id=<padding id>` to ignore padding.
@@ -19,6 +20,7 @@ Example:
 
 from keras_hub.metrics import Perplexity
 
+from keras_tfm.training.callbacks import BestModelCheckpoint, TimeBudget
 from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.distiller import Distiller
 from keras_tfm.training.flops import (
@@ -26,6 +28,10 @@ from keras_tfm.training.flops import (
     measure_peak_flops,
     model_flops_utilization,
     training_flops_per_token,
+)
+from keras_tfm.training.language_model_training import (
+    next_token_pairs,
+    train_language_model,
 )
 from keras_tfm.training.linear_probe import pooled_features, probe_head
 from keras_tfm.training.lora import enable_lora
@@ -36,10 +42,12 @@ from keras_tfm.training.token_cross_entropy import TokenCrossEntropy
 from keras_tfm.training.transformer_schedule import TransformerSchedule
 
 __all__ = [
+    "BestModelCheckpoint",
     "DeviceDefaults",
     "Distiller",
     "Perplexity",
     "ThroughputCallback",
+    "TimeBudget",
     "TokenAccuracy",
     "TokenCount",
     "TokenCrossEntropy",
@@ -49,7 +57,9 @@ __all__ = [
     "format_mfu",
     "measure_peak_flops",
     "model_flops_utilization",
+    "next_token_pairs",
     "pooled_features",
     "probe_head",
+    "train_language_model",
     "training_flops_per_token",
 ]

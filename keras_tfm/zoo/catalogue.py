@@ -246,8 +246,9 @@ def _accepted_arguments(cls, config):
     if issubclass(cls, keras.layers.Layer):
         names.update({"name", "dtype", "trainable"})  # the base layer's kwargs
     backbone_class = getattr(cls, "backbone_class", None)
-    if backbone_class is not None:  # a task: its backbone's arguments too
-        names |= _accepted_arguments(backbone_class, {})
+    if backbone_class is not None:  # a task: its backbone's arguments too,
+        # and `tokenizer` (a preset's flat config: made into its preprocessor)
+        names |= _accepted_arguments(backbone_class, {}) | {"tokenizer"}
     return names
 
 

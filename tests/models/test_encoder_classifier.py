@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_tfm.models import EncoderBackbone, EncoderClassifier, MaskedLanguageModel
+from tests.mixed_precision import assert_close_to_float32
 
 SEQ = 12
 
@@ -176,4 +177,4 @@ def test_mixed_precision_gives_float32_logits_close_to_float32(policy):
     ids = padded_batch()
     logits = model(ids)
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
-    np.testing.assert_allclose(logits, reference(ids), atol=0.1)
+    assert_close_to_float32(logits, reference(ids), policy)

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_tfm.models import EncoderBackbone, MaskedLanguageModel, MaskedLMMasker
+from tests.mixed_precision import assert_close_to_float32
 
 VOCAB, SEQ = 24, 12  # 0 pad, 1 [CLS], 2 [SEP], 3 [MASK], 4..23 words
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
@@ -219,4 +220,4 @@ def test_mixed_precision_gives_float32_logits_close_to_float32(policy):
     }
     logits = model(x)
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
-    np.testing.assert_allclose(logits, reference(x), atol=0.1)
+    assert_close_to_float32(logits, reference(x), policy)
