@@ -41,6 +41,23 @@ class Row:
     before: str = ""  # what it got before the fix, if it was fixed
 
 
+def fit_causal_lm_with_label(label):
+    """A causal LM fitted, under XLA, on labels holding `label`."""
+    model = lm()
+    model.compile("adam", training.TokenCrossEntropy(), jit_compile=True)
+    labels = np.ones((2, 8), "int32")
+    labels[1, 3] = label
+    model.fit(np.ones((2, 8), "int32"), labels, verbose=0)
+
+
+def seq2seq_top_k_is_used():
+    """top_k=1 must equal greedy; the old code sampled with k=5 instead."""
+    model = zoo.from_preset("transformer_tiny")
+    model = models.Seq2SeqLM(model.backbone, start_token_id=1)
+    greedy = model.generate([[3, 4, 5]], max_new_tokens=6)
+    assert model.generate([[3, 4, 5]], 6, sampler="top_k", top_k=1) == greedy
+
+
 def lm(**overrides):
     config = dict(
         vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
@@ -285,7 +302,30 @@ CATALOGUE = [
         "Received: layer_norm_epsilon=inf",
         lambda d: lm(layer_norm_epsilon=float("inf")),
         before="accepted: the norms output zeros, every position the same logits"),
-    Row("model", "`Seq2SeqTransformer` without `target_ids`", "ValueError",
+    Row("model", "`generate(..., top_p=0.5)` without `sampler=`", "ValueError",
+        "is not read by sampler='greedy'. Choose a sampler that reads it (top_p)",
+        lambda d: lm().generate([[1, 2]], max_new_tokens=2, top_p=0.5),
+        before="accepted: ran greedy, ignoring top_p"),
+    Row("model", "`generate(..., temperature=0.01)` without `sampler=`",
+        "ValueError", "is not read by sampler='greedy', so it would be ignored",
+        lambda d: lm().generate([[1, 2]], max_new_tokens=2, temperature=0.01),
+        before="accepted: ran greedy, ignoring the temperature"),
+    Row("model", "`Seq2SeqLM.generate(sampler=\"top_k\")` with `top_k`", None,
+        "",
+        lambda d: seq2seq_top_k_is_used(),
+        before="ignored: sampled with hidden k=5, temperature 1"),
+    Row("model", "`generate(b\"In the beginning\")` (bytes)", "ValueError",
+        "must be a string or a list of strings (with a preprocessor), a list of "
+        "token ids", lambda d: lm().generate(b"In the beginning", 2),
+        before="\"must be a (batch, seq) array of token ids\""),
+    Row("model", "`generate(42)`", "ValueError", "Received: inputs=42 of type int",
+        lambda d: lm().generate(42, 2),
+        before="\"must be a (batch, seq) array of token ids\""),
+    Row("model", "`CausalLM.fit` with a label id >= `vocabulary_size` "
+        "(also under XLA)", "ValueError", "must hold token ids in [0, 50)",
+        lambda d: fit_causal_lm_with_label(50),
+        before="InvalidArgumentError: Graph execution error (a NaN loss on a GPU)"),
+    Row("model", "`Seq2SeqLM` without `target_ids`", "ValueError",
         '"source_ids" and "target_ids"', lambda d: zoo.from_preset(
             "transformer_tiny")({"source_ids": x(1, 4, dtype="int32", fill=1)})),
     Row("model", "`EncoderClassifier(num_classes=0)`", "ValueError",

@@ -512,6 +512,16 @@ class CausalLM(QuantizationMixin, Task):
             answer = answer[: answer.index(end_id)]
         return tokenizer.detokenize(answer).strip()
 
+    def load_weights(self, filepath, skip_mismatch=False, **kwargs):
+        """Keras' `load_weights`, then `compiled_loops.invalidate()`.
+
+        Loading assigns the same variables, which a traced loop reads; a
+        file of another precision or quantization may replace them, so the
+        loops are traced again.
+        """
+        super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
+        self.compiled_loops.invalidate()
+
     # === Configuration ===
 
     def get_config(self):

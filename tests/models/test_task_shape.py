@@ -92,6 +92,28 @@ def test_quantize_and_lora_invalidate_the_compiled_loops():
     assert len(other.compiled_loops) == 0
 
 
+def test_loading_weights_invalidates_the_compiled_loops(tmp_path):
+    model = causal_lm(num_layers=1, max_sequence_length=16, **SMALL)
+    model.save_weights(tmp_path / "model.weights.h5")
+    model.generate([[1, 2, 3]], max_new_tokens=2)
+    model.load_weights(tmp_path / "model.weights.h5")
+    assert len(model.compiled_loops) == 0
+
+
+def test_the_translator_samples_with_the_users_settings_and_streams():
+    # Issue 36's bug: Seq2SeqTransformer.generate(sampler="top_k") ignored the
+    # user's top_k and sampled with k=5. With k=1 it must be greedy.
+    translator = models.Seq2SeqLM.from_preset("translator_de_en")
+    greedy = translator.generate("Ich habe einen Hund.", max_new_tokens=16)
+    assert greedy == "I have a dog."
+    top_1 = translator.generate(
+        "Ich habe einen Hund.", max_new_tokens=16, sampler="top_k", top_k=1, seed=3
+    )
+    assert top_1 == greedy
+    pieces = translator.generate("Ich habe einen Hund.", max_new_tokens=16, stream=True)
+    assert "".join(pieces) == greedy
+
+
 def test_a_lora_adapter_changes_what_generate_returns():
     # The reason for the hook: a loop traced before LoRA would ignore it.
     keras.utils.set_random_seed(0)
