@@ -90,10 +90,11 @@ def lora_copy(base, dtype_policy):
 
     LoRA changes the layers it adapts, so it is enabled on a copy.
     """
-    # The tokenizer is attached again rather than rebuilt from the config.
-    model = CausalLM.from_config(dict(base.get_config(), dtype=dtype_policy))
+    # The preprocessor is the base's own, not rebuilt from the config (which
+    # holds no vocabulary).
+    config = dict(base.get_config(), dtype=dtype_policy)
+    model = CausalLM.from_config(dict(config, preprocessor=base.preprocessor))
     model.set_weights(base.get_weights())
-    model.tokenizer = base.tokenizer
     return model
 
 

@@ -324,11 +324,13 @@ def _sampler_settings(sampler, args):
 
 def _generate_settings(model, args):
     """`_sampler_settings` for `model.generate`, checked against what it
-    takes (a sequence-to-sequence model has no top-k sampler), and whether
-    to stream (sampling prints each new piece as it comes; beam search
-    decides at the end)."""
+    takes, and whether to stream (sampling prints each new piece as it
+    comes; beam search decides at the end). A causal LM samples top-k by
+    default, a translator decodes greedily."""
     accepted = inspect.signature(model.generate).parameters
-    sampler = args.sampler or ("top_k" if "top_k" in accepted else None)
+    translates = type(model).__name__ in SEQ2SEQ_CLASSES
+    default = None if translates or "top_k" not in accepted else "top_k"
+    sampler = args.sampler or default
     settings = _sampler_settings(sampler, args)
     refused = [name for name in settings if name not in accepted]
     if refused:
@@ -350,7 +352,8 @@ def generate(args):
         if not settings.get("stream"):
             print(output)
             continue
-        print(prompt, end="", flush=True)
+        if type(model).__name__ not in SEQ2SEQ_CLASSES:
+            print(prompt, end="", flush=True)  # a translation does not repeat it
         for piece in output:
             print(piece, end="", flush=True)
         print()

@@ -303,7 +303,7 @@ CATALOGUE = [
         lambda d: lm(layer_norm_epsilon=float("inf")),
         before="accepted: the norms output zeros, every position the same logits"),
     Row("model", "`generate(..., top_p=0.5)` without `sampler=`", "ValueError",
-        "is not read by sampler='greedy'. Choose a sampler that reads it (top_p)",
+        "so it would be ignored. Choose a sampler that reads it (top_p)",
         lambda d: lm().generate([[1, 2]], max_new_tokens=2, top_p=0.5),
         before="accepted: ran greedy, ignoring top_p"),
     Row("model", "`generate(..., temperature=0.01)` without `sampler=`",

@@ -67,8 +67,24 @@ def split_legacy_config(task_class, config):
                 f"{ {k: stray[k] for k in sorted(stray)} }"
             )
         config["backbone"] = backbone
+    backbone = config["backbone"]
+    if "dtype" in config and isinstance(backbone, dict) and "config" in backbone:
+        # Task and backbone share one dtype policy: a task config whose dtype
+        # was replaced (a float32 copy of a mixed-precision model) moves both.
+        config["backbone"] = {
+            **backbone,
+            "config": {**backbone["config"], "dtype": config["dtype"]},
+        }
     tokenizer = config.pop("tokenizer", None)
-    if tokenizer is not None and config.get("preprocessor") is None:
+    preprocessor = config.get("preprocessor")
+    if tokenizer is not None and isinstance(preprocessor, dict):
+        # A tokenizer object beside a serialized preprocessor (which holds no
+        # vocabulary): the preprocessor is rebuilt around that object.
+        config["preprocessor"] = {
+            **preprocessor,
+            "config": {**preprocessor["config"], "tokenizer": tokenizer},
+        }
+    elif tokenizer is not None and preprocessor is None:
         backbone = config["backbone"]
         if isinstance(backbone, dict):
             backbone = keras.saving.deserialize_keras_object(backbone)

@@ -101,7 +101,7 @@ def test_quick_run_trains_scores_and_saves_a_float16_preset(
         f.visititems(lambda _, item: dtypes.add(getattr(item, "dtype", None)))
     assert np.dtype("float16") in dtypes and np.dtype("float32") not in dtypes
     assert model.tokenizer.token_to_id("[END]") == 3  # the tokenizer came along
-    assert model.get_config()["dropout"] == 0.2  # --dropout overrode QUICK's 0.1
+    assert model.backbone.dropout == 0.2  # --dropout overrode QUICK's 0.1
     history = json.loads((tmp_path / "translator_de_en" / "history.json").read_text())
     assert len(history["val_loss"]) == example.QUICK["epochs"]
 
