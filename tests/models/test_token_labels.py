@@ -60,3 +60,13 @@ def test_seq2seq_lm_checks_its_labels_too():
         model.fit(inputs, np.full((4, 8), 25, "int32"), verbose=0)
     keras.utils.set_random_seed(0)
     model.fit(inputs, np.full((4, 8), 5, "int32"), verbose=0)
+
+
+def test_masked_lm_checks_its_labels_too():
+    from keras_tfm.models import EncoderBackbone, MaskedLanguageModel
+
+    backbone = EncoderBackbone(num_layers=1, max_sequence_length=8, **SMALL)
+    model = compiled(MaskedLanguageModel(backbone))
+    inputs = {"token_ids": X, "mask_positions": np.array([[1, 2]] * 4)}
+    with pytest.raises(ValueError, match=r"token ids in \[0, 20\)"):
+        model.fit(inputs, np.full((4, 2), 21, "int32"), verbose=0)
