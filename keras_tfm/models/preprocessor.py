@@ -22,7 +22,6 @@ from keras_tfm.models.tokenizer_attachment import (
     is_text,
     restore_tokenizer,
     serialize_tokenizer,
-    text_list,
     tokenizer_end_id,
     tokenizer_start_id,
 )
@@ -62,10 +61,6 @@ class Preprocessor(keras.layers.Layer):
     def start_token_id(self):
         """The tokenizer's start-of-sequence id ("[START]", "<s>", ...), or None."""
         return tokenizer_start_id(self.tokenizer)
-
-    def texts(self, name, inputs):
-        """`(texts, single)`: strings as a list, and whether one was given."""
-        return text_list(name, inputs, self.tokenizer, self)
 
     def token_lists(self, texts):
         """The token ids of each text, as a list of 1-D int64 arrays."""

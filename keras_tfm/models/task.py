@@ -55,7 +55,7 @@ class Task(PresetMixin, keras.Model):
     "token" ids below the vocabulary size, or None).
     """
 
-    # ("class", attribute) or ("token", attribute): the labels `fit` checks.
+    # "class" or "token": how a label error names the ids `label_range` bounds.
     label_kind = None
 
     @property
