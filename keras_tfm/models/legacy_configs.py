@@ -14,6 +14,7 @@ config passes through, except that stray backbone arguments (a preset's
 overrides, e.g. `dropout=0.0`) move into its backbone.
 """
 
+import functools
 import inspect
 
 import keras
@@ -24,14 +25,15 @@ from keras_tfm.models.tokenizer_attachment import restore_tokenizer
 _SHARED_LAYER_ARGUMENTS = ("dtype", "trainable")
 
 
+@functools.cache  # read on every attribute a task forwards to its backbone
 def constructor_arguments(cls):
     """The keyword arguments `cls.__init__` names (without **kwargs)."""
     parameters = inspect.signature(cls.__init__).parameters.values()
-    return {
+    return frozenset(
         p.name
         for p in parameters
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
-    }
+    )
 
 
 def split_legacy_config(task_class, config):
