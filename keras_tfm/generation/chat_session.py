@@ -11,6 +11,7 @@ changed token and re-prefills from there.
 """
 
 import numpy as np
+import tensorflow as tf
 from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
@@ -54,6 +55,8 @@ class ChatSession:
     Args:
         model: a `keras_tfm.models.CausalLM` whose tokenizer has a chat
             template (e.g. the preset "smollm2_135m_instruct").
+        jit_compile: compile each turn's loop with XLA (default; False
+            traces a plain `tf.function`, quicker to build for tiny models).
 
     Example:
     >>> llm = keras_tfm.models.CausalLM.from_preset(  # doctest: +SKIP
@@ -67,7 +70,7 @@ class ChatSession:
     (61, 14)
     """
 
-    def __init__(self, model):
+    def __init__(self, model, jit_compile=True):
         tokenizer = getattr(model, "tokenizer", None)
         if not callable(getattr(tokenizer, "apply_chat_template", None)):
             raise ValueError(
@@ -77,6 +80,7 @@ class ChatSession:
             )
         self.model = model
         self.steps = DecoderSteps(model)
+        self.jit_compile = bool(jit_compile)
         self.messages = []
         self.reset()
 
@@ -144,8 +148,13 @@ class ChatSession:
             )
         end_id = tokenizer.end_token_id
         function, sampler = model.compiled_loops.get(
-            ("chat_session", key, end_id),
-            lambda: (gen.compile_loop(self._turn_function(sampler, end_id)), sampler),
+            ("chat_session", key, end_id, self.jit_compile),
+            lambda: (
+                tf.function(
+                    self._turn_function(sampler, end_id), jit_compile=self.jit_compile
+                ),
+                sampler,
+            ),
         )
         gen.reset_seed(sampler, seed)
 

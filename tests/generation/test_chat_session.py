@@ -41,7 +41,7 @@ def test_common_prefix_length_by_hand():
 
 
 def test_turns_equal_fresh_chats_and_reuse_the_prefix(llm):
-    session = ChatSession(llm)
+    session = ChatSession(llm, jit_compile=False)
     messages = [{"role": "user", "content": "hello world"}]
     previous_prompt_length = 0
     for turn, text in enumerate(["hello", "world hello", "or"]):
@@ -62,7 +62,7 @@ def test_turns_equal_fresh_chats_and_reuse_the_prefix(llm):
 
 
 def test_an_edited_history_keeps_the_common_prefix_only(llm):
-    session = ChatSession(llm)
+    session = ChatSession(llm, jit_compile=False)
     first = [
         {"role": "user", "content": "hello world hello world"},
         {"role": "assistant", "content": "world"},
@@ -83,7 +83,7 @@ def test_an_edited_history_keeps_the_common_prefix_only(llm):
 
 
 def test_send_keeps_the_conversation(llm):
-    session = ChatSession(llm)
+    session = ChatSession(llm, jit_compile=False)
     answer = session.send("hello", max_new_tokens=4)
     assert session.messages == [
         {"role": "user", "content": "hello"},
@@ -99,7 +99,7 @@ def test_bad_input_is_refused(llm):
             vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8,
             intermediate_dim=16, max_sequence_length=16,
         ))  # fmt: skip
-    session = ChatSession(llm)
+    session = ChatSession(llm, jit_compile=False)
     with pytest.raises(ValueError, match="max_sequence_length=256"):
         session.chat("hello", max_new_tokens=300)
     with pytest.raises(ValueError, match="max_new_tokens"):
