@@ -15,6 +15,7 @@ Example:
 """
 
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
+from keras_tfm.generation.chat_session import ChatSession
 from keras_tfm.generation.compiled_loops import (
     CompiledLoops,
     invalidate_compiled_loops,
@@ -23,6 +24,7 @@ from keras_tfm.generation.generation_utils import SAMPLERS, make_sampler
 
 __all__ = [
     "BeamSearchSampler",
+    "ChatSession",
     "CompiledLoops",
     "SAMPLERS",
     "invalidate_compiled_loops",
