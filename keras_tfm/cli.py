@@ -367,15 +367,15 @@ def build_parser():
     p.add_argument(
         "--vocabulary-size",
         type=_vocabulary_size,
-        default=2048,
+        default=1024,
         help="tokens of the byte-level BPE learned on the training text "
-        "(default 2048); 256: one token a byte",
+        "(default 1024); 256: one token a byte",
     )
-    p.add_argument("--epochs", type=_positive_int, default=8)
+    p.add_argument("--epochs", type=_positive_int, default=24)  # 50 BPE steps each
     p.add_argument("--batch-size", type=_positive_int, default=16)
     p.add_argument("--sequence-length", type=_positive_int, default=128)
     p.add_argument("--learning-rate", type=_positive_float, default=3e-3)
-    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument(
         "--dtype-policy",
         default="auto",
