@@ -1,7 +1,8 @@
 """SmolLM2-135M: speculative decoding against plain greedy decoding.
 
 Three decoders of the same greedy output, timed after warm-up (tracing and
-XLA compilation excluded), prefill included, best of `--repeats`:
+XLA compilation excluded), prefill included, best of `--repeats` runs
+taken in turn:
 
 - `model.generate` (greedy), the baseline;
 - `SpeculativeDecoder(model)`: prompt lookup (guesses copied from the
@@ -43,14 +44,18 @@ TASKS = {
 }
 
 
-def best_seconds(function, repeats):
-    result = function()  # compiles
-    times = []
+def interleaved_best(runs, repeats):
+    """`{name: (best seconds, output)}`, the runs timed in turn `repeats` times
+    (after one untimed call each, which compiles), so that a change of the
+    machine's load reaches all of them alike."""
+    outputs = {name: run() for name, run in runs.items()}
+    best = dict.fromkeys(runs, float("inf"))
     for _ in range(repeats):
-        began = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - began)
-    return min(times), result
+        for name, run in runs.items():
+            began = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - began)
+    return {name: (best[name], outputs[name]) for name in runs}
 
 
 def main():
@@ -58,7 +63,7 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--num-draft-tokens", type=int, default=6)
     parser.add_argument("--draft-layers", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -87,11 +92,18 @@ def main():
           "equal to greedy |\n|---|---|---|---|---|---|---|")  # fmt: skip
     for task, message in TASKS.items():
         prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(message))]
+        runs = {
+            name: functools.partial(
+                model.generate if decoder is None else decoder.generate,
+                prompt,
+                args.max_new_tokens,
+            )
+            for name, decoder in decoders.items()
+        }
+        timed = interleaved_best(runs, args.repeats)
         baseline = None
         for name, decoder in decoders.items():
-            generate = model.generate if decoder is None else decoder.generate
-            run = functools.partial(generate, prompt, args.max_new_tokens)
-            seconds, output = best_seconds(run, args.repeats)
+            seconds, output = timed[name]
             new = len(output) - len(prompt)
             rate = new / seconds
             if decoder is None:
