@@ -12,7 +12,7 @@
     models                                       backbones, tasks, preprocessors
     training                                     losses, callbacks, LoRA, distillation
     convert                                      checkpoint converters
-    zoo                                          the presets
+    zoo, serving                                 the presets; the HTTP server
     cli, keras_tfm/__init__.py                   the entry points
 
 A module may import its own part and any part of a lower rank, never a
@@ -50,6 +50,7 @@ RANKS = {
     "training": 6,
     "convert": 7,
     "zoo": 8,
+    "serving": 8,
     "cli": 9,
 }
 TOP = {"keras_tfm/__init__.py"}

@@ -82,19 +82,28 @@ def values_of(cache):
     return cache.values if isinstance(cache, Int8Cache) else cache
 
 
-def write(cache, index, key, value):
+def slice_write(tensor, update, index):
+    """`tensor` (B, 2, S, ...) with `update` (B, 2, T, ...) at position `index`."""
+    return ops.slice_update(
+        tensor, [0, 0, index] + [0] * (len(update.shape) - 3), update
+    )
+
+
+def write(cache, index, key, value, write_at=slice_write):
     """`cache` with `key` and `value` (batch, seq, kv_heads, head_dim) at `index`.
 
-    One in-place update of the cache per tensor, rather than two updates and
-    a stack, which copied the whole cache at every step.
+    `write_at(tensor, update, index)` writes (batch, 2, seq, ...) into each
+    tensor of the cache: by default one in-place slice update (rather than
+    two updates and a stack, which copied the whole cache at every step);
+    the attention layer passes its writer, which also takes a (batch,)
+    vector of indices, one per row.
     """
     update = ops.stack([key, value], axis=1)  # (B, 2, S, K, H)
     if not isinstance(cache, Int8Cache):
-        return ops.slice_update(cache, [0, 0, index, 0, 0], update)
+        return write_at(cache, update, index)
     q, scale = quantize(update)
     return Int8Cache(
-        ops.slice_update(cache.values, [0, 0, index, 0, 0], q),
-        ops.slice_update(cache.scales, [0, 0, index, 0, 0], scale),
+        write_at(cache.values, q, index), write_at(cache.scales, scale, index)
     )
 
 

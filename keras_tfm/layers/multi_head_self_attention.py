@@ -6,6 +6,7 @@ from keras import ops
 from keras_tfm.kernels import kv_cache
 from keras_tfm.kernels import masks as mask_utils
 from keras_tfm.kernels.attention import dot_product_attention
+from keras_tfm.layers.positions import is_per_row
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.quantized_weights import projection
 from keras_tfm.validation import (
@@ -90,7 +91,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attention_mask: optional (batch, q_len, k_len).
         use_causal_mask: whether query t may only see keys <= t.
         cache: optional key/value cache, see above.
-        cache_update_index: the position of `inputs`' first token in the cache.
+        cache_update_index: the position of `inputs`' first token in the cache:
+            an int or scalar tensor, or a (batch,) int vector with a position
+            per row (each row written and masked at its own position).
         return_attention_scores: return `(outputs, scores)`; not with a cache.
         training: whether dropout is active.
 
@@ -263,7 +266,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 inputs if context is None else context, start_index
             )  # (B, S, K, H) each
             if cache is not None:
-                cache = kv_cache.write(cache, cache_update_index, key, value)
+                cache = kv_cache.write(
+                    cache, cache_update_index, key, value, write_at=write_cache
+                )
                 if not prefill:
                     key, value = kv_cache.read(cache, key.dtype)
 
@@ -381,6 +386,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )
         if cache_update_index is None:
             return key_mask, attention_mask, 0 if use_causal_mask else None
+        if is_per_row(cache_update_index):
+            visible = _visible_per_row(
+                cache_update_index, query_length, key_length, use_causal_mask
+            )
+            return key_mask, mask_utils.merge_masks(attention_mask, visible), None
         if use_causal_mask:
             return key_mask, attention_mask, cache_update_index
         # Never attend to cache slots that are not written yet.
@@ -422,3 +432,44 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def write_cache(cache, update, cache_update_index):
+    """`cache` (B, 2, S, K, H) with `update` (B, 2, T, K, H) written at the index.
+
+    A scalar index is one in-place slice update (rather than two updates and
+    a stack, which copied the whole cache at every step); a (batch,) vector
+    writes each row at its own position, as one scatter.
+    """
+    if not is_per_row(cache_update_index):
+        return ops.slice_update(cache, [0, 0, cache_update_index, 0, 0], update)
+    batch, length = ops.shape(update)[0], ops.shape(update)[2]
+    start = ops.cast(cache_update_index, "int32")
+    shape = (batch, 2, length)
+    rows = ops.broadcast_to(
+        ops.reshape(ops.arange(batch, dtype="int32"), (-1, 1, 1)), shape
+    )
+    kinds = ops.broadcast_to(
+        ops.reshape(ops.arange(2, dtype="int32"), (1, 2, 1)), shape
+    )
+    steps = ops.expand_dims(start, 1) + ops.arange(length, dtype="int32")  # (B, T)
+    steps = ops.broadcast_to(ops.expand_dims(steps, 1), shape)
+    indices = ops.stack([rows, kinds, steps], axis=-1)  # (B, 2, T, 3)
+    return ops.scatter_update(cache, indices, update)
+
+
+def _visible_per_row(start, query_length, key_length, use_causal_mask):
+    """(B, T, S): which cache positions each row's queries may see.
+
+    Query t of row b sits at position start[b] + t; it sees the keys up to
+    itself (causal), or every written key (below start[b] + T) otherwise.
+    """
+    query_positions = ops.expand_dims(ops.cast(start, "int32"), 1) + ops.arange(
+        query_length, dtype="int32"
+    )  # (B, T)
+    if not use_causal_mask:
+        query_positions = ops.broadcast_to(
+            ops.max(query_positions, axis=1, keepdims=True), ops.shape(query_positions)
+        )
+    keys = ops.arange(key_length, dtype="int32")
+    return keys[None, None, :] <= query_positions[:, :, None]
