@@ -70,6 +70,17 @@ class DecoderSteps:
         self.backbone = backbone
         self.blocks = tuple(blocks)
 
+    def __eq__(self, other):
+        # Equal steps share compiled loops (`SpeculativeDecoder` keys by them).
+        return (
+            isinstance(other, DecoderSteps)
+            and other.model is self.model
+            and other.num_layers == self.num_layers
+        )
+
+    def __hash__(self):
+        return hash((id(self.model), self.num_layers))
+
     @property
     def num_layers(self):
         return len(self.blocks)

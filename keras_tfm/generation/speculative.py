@@ -192,7 +192,7 @@ class SpeculativeDecoder:
                 f"Received: a prompt of {longest - max_new_tokens - k} tokens and "
                 f"max_new_tokens={max_new_tokens}"
             )
-        key = (id(self.draft), k, self.ngram_size, stop_token_ids, self.jit_compile)
+        key = (self.draft, k, self.ngram_size, stop_token_ids, self.jit_compile)
         function = model.compiled_loops.get(
             ("speculative", *key),
             lambda: tf.function(
