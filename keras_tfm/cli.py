@@ -22,6 +22,8 @@ import math
 import re
 from pathlib import Path
 
+from keras_tfm.serving import command as serving_command
+
 # `train` writes <preset>_<text>.keras: gpt_micro_genesis_exodus.keras by
 # default, named for what it is (not for the zoo's kjv_gpt, a BPE model).
 SHIPPED_TEXT_NAME = "genesis_exodus"
@@ -295,6 +297,11 @@ CHAT_COMMAND = 'keras-tfm chat "..." --model {name}'
 LOADER_CLASSES = {"gguf_llama": "CausalLM", "sentence_encoder": "SentenceEncoder"}
 
 
+def serve(args):
+    model = _store_weights(resolve_model(args.model), args.weights)
+    serving_command.run(args, model)
+
+
 def preset_row(name):
     """(name, weights, task, parameters, command) of a preset, read from its
     folder and card without building it."""
@@ -460,6 +467,16 @@ def build_parser():
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--text", action="append", required=True)
     p.set_defaults(run=classify)
+
+    p = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="an OpenAI-compatible HTTP server that batches concurrent "
+        "requests (docs/serving.md)",
+    )
+    serving_command.add_arguments(p)
+    _add_weights_option(p)
+    p.set_defaults(run=serve)
 
     p = commands.add_parser(
         "presets",
