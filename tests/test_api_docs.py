@@ -26,6 +26,7 @@ SUBPACKAGES = [
     "distribute",
     "saving",
     "baselines",
+    "serving",
 ]
 pytestmark = [
     pytest.mark.skipif(

@@ -91,6 +91,10 @@ class Scheduler:
         self.error = None
 
     def start(self):
+        """Compiles the decoding (a short prefill, one call), then runs."""
+        self.decoder.prefill(0, [self.decoder.model.fill_id], 0.0, 1.0, 0)
+        n = len(self.slots)
+        self.decoder.decode([0] * n, [0] * n, [0.0] * n, [1.0] * n, [0] * n)
         self._thread.start()
 
     def submit(self, request):

@@ -1,11 +1,13 @@
 """Tiny served models and a server on a free loopback port."""
 
 import socket
+import threading
 
 import numpy as np
 import pytest
 
 from keras_tfm.convert import GGUFBytePairTokenizer
+from keras_tfm.serving import SlotRequest
 from keras_tfm.serving.server import ServerThread
 from tests.builders import causal_lm
 from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
@@ -33,6 +35,7 @@ def chat_model():
 
 
 MODEL = "tiny-chat"
+TIMEOUT = 60  # seconds, per wait: a bound, not an expectation
 MAX_LENGTH = 64
 
 
@@ -57,3 +60,24 @@ def greedy_reference(model, ids, max_tokens, end_token_id=None):
             break
         ids.append(token)
     return new
+
+
+def run(scheduler, prompts, max_tokens, **settings):
+    """Submits every prompt at once; the new tokens of each, and why it ended."""
+    tokens = [[] for _ in prompts]
+    reasons = [None] * len(prompts)
+    done = [threading.Event() for _ in prompts]
+    for i, prompt in enumerate(prompts):
+
+        def finish(reason, i=i):
+            reasons[i] = reason
+            done[i].set()
+
+        request = SlotRequest(
+            prompt, max_tokens, lambda t, i=i: tokens[i].append(t) or False, finish,
+            **settings,
+        )  # fmt: skip
+        scheduler.submit(request)
+    for event in done:
+        assert event.wait(TIMEOUT)
+    return tokens, reasons

@@ -6,36 +6,13 @@ import numpy as np
 import pytest
 
 from keras_tfm.serving import SlotRequest
-from tests.serving.conftest import greedy_reference
-
-TIMEOUT = 60  # seconds, per wait: a bound, not an expectation
+from tests.serving.conftest import TIMEOUT, greedy_reference, run
 
 
 @pytest.fixture(scope="module")
 def scheduler(server):
     """The package server's scheduler (8 slots of 64 positions), driven directly."""
     return server.service.scheduler
-
-
-def run(scheduler, prompts, max_tokens, **settings):
-    """Submits every prompt at once; the new tokens of each, and why it ended."""
-    tokens = [[] for _ in prompts]
-    reasons = [None] * len(prompts)
-    done = [threading.Event() for _ in prompts]
-    for i, prompt in enumerate(prompts):
-
-        def finish(reason, i=i):
-            reasons[i] = reason
-            done[i].set()
-
-        request = SlotRequest(
-            prompt, max_tokens, lambda t, i=i: tokens[i].append(t) or False, finish,
-            **settings,
-        )  # fmt: skip
-        scheduler.submit(request)
-    for event in done:
-        assert event.wait(TIMEOUT)
-    return tokens, reasons
 
 
 def prompts(count, seed):
