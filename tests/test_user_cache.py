@@ -1,11 +1,14 @@
-"""keras-tfm's caches: where they live, their keys, corrupt entries, clearing.
+"""keras-tfm's caches: where they live, their keys, corrupt entries, clearing;
+and the interactive chat that pays the start once.
 
 The converted-model cache is checked through `load_gguf_llama` on a tiny
 GGUF file; TensorFlow's persistent XLA cache in two fresh processes (XLA
 reads its flags once per process).
 """
 
+import doctest
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -15,7 +18,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_tfm import runtime, user_cache
+from keras_tfm import cli, interactive_chat, runtime, user_cache
 from keras_tfm.cli import main
 from keras_tfm.convert import converted_cache, llama
 from tests.convert.tiny_gguf import write_tiny_llama
@@ -238,3 +241,36 @@ def test_cache_command_info_and_clear(cache, tiny_gguf, capsys):
     assert f"removed {cache}" in capsys.readouterr().out
     main(["cache", "info"])
     assert "converted" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "module", [user_cache, converted_cache, runtime, interactive_chat]
+)
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_chat_without_a_message_converses_with_history(tiny_gguf, monkeypatch):
+    model = llama.load_gguf_llama(tiny_gguf)
+    asked = []
+    real_chat = model.chat
+
+    def chat(messages, **kwargs):
+        asked.append([dict(m) for m in messages])
+        return real_chat(messages, **kwargs)
+
+    monkeypatch.setattr(model, "chat", chat)
+    monkeypatch.setattr(cli, "_language_model", lambda *args, **kwargs: model)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n\nworld\n"))
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    main(["chat", "--max-new-tokens", "3"])
+    assert [[m["content"] for m in turn] for turn in asked][0] == ["hello"]
+    first_answer = asked[1][1]["content"]
+    assert [m["role"] for m in asked[1]] == ["user", "assistant", "user"]
+    assert [asked[1][0]["content"], asked[1][2]["content"]] == ["hello", "world"]
+    # What was printed is each answer, streamed, one line per turn.
+    greedy = real_chat([{"role": "user", "content": "hello"}], max_new_tokens=3)
+    assert first_answer == greedy
+    assert out.getvalue().split("\n")[0] == greedy
