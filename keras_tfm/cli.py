@@ -1,4 +1,5 @@
-"""The `keras-tfm` command: train, generate, evaluate, chat, classify, presets.
+"""The `keras-tfm` command: train, generate, evaluate, chat, classify, presets,
+cache.
 
 keras-tfm train            # gpt_micro, byte-level, on the shipped KJV text
 keras-tfm generate gpt_micro_genesis_exodus.keras --prompt "And God said"
@@ -265,15 +266,36 @@ def evaluate(args):
 
 def chat(args):
     model = _store_weights(_language_model(args.model, needs="chat"), args.weights)
+    settings = _sampler_settings(args.sampler, args)
+    if args.message is None:  # an interactive conversation
+        from keras_tfm.interactive_chat import converse
+
+        converse(model, max_new_tokens=args.max_new_tokens, **settings)
+        return
     pieces = model.chat(
         args.message,
         max_new_tokens=args.max_new_tokens,
         stream=True,
-        **_sampler_settings(args.sampler, args),
+        **settings,
     )
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
+
+
+def cache(args):
+    from keras_tfm import user_cache
+
+    folder = user_cache.cache_directory()
+    if folder is None:
+        print(f"caching is off ({user_cache.CACHE_ENV}={user_cache.OFF})")
+    elif args.action == "clear":
+        print(f"removed {folder} ({user_cache.clear() / 1e6:.1f} MB)")
+        return
+    else:
+        print(f"cache folder: {folder} (set by {user_cache.CACHE_ENV})")
+    for name, (entries, size) in user_cache.info().items():
+        print(f"{name}: {entries} entries, {size / 1e6:.1f} MB")
 
 
 def classify(args):
@@ -446,7 +468,11 @@ def build_parser():
     p = commands.add_parser(
         "chat", parents=[common], help="ask an instruct model (SmolLM2 by default)"
     )
-    p.add_argument("message", help="the user's message")
+    p.add_argument(
+        "message",
+        nargs="?",
+        help="the user's message (none: an interactive conversation, Ctrl-D ends it)",
+    )
     p.add_argument(
         "--model",
         "--preset",
@@ -477,6 +503,14 @@ def build_parser():
     serving_command.add_arguments(p)
     _add_weights_option(p)
     p.set_defaults(run=serve)
+
+    p = commands.add_parser(
+        "cache",
+        parents=[common],
+        help="show or clear the cache of compiled code and converted models",
+    )
+    p.add_argument("action", choices=["info", "clear"])
+    p.set_defaults(run=cache)
 
     p = commands.add_parser(
         "presets",

@@ -43,7 +43,13 @@ To keep XLA's default, set the width yourself before importing keras_tfm:
 import atexit
 import os
 
-from keras_tfm import user_cache
+from keras_tfm.user_cache import (
+    cache_directory,
+    cache_key,
+    drop_unsealed,
+    read_manifest,
+    seal,
+)
 
 WIDE_VECTOR_FLAG = "--xla_cpu_prefer_vector_width=512"
 
@@ -105,7 +111,7 @@ def xla_cache_folder(root, xla_flags, flags):
     >>> a == xla_cache_folder(Path("/c"), "", {"avx2", "avx512f"})
     False
     """
-    key = user_cache.cache_key(xla_flags=xla_flags, cpu_flags=sorted(flags))
+    key = cache_key(xla_flags=xla_flags, cpu_flags=sorted(flags))
     return root / "xla" / key[:32]
 
 
@@ -118,13 +124,13 @@ def use_persistent_xla_cache():
     process's are sealed at exit.
     """
     tf_xla_flags = os.environ.get("TF_XLA_FLAGS", "")
-    root = user_cache.cache_directory()
+    root = cache_directory()
     if root is None or PERSISTENT_CACHE_FLAG in tf_xla_flags:
         return None
     folder = xla_cache_folder(root, os.environ.get("XLA_FLAGS", ""), cpu_flags())
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        kept = user_cache.drop_unsealed(folder, XLA_CACHE_FILES)
+        kept = drop_unsealed(folder, XLA_CACHE_FILES)
     except OSError:
         return None
     flag = f"{PERSISTENT_CACHE_FLAG}={folder}"
@@ -134,9 +140,13 @@ def use_persistent_xla_cache():
 
 
 def _seal_xla_cache(folder, kept):
+    if not folder.is_dir():
+        return  # cleared meanwhile (`keras-tfm cache clear`)
+    new = [p.name for p in folder.glob(XLA_CACHE_FILES) if p.name not in kept]
+    if not new:
+        return
     try:
-        known = user_cache.read_manifest(folder)
-        new = [p.name for p in folder.glob(XLA_CACHE_FILES) if p.name not in kept]
-        user_cache.seal(folder, new, keep={**known, **kept})
+        known = read_manifest(folder)
+        seal(folder, new, keep={**known, **kept})
     except OSError:
-        pass  # the folder was cleared meanwhile: the files are unsealed
+        pass  # the folder was cleared meanwhile: the files stay unsealed

@@ -39,8 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_tfm import user_cache
 from keras_tfm.saving import atomic_directory
+from keras_tfm.user_cache import (
+    cache_directory,
+    cache_key,
+    file_sha256,
+    seal,
+    verify,
+)
 
 CONVERTER_VERSION = 1
 """Bumped whenever a converter's output for the same file changes."""
@@ -51,13 +57,13 @@ ENTRY_FILE = "entry.json"
 def entry_folder(source, settings, root=None):
     """The cache folder of `source` converted with `settings` (or None).
 
-    `root`: the cache folder (default `user_cache.cache_directory()`).
+    `root`: the cache folder (default `cache_directory()`).
     """
-    root = user_cache.cache_directory() if root is None else Path(root)
+    root = cache_directory() if root is None else Path(root)
     if root is None:
         return None
-    key = user_cache.cache_key(
-        source_sha256=user_cache.file_sha256(source, root),
+    key = cache_key(
+        source_sha256=file_sha256(source, root),
         settings=settings,
         converter=CONVERTER_VERSION,
     )
@@ -76,7 +82,7 @@ def read_entry(source, settings, root=None):
     if folder is None or not folder.is_dir():
         return None
     try:
-        if not user_cache.verify(folder):
+        if not verify(folder):
             raise ValueError("the files do not match the MANIFEST")
         described = json.loads((folder / ENTRY_FILE).read_text(encoding="utf-8"))
         weights = {
@@ -105,6 +111,6 @@ def write_entry(source, settings, described, weights, root=None):
                 np.save(tmp / file, np.ascontiguousarray(weights[name]))
             entry = {**described, "weight_files": files}
             (tmp / ENTRY_FILE).write_text(json.dumps(entry), encoding="utf-8")
-            user_cache.seal(tmp, [ENTRY_FILE, *files.values()])
+            seal(tmp, [ENTRY_FILE, *files.values()])
     except (OSError, ValueError):
         return
