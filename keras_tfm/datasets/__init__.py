@@ -8,6 +8,7 @@ Turning the text into batches is `keras_tfm.data`'s job.
 - `bible`: the King James Version (`apt-get install bible-kjv`).
 - `trans_de_en`: German-English sentence pairs (`apt-get install trans-de-en`).
 - `default_corpus`: KJV Genesis and Exodus, shipped inside the package.
+- `digits`: scikit-learn's 8x8 handwritten digits as images (`digits_splits`).
 
 Example:
 >>> from keras_tfm import datasets
@@ -17,6 +18,7 @@ Example:
 
 from keras_tfm.datasets.bible import load_bible
 from keras_tfm.datasets.default_corpus import default_corpus_path, load_default_corpus
+from keras_tfm.datasets.digits import digits_splits
 from keras_tfm.datasets.fortunes import fortune_splits, load_fortunes
 from keras_tfm.datasets.trans_de_en import (
     load_translation_pairs,
@@ -25,6 +27,7 @@ from keras_tfm.datasets.trans_de_en import (
 
 __all__ = [
     "default_corpus_path",
+    "digits_splits",
     "fortune_splits",
     "load_bible",
     "load_default_corpus",
