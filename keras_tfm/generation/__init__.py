@@ -15,16 +15,24 @@ Example:
 """
 
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
+from keras_tfm.generation.chat_session import ChatSession
 from keras_tfm.generation.compiled_loops import (
     CompiledLoops,
     invalidate_compiled_loops,
 )
+from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.generation.generation_utils import SAMPLERS, make_sampler
+from keras_tfm.generation.kv_cache_dtype import set_kv_cache_dtype
+from keras_tfm.generation.speculative import SpeculativeDecoder
 
 __all__ = [
     "BeamSearchSampler",
+    "ChatSession",
     "CompiledLoops",
+    "DecoderSteps",
     "SAMPLERS",
     "invalidate_compiled_loops",
     "make_sampler",
+    "set_kv_cache_dtype",
+    "SpeculativeDecoder",
 ]

@@ -134,7 +134,8 @@ class CausalLM(QuantizationMixin, Task):
                 `cache_update_index ... cache_update_index + seq - 1`.
             cache: (batch, num_layers, 2, max_length, kv_heads, head_dim),
                 see `empty_cache`.
-            cache_update_index: int or scalar tensor.
+            cache_update_index: int or scalar tensor, or a (batch,) int
+                vector: each row's own position (`keras_tfm.serving`).
             padding_mask: optional (batch, max_length), False for the cache
                 positions holding padding.
 

@@ -1,11 +1,11 @@
 """Training utilities: the Transformer learning-rate schedule, a padding-aware
 label-smoothed loss, padding-aware metrics, a throughput/MFU callback, LoRA
 (`enable_lora`), the language-model recipe of `keras-tfm train`
-(`train_language_model`, with its callbacks), linear-probe initialisation of
-a classifier's head (`pooled_features`, `probe_head`), structured pruning
-of heads and feed-forward units (`head_importance`, `ffn_importance`,
-`least_important`, `prune_heads`, `prune_ffn`), and the device's fastest
-settings (`device_defaults`).
+(`train_on_text` on `train_language_model`, with its callbacks),
+linear-probe initialisation of a classifier's head (`pooled_features`,
+`probe_head`), structured pruning of heads and feed-forward units
+(`head_importance`, `ffn_importance`, `least_important`, `prune_heads`,
+`prune_ffn`), and the device's fastest settings (`device_defaults`).
 
 `Perplexity` is `keras_hub.metrics.Perplexity`, re-exported: pass
 `from_logits=True, mask_token_id=<padding id>` to ignore padding.
@@ -30,6 +30,12 @@ from keras_tfm.training.flops import (
     measure_peak_flops,
     model_flops_utilization,
     training_flops_per_token,
+)
+from keras_tfm.training.language_model_recipe import (
+    held_out_batches,
+    language_model_splits,
+    train_on_text,
+    use_device_settings,
 )
 from keras_tfm.training.language_model_training import (
     next_token_pairs,
@@ -66,6 +72,8 @@ __all__ = [
     "ffn_importance",
     "format_mfu",
     "head_importance",
+    "held_out_batches",
+    "language_model_splits",
     "least_important",
     "measure_peak_flops",
     "model_flops_utilization",
@@ -75,5 +83,7 @@ __all__ = [
     "prune_ffn",
     "prune_heads",
     "train_language_model",
+    "train_on_text",
     "training_flops_per_token",
+    "use_device_settings",
 ]
