@@ -13,7 +13,8 @@
     models                                       backbones, tasks, preprocessors
     training                                     losses, callbacks, LoRA, distillation
     convert                                      checkpoint converters
-    zoo, serving, interactive_chat               the presets; the HTTP server; the chat REPL
+    zoo, serving, interactive_chat               the presets; the HTTP server;
+                                                 the chat REPL
     cli, keras_tfm/__init__.py                   the entry points
 
 A module may import its own part and any part of a lower rank, never a
