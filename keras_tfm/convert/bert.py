@@ -16,6 +16,7 @@ from keras_tfm.convert.config_checks import (
     check_format_settings,
     check_model_class,
     check_model_type,
+    check_tokenizer_kind,
     check_vocabulary_size,
     config_choice,
     plain_attention_settings,
@@ -261,11 +262,11 @@ def load_hf_bert(directory):
 
 def _check_saveable(backbone, tokenizer):
     check_model_class(backbone, EncoderBackbone, "backbone")
-    if not isinstance(tokenizer, HFBertTokenizer):
-        raise ValueError(
-            "`tokenizer` must be an HFBertTokenizer (e.g. from load_hf_bert). "
-            f"Received: tokenizer={type(tokenizer).__name__}"
-        )
+    check_tokenizer_kind(
+        tokenizer,
+        isinstance(tokenizer, HFBertTokenizer),
+        "an HFBertTokenizer (e.g. from load_hf_bert)",
+    )
     # name: (what BERT needs, what the backbone has).
     checks = {
         "normalize_first": (False, backbone.normalize_first),

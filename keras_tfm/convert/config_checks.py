@@ -61,6 +61,16 @@ def check_model_class(model, model_class, argument="model"):
         )
 
 
+def check_tokenizer_kind(tokenizer, accepted, kind):
+    """Raises unless `accepted` (whether `tokenizer` is of the kind a format
+    writes), naming the `kind` wanted and the class received."""
+    if not accepted:
+        raise ValueError(
+            f"`tokenizer` must be {kind}. Received: "
+            f"tokenizer={type(tokenizer).__name__}"
+        )
+
+
 def plain_attention_settings(backbone):
     """`check_format_settings` entries for formats without grouped-query
     attention or a free head size: the values in use, passed or derived."""

@@ -15,6 +15,7 @@ from keras_tfm.convert.config_checks import (
     check_format_settings,
     check_model_class,
     check_model_type,
+    check_tokenizer_kind,
     check_vocabulary_size,
     config_choice,
     plain_attention_settings,
@@ -33,7 +34,7 @@ from keras_tfm.convert.hf_tokenizer_files import (
     write_vocab_and_merges,
 )
 from keras_tfm.convert.weights import (
-    assign_weights,
+    built_with_weights,
     model_weights,
     refuse_unknown_tensors,
     require_tensors,
@@ -238,9 +239,7 @@ def load_hf_gpt2(directory, max_sequence_length=None):
         table = weights["position_embedding/embeddings"]
         weights["position_embedding/embeddings"] = table[:max_sequence_length]
     tokenizer = convert_tokenizer(directory, hf_config)
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
-    assign_weights(model, weights)
-    return model
+    return built_with_weights(CausalLM, config, weights, tokenizer=tokenizer)
 
 
 def _check_saveable(model, tokenizer):
@@ -259,12 +258,12 @@ def _check_saveable(model, tokenizer):
             "A GPT-2 checkpoint needs activation 'gelu_approximate', 'gelu' or "
             f"'relu'. Received: activation={model.activation!r}"
         )
-    if tokenizer is None or not hasattr(tokenizer, "merges"):
-        raise ValueError(
-            "`tokenizer` must be a keras-hub byte-pair tokenizer (e.g. "
-            "GPT2Tokenizer), or the model must have one attached. Received: "
-            f"tokenizer={type(tokenizer).__name__}"
-        )
+    check_tokenizer_kind(
+        tokenizer,
+        hasattr(tokenizer, "merges"),
+        "a keras-hub byte-pair tokenizer (e.g. GPT2Tokenizer), or the model "
+        "must have one attached",
+    )
     check_vocabulary_size(tokenizer, model)
     if END_OF_TEXT not in tokenizer.vocabulary:
         raise ValueError(f"A GPT-2 vocabulary needs the {END_OF_TEXT!r} token.")

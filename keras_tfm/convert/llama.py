@@ -28,6 +28,7 @@ from keras_tfm.convert.config_checks import (
     check_format_settings,
     check_model_class,
     check_model_type,
+    check_tokenizer_kind,
     check_vocabulary_size,
 )
 from keras_tfm.convert.gguf_names import (
@@ -50,7 +51,7 @@ from keras_tfm.convert.hf_tokenizer_files import (
 )
 from keras_tfm.convert.installed_packages import checkpoint_path
 from keras_tfm.convert.weights import (
-    assign_weights,
+    built_with_weights,
     model_weights,
     refuse_unknown_tensors,
     require_tensors,
@@ -456,9 +457,7 @@ def load_hf_llama(directory, max_sequence_length=None):
     tensors = _add_zero_biases(tensors, config, projections, who)
     weights = convert_weights(tensors, config, str(directory))
     tokenizer = convert_tokenizer(directory, hf_config)
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
-    assign_weights(model, weights)
-    return model
+    return built_with_weights(CausalLM, config, weights, tokenizer=tokenizer)
 
 
 def _saveable_config(model, tokenizer):
@@ -470,12 +469,12 @@ def _saveable_config(model, tokenizer):
         "activation": ("swiglu", model.activation),
     }
     check_format_settings("Llama", checks)
-    if not isinstance(tokenizer, ByteLevelBPETokenizer):
-        raise ValueError(
-            "`tokenizer` must be a ByteLevelBPETokenizer (as load_hf_llama "
-            "attaches), or the model must have one attached. Received: "
-            f"tokenizer={type(tokenizer).__name__}"
-        )
+    check_tokenizer_kind(
+        tokenizer,
+        isinstance(tokenizer, ByteLevelBPETokenizer),
+        "a ByteLevelBPETokenizer (as load_hf_llama attaches), or the model "
+        "must have one attached",
+    )
     check_vocabulary_size(tokenizer, model)
     attention = model.backbone.transformer_layers[0].self_attention
     config = flat_arguments(model)
@@ -736,9 +735,7 @@ def load_gguf_llama(path, max_sequence_length=None):
         )
     tensors = gguf_tensors(reader, config)
     weights = convert_weights(tensors, config, f"The GGUF file {path}")
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
-    assign_weights(model, weights)
-    return model
+    return built_with_weights(CausalLM, config, weights, tokenizer=tokenizer)
 
 
 # The installed package that ships SmolLM2-135M-Instruct (see
