@@ -52,6 +52,13 @@ def check_format_settings(format_name, checks):
             )
 
 
+def check_attributes(format_name, model, **wanted):
+    """`check_format_settings` of each `name=value` in `wanted` against
+    `model.<name>`, in order: e.g. `normalization="rms_norm"`."""
+    checks = {name: (value, getattr(model, name)) for name, value in wanted.items()}
+    check_format_settings(format_name, checks)
+
+
 def check_model_class(model, model_class, argument="model"):
     """Raises unless `model` is a `model_class` (our class, to be saved)."""
     if not isinstance(model, model_class):

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_tfm.convert.config_checks import (
-    check_format_settings,
+    check_attributes,
     check_model_class,
     check_model_type,
     check_tokenizer_kind,
@@ -462,13 +462,10 @@ def load_hf_llama(directory, max_sequence_length=None):
 
 def _saveable_config(model, tokenizer):
     check_model_class(model, CausalLM)
-    checks = {
-        "normalize_first": (True, model.normalize_first),
-        "normalization": ("rms_norm", model.normalization),
-        "position_encoding": ("rotary", model.position_encoding),
-        "activation": ("swiglu", model.activation),
-    }
-    check_format_settings("Llama", checks)
+    check_attributes(
+        "Llama", model, normalize_first=True, normalization="rms_norm",
+        position_encoding="rotary", activation="swiglu",
+    )  # fmt: skip
     check_tokenizer_kind(
         tokenizer,
         isinstance(tokenizer, ByteLevelBPETokenizer),
@@ -500,13 +497,11 @@ def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
         directory: the folder to write (created, or empty).
         tokenizer: a `ByteLevelBPETokenizer`; by default the model's
             attached tokenizer.
-
-        overwrite: whether to replace a `directory` that holds files. The
-            files are written to a sibling folder first, which replaces
-            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
+        overwrite: replace a `directory` that holds files, atomically
+            (`keras_tfm.saving.atomic_directory`).
 
     Returns:
-        The folder, as a `pathlib.Path`.
+        The Llama checkpoint's folder, as a `pathlib.Path`.
 
     Example:
     >>> import tempfile
