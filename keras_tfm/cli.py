@@ -134,7 +134,11 @@ def _store_weights(model, weights):
     return model
 
 
-def _add_weights_option(parser):
+def _add_decoding_options(parser, temperature):
+    """The options `generate` and `chat` share: sampling and `--weights`."""
+    parser.add_argument("--temperature", type=float, default=temperature)
+    parser.add_argument("--top-p", type=float, default=0.9)
+    parser.add_argument("--seed", type=int)
     parser.add_argument(
         "--weights",
         default="float32",
@@ -448,11 +452,8 @@ def build_parser():
         help="default: top_k where the model's generate has it, else its own",
     )
     p.add_argument("--top-k", type=_positive_int, default=10)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--num-beams", type=_positive_int, default=1)
-    p.add_argument("--seed", type=int)
-    _add_weights_option(p)
+    _add_decoding_options(p, temperature=0.8)
     p.set_defaults(run=generate)
 
     p = commands.add_parser(
@@ -481,10 +482,7 @@ def build_parser():
     )
     p.add_argument("--max-new-tokens", type=_positive_int, default=256)
     p.add_argument("--sampler", default="greedy", choices=["greedy", "top_p"])
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--seed", type=int)
-    _add_weights_option(p)
+    _add_decoding_options(p, temperature=1.0)
     p.set_defaults(run=chat)
 
     p = commands.add_parser(

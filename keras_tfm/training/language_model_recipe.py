@@ -20,6 +20,9 @@ from pathlib import Path
 
 import keras
 
+from keras_tfm.baselines import held_out_nats_per_byte
+from keras_tfm.distribute import is_chief, task_id
+from keras_tfm.saving import atomic_save
 from keras_tfm.training.callbacks import BestModelCheckpoint
 from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.flops import (
@@ -133,8 +136,6 @@ def train_on_text(
     Returns:
         `(model, validation_loss)`, the loss in nats per byte.
     """
-    from keras_tfm import baselines, distribute, saving
-
     keras.utils.set_random_seed(seed)
     policy, jit, reason = use_device_settings(dtype_policy, jit_compile)
     print(f"{policy}, XLA {'on' if jit else 'off'} (device defaults: {reason})")
@@ -157,7 +158,7 @@ def train_on_text(
         model.count_params(), model.num_layers, model.hidden_dim, sequence_length
     )
     checkpoints = Path(checkpoint_dir or f"{output}.checkpoints")
-    backup = checkpoints / f"backup-{distribute.task_id()}"
+    backup = checkpoints / f"backup-{task_id()}"
     started = time.perf_counter()
     history = train_language_model(
         model, examples, validation, epochs=epochs, batch_size=batch_size,
@@ -170,7 +171,7 @@ def train_on_text(
                 tokens_per_step=batch_size * sequence_length,
                 flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=0,
             ),
-            BestModelCheckpoint(checkpoints, enabled=distribute.is_chief()),
+            BestModelCheckpoint(checkpoints, enabled=is_chief()),
         ],
     )  # fmt: skip
     minutes = (time.perf_counter() - started) / 60
@@ -182,15 +183,15 @@ def train_on_text(
     else:
         validation_loss = model.evaluate(validation, verbose=0, return_dict=True)
         validation_loss = validation_loss["loss"]
-    if distribute.is_chief():
-        saving.atomic_save(model, output)
+    if is_chief():
+        atomic_save(model, output)
     shutil.rmtree(backup, ignore_errors=True)
     print(
         f"Saved {output} after {minutes:.1f} min: validation loss "
         f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}."
     )
     # The anchor: bzip2 -9 coding the same held-out bytes after the training ones.
-    anchor = baselines.held_out_nats_per_byte(
+    anchor = held_out_nats_per_byte(
         text, sequence_length, VALIDATION_FRACTION
     )
     print(f"{'validation bytes, model vs baseline':<36} nats/byte")
