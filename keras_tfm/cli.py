@@ -386,6 +386,15 @@ def chat(args):
     print()
 
 
+def export(args):
+    from keras_tfm.export.command import run_export
+
+    model = resolve_model(args.model)
+    if not args.litert:  # LiteRT quantizes in its converter
+        model = _store_weights(model, args.weights)
+    run_export(model, args)
+
+
 def classify(args):
     model = _language_model(args.model, needs="classify")
     for text, label in zip(args.text, model.classify(args.text), strict=True):
@@ -572,6 +581,23 @@ def build_parser():
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--text", action="append", required=True)
     p.set_defaults(run=classify)
+
+    p = commands.add_parser(
+        "export",
+        parents=[common],
+        help="write a SavedModel whose signatures take strings (docs/deployment.md)",
+    )
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("directory", help="the SavedModel folder to write")
+    p.add_argument("--overwrite", action="store_true", help="replace a folder")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=32, help="the answers' length"
+    )
+    p.add_argument(
+        "--litert", action="store_true", help="an encoder task as model.tflite"
+    )
+    _add_weights_option(p)
+    p.set_defaults(run=export)
 
     p = commands.add_parser(
         "presets",

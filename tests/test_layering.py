@@ -11,7 +11,8 @@
                                                  the model-free baselines
     models                                       backbones, tasks, preprocessors
     training                                     losses, callbacks, LoRA, distillation
-    convert                                      checkpoint converters
+    convert, export                              checkpoint converters; SavedModels
+                                                 with string signatures, LiteRT
     zoo                                          the presets
     cli, keras_tfm/__init__.py                   the entry points
 
@@ -49,6 +50,7 @@ RANKS = {
     "models": 5,
     "training": 6,
     "convert": 7,
+    "export": 7,
     "zoo": 8,
     "cli": 9,
 }

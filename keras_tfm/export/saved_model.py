@@ -6,7 +6,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_tfm.export import encoder_signatures, generate_signatures
-from keras_tfm.models import CausalLM, EncoderClassifier, Seq2SeqLM, SentenceEncoder
+from keras_tfm.models import CausalLM, EncoderClassifier, SentenceEncoder, Seq2SeqLM
 from keras_tfm.saving import atomic_directory
 
 
@@ -104,7 +104,8 @@ def export_saved_model(model, directory, overwrite=False, max_new_tokens=32):
     module = tf.Module()
     module.model = model
     module.tokenizer = model.preprocessor.tokenizer
-    concrete = {name: f.get_concrete_function() for name, f in signatures.items()}
+    # A non-empty `directory` is refused here, before the slow tracing.
     with atomic_directory(Path(directory), overwrite=overwrite) as folder:
+        concrete = {name: f.get_concrete_function() for name, f in signatures.items()}
         tf.saved_model.save(module, str(folder), signatures=concrete)
     return _folder_bytes(directory)
