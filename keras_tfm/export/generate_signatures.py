@@ -93,20 +93,6 @@ def _default_stops(model):
     return tuple(gen.check_stop_token_ids(stops, model.backbone.vocabulary_size) or ())
 
 
-def generate_signature(model, max_new_tokens):
-    """`generate(prompts) -> {"texts"}`: greedy, prompt and continuation."""
-    tokenizer = model.preprocessor.tokenizer
-    stops = _default_stops(model)
-    decode = greedy_decoder(model, stops)
-
-    @tf.function(input_signature=[PROMPTS])
-    def generate(prompts):
-        ids = decode(graph_text.tokenize(tokenizer, prompts), max_new_tokens)
-        return {"texts": graph_text.detokenize(tokenizer, _drop(ids, stops))}
-
-    return generate
-
-
 def generate_with_options_signature(model):
     """`generate_with_options(prompts, max_new_tokens: int32) -> {"texts"}`."""
     tokenizer = model.preprocessor.tokenizer
@@ -124,6 +110,20 @@ def generate_with_options_signature(model):
         return {"texts": graph_text.detokenize(tokenizer, _drop(ids, stops))}
 
     return generate_with_options
+
+
+def generate_signature(with_options, max_new_tokens):
+    """`generate(prompts) -> {"texts"}`: greedy, prompt and continuation.
+
+    `with_options` with the export's `max_new_tokens`: one traced loop
+    serves both signatures.
+    """
+
+    @tf.function(input_signature=[PROMPTS])
+    def generate(prompts):
+        return with_options(prompts, tf.constant(max_new_tokens, tf.int32))
+
+    return generate
 
 
 def chat_signature(model, max_new_tokens):

@@ -44,11 +44,12 @@ def signatures_of(model, max_new_tokens=32):
             f"Received: a {type(model).__name__}"
         )
     if isinstance(model, CausalLM):
+        with_options = generate_signatures.generate_with_options_signature(model)
         signatures = {
-            "generate": generate_signatures.generate_signature(model, max_new_tokens),
-            "generate_with_options": (
-                generate_signatures.generate_with_options_signature(model)
+            "generate": generate_signatures.generate_signature(
+                with_options, max_new_tokens
             ),
+            "generate_with_options": with_options,
             "score": generate_signatures.score_signature(model),
         }
         if getattr(model.preprocessor.tokenizer, "chat_template", None):
