@@ -139,6 +139,10 @@ def _add_decoding_options(parser, temperature):
     parser.add_argument("--temperature", type=float, default=temperature)
     parser.add_argument("--top-p", type=float, default=0.9)
     parser.add_argument("--seed", type=int)
+    _add_weights_option(parser)
+
+
+def _add_weights_option(parser):
     parser.add_argument(
         "--weights",
         default="float32",
@@ -300,6 +304,15 @@ def cache(args):
         print(f"cache folder: {folder} (set by {user_cache.CACHE_ENV})")
     for name, (entries, size) in user_cache.info().items():
         print(f"{name}: {entries} entries, {size / 1e6:.1f} MB")
+
+
+def export(args):
+    from keras_tfm.export.command import run_export
+
+    model = resolve_model(args.model)
+    if not args.litert:  # LiteRT quantizes in its converter
+        model = _store_weights(model, args.weights)
+    run_export(model, args)
 
 
 def classify(args):
@@ -509,6 +522,23 @@ def build_parser():
     )
     p.add_argument("action", choices=["info", "clear"])
     p.set_defaults(run=cache)
+
+    p = commands.add_parser(
+        "export",
+        parents=[common],
+        help="write a SavedModel whose signatures take strings (docs/deployment.md)",
+    )
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("directory", help="the SavedModel folder to write")
+    p.add_argument("--overwrite", action="store_true", help="replace a folder")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=32, help="the answers' length"
+    )
+    p.add_argument(
+        "--litert", action="store_true", help="an encoder task as model.tflite"
+    )
+    _add_weights_option(p)
+    p.set_defaults(run=export)
 
     p = commands.add_parser(
         "presets",
