@@ -1,6 +1,7 @@
 """`keras-tfm serve` in a child process, started and waited for: what the
 load benchmark and the SIGTERM test run."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -20,29 +21,37 @@ def free_port():
 def start_server(model, port, *options, timeout=600):
     """`keras-tfm serve MODEL --port PORT *options`, once /health answers.
 
-    Returns the `subprocess.Popen`; its log goes to a temporary file (a
-    pipe nobody reads would fill and block the server), quoted in the
-    error if the server exits or does not answer within `timeout` seconds.
+    Returns the `subprocess.Popen`; its log goes to an unnamed temporary
+    file (a pipe nobody reads would fill and block the server), quoted in
+    the error if the server exits or does not answer within `timeout`
+    seconds.
     """
-    log = tempfile.TemporaryFile()
+    handle, log = tempfile.mkstemp(prefix="keras-tfm-serve-", suffix=".log")
     command = [sys.executable, "-m", "keras_tfm_launcher", "serve", str(model),
                "--port", str(port), *map(str, options)]  # fmt: skip
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    finally:
+        os.close(handle)  # the child has its own descriptor
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{port}/health", timeout=5
-            ) as reply:
-                if reply.status == 200:
-                    return process
-        except (urllib.error.URLError, OSError):
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            log.seek(0)
-            raise RuntimeError(
-                f"`{' '.join(command)}` did not start serving:\n"
-                + log.read().decode(errors="replace")[-2000:]
-            )
-        time.sleep(0.5)
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/health", timeout=5
+                ) as reply:
+                    if reply.status == 200:
+                        return process
+            except (urllib.error.URLError, OSError):
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                process.wait()
+                with open(log, encoding="utf-8", errors="replace") as text:
+                    tail = text.read()[-2000:]
+                raise RuntimeError(
+                    f"`{' '.join(command)}` did not start serving:\n{tail}"
+                )
+            time.sleep(0.5)
+    finally:
+        os.unlink(log)  # the server may go on writing to it, unnamed
