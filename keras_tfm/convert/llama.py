@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_tfm.convert import converted_cache
 from keras_tfm.convert.config_checks import (
     check_format_settings,
     check_model_class,
@@ -692,6 +693,11 @@ def gguf_tensors(reader, config):
 def load_gguf_llama(path, max_sequence_length=None):
     """Loads a Llama-architecture GGUF file as a `CausalLM` with its tokenizer.
 
+    The conversion (config, tokenizer, float32 weights) is kept in the
+    cache folder, keyed by the file's SHA-256, `max_sequence_length` and the
+    versions (`keras_tfm.convert.converted_cache`): a second load of the same
+    file reads it back instead of parsing the GGUF file again.
+
     The weights are dequantised to float32 (supported types:
     `gguf_reader.SUPPORTED_TYPES`: F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0 and
     the K-quants); the query/key rows are put back in the half-split order
@@ -723,6 +729,36 @@ def load_gguf_llama(path, max_sequence_length=None):
     >>> model.tokenizer.id_to_token(next_id)
     'The'
     """
+    config, tokenizer, weights = converted_gguf(path, max_sequence_length)
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
+    assign_weights(model, weights)
+    return model
+
+
+def converted_gguf(path, max_sequence_length=None, mark=None):
+    """(model arguments, tokenizer, our weight path -> float32 array) of a
+    GGUF file: from the converted-weights cache, else converted (and cached).
+
+    `mark`: called with a stage's name after each stage (for profiling).
+    """
+    mark = mark or (lambda stage: None)
+    settings = {"loader": "gguf_llama", "max_sequence_length": max_sequence_length}
+    entry = converted_cache.read_entry(path, settings)
+    if entry is not None:
+        described, weights = entry
+        tokenizer = _restore_tokenizer(described["tokenizer"])
+        mark("read the converted model from the cache")
+        return described["arguments"], tokenizer, weights
+    config, tokenizer, weights = _convert_gguf(path, max_sequence_length)
+    mark("parse the GGUF, build the tokenizer, dequantise to float32")
+    described = {"arguments": config, "tokenizer": _describe_tokenizer(tokenizer)}
+    converted_cache.write_entry(path, settings, described, weights)
+    mark("write the converted model to the cache")
+    return config, tokenizer, weights
+
+
+def _convert_gguf(path, max_sequence_length):
+    """(model arguments, tokenizer, our weight path -> float32) of a GGUF file."""
     reader = open_gguf(path)
     config = convert_gguf_backbone_config(reader)
     if max_sequence_length is not None:
@@ -735,10 +771,27 @@ def load_gguf_llama(path, max_sequence_length=None):
             f"llama.vocab_size={config['vocabulary_size']}"
         )
     tensors = gguf_tensors(reader, config)
-    weights = convert_weights(tensors, config, f"The GGUF file {path}")
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
-    assign_weights(model, weights)
-    return model
+    return config, tokenizer, convert_weights(tensors, config, f"The GGUF file {path}")
+
+
+def _describe_tokenizer(tokenizer):
+    """A JSON-able description of a `ByteLevelBPETokenizer` (config, vocabulary
+    and merges: Keras's config leaves the last two to asset files)."""
+    return {
+        "config": tokenizer.get_config(),
+        "vocabulary": dict(tokenizer.vocabulary),
+        "merges": list(tokenizer.merges),
+    }
+
+
+def _restore_tokenizer(described):
+    return ByteLevelBPETokenizer.from_config(
+        {
+            **described["config"],
+            "vocabulary": described["vocabulary"],
+            "merges": described["merges"],
+        }
+    )
 
 
 # The installed package that ships SmolLM2-135M-Instruct (see
