@@ -1,6 +1,5 @@
 """Tiny served models and a server on a free loopback port."""
 
-import socket
 import threading
 
 import numpy as np
@@ -8,15 +7,10 @@ import pytest
 
 from keras_tfm.convert import GGUFBytePairTokenizer
 from keras_tfm.serving import SlotRequest
+from keras_tfm.serving.process import free_port
 from keras_tfm.serving.server import ServerThread
 from tests.builders import causal_lm
 from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="package")
