@@ -25,6 +25,7 @@ from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.quantized_weights import (
     BLOCK_MODES,
     CAST_WEIGHT_DTYPES,
+    INT8_BLOCKS,
     QuantizableDense,
     check_cast_dtype,
     int8_weight_only_config,  # noqa: F401 (keras_tfm.models exports it)
@@ -92,8 +93,7 @@ def check_quantizable(model, mode):
     """
     if mode not in QUANTIZATION_MODES + CAST_WEIGHT_DTYPES + BLOCK_MODES:
         raise ValueError(
-            f"`mode` must be one of {QUANTIZATION_MODES}. Received: "
-            f"mode={mode!r}"
+            f"`mode` must be one of {QUANTIZATION_MODES}. Received: mode={mode!r}"
         )
     done = getattr(model, "quantized_to", None)
     ours = CAST_WEIGHT_DTYPES + BLOCK_MODES
@@ -200,6 +200,28 @@ class QuantizationMixin:
             check_cast_dtype(dtype)
         check_quantizable(self, dtype)
         self._store_each(dtype, filters)
+
+    def hold_blocks(self, blocks):
+        """Stores given int8 blocks: `{layer path: (values, scale, offset)}`.
+
+        For weights quantised already (a GGUF file's Q4/Q8 blocks,
+        `keras_tfm.convert.gguf_blocks`): each named layer holds its blocks
+        as given (`QuantizableDense.hold_blocks`), every other weight matrix
+        is quantised to symmetric blocks; `quantized_to` is then
+        "int8_blocks", as after `cast_weights("int8_blocks")`.
+        """
+        check_quantizable(self, INT8_BLOCKS)
+        layers = {layer.path: layer for layer in _leaf_layers(self)}
+        unknown = sorted(set(blocks) - set(layers))
+        if unknown:
+            raise ValueError(
+                f"{self.name} has no layers {unknown[:4]} to hold blocks. "
+                f"Received: blocks for {sorted(blocks)[:4]}..."
+            )
+        with one_garbage_collection():
+            for path, parts in blocks.items():
+                layers[path].hold_blocks(*parts)
+        self._store_each(INT8_BLOCKS, None)
 
     def _store_each(self, mode, filters):
         """Our storage modes (bfloat16, int8 blocks), layer by layer."""
