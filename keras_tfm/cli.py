@@ -9,7 +9,7 @@ keras-tfm presets          # each preset's task, parameters and command
 
 A command's model is a `.keras` file if that path exists, else a preset
 name. This module parses and dispatches; the training recipe is
-`keras_tfm.training.train_language_model`.
+`keras_tfm.training.train_on_text`.
 
 The `keras-tfm` console script starts in `keras_tfm_launcher`, which silences
 TensorFlow's start-up logs before TensorFlow is imported; `--verbose` keeps
@@ -21,12 +21,10 @@ import inspect
 import json
 import math
 import re
-import shutil
-import sys
-import time
 from pathlib import Path
 
-VALIDATION_FRACTION = 0.1  # the last 10% of the text, in order
+from keras_tfm.serving import command as serving_command
+
 # `train` writes <preset>_<text>.keras: gpt_micro_genesis_exodus.keras by
 # default, named for what it is (not for the zoo's kjv_gpt, a BPE model).
 SHIPPED_TEXT_NAME = "genesis_exodus"
@@ -59,19 +57,6 @@ def _read_corpus(path):
     if not text.strip():
         raise SystemExit(f"keras-tfm: {path} is empty.")
     return text, str(path), path.stem
-
-
-def _datasets(model, text, sequence_length, batch_size, seed):
-    from keras_tfm.data import language_model_datasets
-
-    return language_model_datasets(
-        text,
-        model.tokenizer,
-        sequence_length=sequence_length,
-        batch_size=batch_size,
-        validation_fraction=VALIDATION_FRACTION,
-        seed=seed,
-    )
 
 
 def resolve_model(reference, weights=None):
@@ -189,132 +174,35 @@ def _save_freq(text):
         ) from None
 
 
-def _windows(model, text, sequence_length, batch_size, seed):
-    """The training windows (tf.data, one example each, in text order), the
-    validation batches and the number of training windows."""
-    from keras_tfm.data.language_modeling import next_token_windows, split_offsets
-    from keras_tfm.training import next_token_pairs
-
-    _, validation = _datasets(model, text, sequence_length, batch_size, seed)
-    ids = model.tokenizer(text)
-    train_end, _ = split_offsets(len(ids), sequence_length, VALIDATION_FRACTION)
-    windows = next_token_windows(ids[:train_end], sequence_length)
-    return next_token_pairs(windows), validation, len(windows)
-
-
 def train(args):
     from keras_tfm import distribute
 
     # First: a multi-worker strategy must exist before any TensorFlow work.
     strategy = distribute.strategy_from_flags(args.strategy, tpu=args.tpu)
 
-    import keras
     import keras_hub
 
-    from keras_tfm import baselines, training, zoo
-    from keras_tfm.saving import atomic_save
+    from keras_tfm import training, zoo
 
-    keras.utils.set_random_seed(args.seed)
-    defaults = training.device_defaults()
-    policy = defaults.dtype_policy if args.dtype_policy == "auto" else args.dtype_policy
-    jit = defaults.jit_compile if args.jit_compile is None else args.jit_compile
-    keras.config.set_dtype_policy(policy)
-    xla = "on" if jit else "off"
-    print(f"{policy}, XLA {xla} (device defaults: {defaults.reason})")
-    peak_flops, peak_source = _peak_flops(args.peak_flops, strategy)
-    print(f"Peak for MFU: {peak_flops:.3g} FLOP/s ({peak_source}).")
-    text, source, stem = _read_corpus(args.data)
-    output = args.output or f"{args.preset}_{stem}.keras"
-    with strategy.scope():
-        model = zoo.from_preset(
-            args.preset,
-            vocabulary_size=256,
+    def build_model():  # byte-level; keep case (keras-hub lowercases by default)
+        return zoo.from_preset(
+            args.preset, vocabulary_size=256, dropout=args.dropout,
             max_sequence_length=args.sequence_length,
-            dropout=args.dropout,
-            # Keep case: keras-hub lowercases by default, and KJV is not lowercase.
             tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
-        )
-    examples, validation, count = _windows(
-        model, text, args.sequence_length, args.batch_size, args.seed
-    )
-    if strategy.num_replicas_in_sync > 1:
-        print(f"Distributing with {type(strategy).__name__} over "
-              f"{strategy.num_replicas_in_sync} replicas.")  # fmt: skip
-    steps = args.epochs * math.ceil(count / args.batch_size)
-    print(
-        f"Training preset '{args.preset}' ({model.count_params():,} parameters) on "
-        f"{source}: {len(text):,} characters, {steps} steps."
-    )
-    flops_per_token = training.training_flops_per_token(
-        model.count_params(), model.num_layers, model.hidden_dim, args.sequence_length
-    )
-    checkpoints = Path(args.checkpoint_dir or f"{output}.checkpoints")
-    backup = checkpoints / f"backup-{distribute.task_id()}"
-    started = time.perf_counter()
-    history = training.train_language_model(
-        model, examples, validation, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, jit_compile=jit, seed=args.seed,
-        backup_dir=backup, save_freq=args.save_freq,
-        verbose=1 if sys.stdout.isatty() else 2,
-        callbacks=[
-            # Silent: Keras' progress line of each epoch shows tokens_per_second.
-            training.ThroughputCallback(
-                tokens_per_step=args.batch_size * args.sequence_length,
-                flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=0,
-            ),
-            training.BestModelCheckpoint(checkpoints, enabled=distribute.is_chief()),
-        ],
+        )  # fmt: skip
+
+    text, source, stem = _read_corpus(args.data)
+    training.train_on_text(
+        build_model, text, name=args.preset, source=source, strategy=strategy,
+        output=args.output or f"{args.preset}_{stem}.keras",
+        epochs=args.epochs, batch_size=args.batch_size,
+        sequence_length=args.sequence_length, learning_rate=args.learning_rate,
+        dtype_policy=args.dtype_policy, jit_compile=args.jit_compile,
+        peak_flops=args.peak_flops, checkpoint_dir=args.checkpoint_dir,
+        save_freq=args.save_freq, seed=args.seed,
+        prompts=(args.prompt or None) if args.samples else [],
+        max_new_tokens=args.max_new_tokens,
     )  # fmt: skip
-    minutes = (time.perf_counter() - started) / 60
-    if history is not None:
-        tokens_per_second = history.history["tokens_per_second"][-1]
-        mfu = training.format_mfu(tokens_per_second * flops_per_token, peak_flops)
-        print(f"Last epoch: {tokens_per_second:,.0f} tokens/s, {mfu}.")
-        validation_loss = history.history["val_loss"][-1]
-    else:
-        validation_loss = model.evaluate(validation, verbose=0, return_dict=True)
-        validation_loss = validation_loss["loss"]
-    if distribute.is_chief():
-        atomic_save(model, output)
-    shutil.rmtree(backup, ignore_errors=True)
-    print(
-        f"Saved {output} after {minutes:.1f} min: validation loss "
-        f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}."
-    )
-    # The anchor: bzip2 -9 coding the same held-out bytes after the training ones.
-    anchor = baselines.held_out_nats_per_byte(
-        text, args.sequence_length, VALIDATION_FRACTION
-    )
-    print(f"{'validation bytes, model vs baseline':<36} nats/byte")
-    print(f"{'model (' + args.preset + ')':<36} {validation_loss:9.4f}")
-    print(f"{'bzip2 -9 given the training text':<36} {anchor:9.4f}")
-    if args.samples:
-        for prompt in args.prompt or ["And God said", "Moses went"]:
-            room = model.max_sequence_length - len(model.tokenizer(prompt))
-            sample = model.generate(
-                prompt, max_new_tokens=min(args.max_new_tokens, room),
-                sampler="top_k", top_k=10, temperature=0.8, seed=args.seed,
-            )  # fmt: skip
-            print(f"\n>>> {sample}")
-
-
-def _peak_flops(peak_flops, strategy):
-    """The peak FLOP/s of all replicas together, and where it comes from."""
-    if peak_flops is not None:
-        return peak_flops, "--peak-flops"
-    import keras
-
-    from keras_tfm import training
-
-    # Measured here, before any input pipeline runs, in the compute dtype.
-    dtype = keras.config.dtype_policy().compute_dtype
-    size, repeats = 2048, 3
-    peak = training.measure_peak_flops(size, dtype=dtype, num_repeats=repeats)
-    replicas = strategy.num_replicas_in_sync
-    source = f"measured: best of {repeats} runs of {dtype} {size}x{size} matmuls"
-    if replicas > 1:
-        source += f", times {replicas} replicas"
-    return peak * replicas, source + "; set it with --peak-flops"
 
 
 def _sampler_settings(sampler, args):
@@ -375,7 +263,9 @@ def evaluate(args):
     model = _language_model(args.model, needs="evaluate")
     text, source, _ = _read_corpus(args.data)
     length = args.sequence_length or model.max_sequence_length
-    _, validation = _datasets(model, text, length, args.batch_size, args.seed)
+    validation = training.held_out_batches(
+        model, text, length, args.batch_size, args.seed
+    )
     model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
     loss = model.evaluate(validation, return_dict=True, verbose=0)["loss"]
     print(
@@ -437,6 +327,11 @@ COMMANDS = {
 CHAT_COMMAND = 'keras-tfm chat "..." --model {name}'
 # The class a converted checkpoint's loader builds (zoo/<name>/source.json).
 LOADER_CLASSES = {"gguf_llama": "CausalLM", "sentence_encoder": "SentenceEncoder"}
+
+
+def serve(args):
+    model = _store_weights(resolve_model(args.model), args.weights)
+    serving_command.run(args, model)
 
 
 def preset_row(name):
@@ -608,6 +503,16 @@ def build_parser():
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--text", action="append", required=True)
     p.set_defaults(run=classify)
+
+    p = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="an OpenAI-compatible HTTP server that batches concurrent "
+        "requests (docs/serving.md)",
+    )
+    serving_command.add_arguments(p)
+    _add_weights_option(p)
+    p.set_defaults(run=serve)
 
     p = commands.add_parser(
         "cache",

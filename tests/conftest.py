@@ -44,6 +44,12 @@ _DEBIAN_PACKAGES = {
     "fortunes": lambda: Path("/usr/share/games/fortunes/fortunes").is_file(),
     "bible-kjv": lambda: shutil.which("bible") is not None,
     "trans-de-en": lambda: Path("/usr/share/trans/de-en").is_file(),
+    "sword-text-sparv": lambda: Path(
+        "/usr/share/sword/modules/texts/ztext/spaRV1909eb"
+    ).is_dir(),
+    "sword-text-web": lambda: Path(
+        "/usr/share/sword/modules/texts/ztext/engWEB2015eb"
+    ).is_dir(),
     "bzip2": lambda: shutil.which("bzip2") is not None,
     "xz-utils": lambda: shutil.which("xz") is not None,
 }

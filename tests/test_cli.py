@@ -17,6 +17,7 @@ import pytest
 from keras_tfm import cli, training
 from keras_tfm.data import language_model_datasets
 from keras_tfm.datasets import load_default_corpus
+from keras_tfm.training import language_model_recipe
 
 
 @pytest.fixture(scope="module")
@@ -197,11 +198,11 @@ def test_the_default_output_is_named_for_the_preset_and_text(monkeypatch):
     def compile_only(model, *args, **kwargs):
         model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
 
-    monkeypatch.setattr(training, "train_language_model", compile_only)
+    monkeypatch.setattr(language_model_recipe, "train_language_model", compile_only)
     monkeypatch.setattr(
         "keras_tfm.saving.atomic_save", lambda model, path: written.append(path)
     )
-    monkeypatch.setattr(cli, "_peak_flops", lambda *args: (1.0, "test"))
+    monkeypatch.setattr(language_model_recipe, "_peak_flops", lambda *a: (1.0, "test"))
     with contextlib.redirect_stdout(io.StringIO()):
         cli.main(["train", "--preset", "gpt_tiny", "--no-samples", "--no-jit",
                   "--dtype-policy", "float32"])  # fmt: skip

@@ -13,7 +13,8 @@
     models                                       backbones, tasks, preprocessors
     training                                     losses, callbacks, LoRA, distillation
     convert                                      checkpoint converters
-    zoo, interactive_chat                        the presets; the chat REPL
+    zoo, serving, interactive_chat               the presets; the HTTP server;
+                                                 the chat REPL
     cli, keras_tfm/__init__.py                   the entry points
 
 A module may import its own part and any part of a lower rank, never a
@@ -52,6 +53,7 @@ RANKS = {
     "training": 6,
     "convert": 7,
     "zoo": 8,
+    "serving": 8,
     "interactive_chat": 8,
     "cli": 9,
 }

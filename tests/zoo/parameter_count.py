@@ -1,6 +1,9 @@
 """A model's parameter count from its configuration, by the architecture's
 formula (independent of Keras' `count_params()`, and without building it).
 
+A pruned encoder's blocks each have their own head count and FFN width
+(`num_heads_per_layer`, `intermediate_dim_per_layer`).
+
 Per block, with width d, FFN width f, h heads of size d / h and kv key-value
 heads (grouped-query attention):
     attention   q, o: 2 (d^2 + d);  k, v: 2 (d * kv * d/h + kv * d/h)
@@ -60,8 +63,19 @@ def encoder_backbone(config):
         + positions(config)
         + config.get("num_segments", 0) * d
     )
-    block = attention(config) + feed_forward(config) + 2 * norm(config)
-    return embeddings + config["num_layers"] * block + norm(config)
+    heads = config.get("num_heads_per_layer") or [None] * config["num_layers"]
+    widths = config.get("intermediate_dim_per_layer") or [None] * config["num_layers"]
+    blocks = 0
+    for layer_heads, width in zip(heads, widths, strict=True):
+        blocks += feed_forward(dict(config, intermediate_dim=width or
+                                    config["intermediate_dim"]))  # fmt: skip
+        blocks += 2 * norm(config)
+        if layer_heads is None:
+            blocks += attention(config)
+        else:  # a pruned block: heads of the unpruned size, d wide around them
+            inner = layer_heads * (config.get("head_dim") or d // config["num_heads"])
+            blocks += 3 * (d * inner + inner) + inner * d + d
+    return embeddings + blocks + norm(config)
 
 
 def encoder_classifier(config, backbone_config):

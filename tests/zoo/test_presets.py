@@ -63,6 +63,9 @@ VARIANTS = [
     (CausalLM, dict(num_layers=1, max_sequence_length=9,
                     position_encoding="sinusoidal", num_key_value_heads=1)),
     (EncoderBackbone, dict(num_layers=2, max_sequence_length=9, num_segments=3)),
+    (EncoderBackbone, dict(num_layers=2, max_sequence_length=9,  # pruned
+                           num_heads_per_layer=[1, 3],
+                           intermediate_dim_per_layer=[5, 24])),
     (EncoderBackbone, dict(num_layers=1, max_sequence_length=9, num_segments=0,
                            normalize_first=True, position_encoding="sinusoidal",
                            normalization="rms_norm", activation="swiglu")),

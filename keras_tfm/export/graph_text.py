@@ -1,0 +1,44 @@
+"""A tokenizer's encode and decode as TensorFlow ops, for exported graphs.
+
+WordPiece tokenizers (keras-hub's, and `HFBertTokenizer`) already run in
+TensorFlow inside a `tf.function`, with the ids of their Python calls;
+byte-level BPE goes through `byte_pair_graph`.
+"""
+
+import keras_hub
+import tensorflow as tf
+
+from keras_tfm.export import byte_pair_graph
+
+# What Python's str.strip() removes, as RE2 spells it.
+_STRIP = r"^[\t\n\x0B\f\r\x1C-\x1F\x{85}\p{Z}]+|[\t\n\x0B\f\r\x1C-\x1F\x{85}\p{Z}]+$"
+
+
+def is_byte_pair(tokenizer):
+    return isinstance(tokenizer, keras_hub.tokenizers.BytePairTokenizer)
+
+
+def tokenize(tokenizer, texts):
+    """Ragged int32 ids (batch, tokens) of 1-D string `texts`."""
+    if is_byte_pair(tokenizer):
+        return byte_pair_graph.tokenize(tokenizer, texts)
+    ids = tokenizer(texts)
+    if not isinstance(ids, tf.RaggedTensor):
+        ids = tf.RaggedTensor.from_tensor(ids)
+    return tf.cast(ids, tf.int32)
+
+
+def detokenize(tokenizer, ids):
+    """1-D strings of ragged int `ids` (batch, tokens)."""
+    if is_byte_pair(tokenizer):
+        return byte_pair_graph.detokenize(tokenizer, ids)
+    raise ValueError(
+        "Only byte-level BPE tokenizers detokenize inside an exported graph "
+        "(WordPiece output is rejoined by Python rules, "
+        f"`keras_tfm.data.join_word_pieces`). Received: {type(tokenizer).__name__}"
+    )
+
+
+def strip(texts):
+    """Python's `str.strip()` of 1-D strings."""
+    return tf.strings.regex_replace(texts, _STRIP, "")

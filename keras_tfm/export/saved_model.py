@@ -1,0 +1,110 @@
+"""`export_saved_model`: a task as a SavedModel whose signatures take strings."""
+
+import os
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_tfm.export import encoder_signatures, generate_signatures
+from keras_tfm.models import CausalLM, EncoderClassifier, Seq2SeqLM, SentenceEncoder
+from keras_tfm.saving import atomic_directory
+
+
+def _folder_bytes(directory):
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(directory)
+        for name in names
+    )
+
+
+def signatures_of(model, max_new_tokens=32):
+    """The string signatures of `model`, by name (tf.functions).
+
+    Raises:
+        ValueError: `model` has no tokenizer, or is a kind with no string
+            signature.
+    """
+    if getattr(model, "preprocessor", None) is None:
+        raise ValueError(
+            f"This {type(model).__name__} has no tokenizer (no `preprocessor`), "
+            "so it cannot take or return strings. Export the forward pass of "
+            "token ids instead with `model.export(directory)` (Keras' "
+            "SavedModel, a `serve(token_ids)` signature), or build the model "
+            "with a preprocessor. Received: preprocessor=None"
+        )
+    if isinstance(model, EncoderClassifier):
+        return {"classify": encoder_signatures.classify_signature(model)}
+    if isinstance(model, SentenceEncoder):
+        return {"embed": encoder_signatures.embed_signature(model)}
+    if isinstance(model, Seq2SeqLM):
+        raise ValueError(
+            "A sequence-to-sequence model's `translate` signature is not "
+            "exported yet (its WordPiece output is rejoined by Python rules). "
+            f"Received: a {type(model).__name__}"
+        )
+    if isinstance(model, CausalLM):
+        signatures = {
+            "generate": generate_signatures.generate_signature(model, max_new_tokens),
+            "generate_with_options": (
+                generate_signatures.generate_with_options_signature(model)
+            ),
+            "score": generate_signatures.score_signature(model),
+        }
+        if getattr(model.preprocessor.tokenizer, "chat_template", None):
+            signatures["chat"] = generate_signatures.chat_signature(
+                model, max_new_tokens
+            )
+        return signatures
+    raise ValueError(
+        "Only an EncoderClassifier, a SentenceEncoder or a CausalLM exports "
+        f"string signatures. Received: a {type(model).__name__}"
+    )
+
+
+def export_saved_model(model, directory, overwrite=False, max_new_tokens=32):
+    """Writes `model` as a SavedModel with its tokenizer inside the graph.
+
+    Signatures (each takes and returns tensors keyed by name):
+
+    - `EncoderClassifier`: `classify(texts) -> labels, probabilities`;
+    - `SentenceEncoder`: `embed(texts) -> embeddings`;
+    - `CausalLM`: `generate(prompts) -> texts` (greedy, `max_new_tokens`
+      new tokens at most, the prompt and its continuation as
+      `model.generate` returns them), `generate_with_options(prompts,
+      max_new_tokens)`, `score(texts) -> log_likelihood`, and with a chat
+      template `chat(messages) -> answers` (one user message a row).
+
+    Loading needs TensorFlow and tensorflow-text (the tokenizers' ops), not
+    Keras or keras-tfm: `tf.saved_model.load(directory).signatures[...]`.
+
+    Args:
+        model: a task with a preprocessor (weight-only int8 and bfloat16
+            models export as they are).
+        directory: the folder to write.
+        overwrite: whether an existing non-empty `directory` may be replaced.
+        max_new_tokens: the generative signatures' answer length.
+
+    Returns:
+        The size of the written folder, in bytes.
+
+    Example:
+    >>> import tempfile
+    >>> from keras_tfm import export, zoo
+    >>> model = zoo.from_preset("fortunes_classifier")
+    >>> folder = tempfile.mkdtemp() + "/fortunes"
+    >>> size = export.export_saved_model(model, folder)
+    >>> import tensorflow as tf
+    >>> classify = tf.saved_model.load(folder).signatures["classify"]
+    >>> out = classify(texts=tf.constant(["Real programmers use vi."]))
+    >>> sorted(out), out["probabilities"].shape
+    (['labels', 'probabilities'], TensorShape([1, 27]))
+    """
+    signatures = signatures_of(model, max_new_tokens)
+    module = tf.Module()
+    module.model = model
+    module.tokenizer = model.preprocessor.tokenizer
+    concrete = {name: f.get_concrete_function() for name, f in signatures.items()}
+    with atomic_directory(Path(directory), overwrite=overwrite) as folder:
+        tf.saved_model.save(module, str(folder), signatures=concrete)
+    return _folder_bytes(directory)
