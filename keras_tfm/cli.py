@@ -59,11 +59,13 @@ def _read_corpus(path):
     return text, str(path), path.stem
 
 
-def resolve_model(reference):
+def resolve_model(reference, weights=None):
     """The model a command names: a `.keras` file if `reference` is a path
     that exists (loaded through `keras_tfm.saving.load_model`), else a preset
-    of the zoo (`keras_tfm.zoo.from_preset`); neither: a one-line error."""
+    of the zoo (`keras_tfm.zoo.from_preset`); neither: a one-line error.
+    A GGUF preset loads `weights="int8_blocks"` as the file's blocks."""
     from keras_tfm import saving, zoo
+    from keras_tfm.zoo.catalogue import preset_dir, read_source
 
     if Path(reference).is_file():
         try:
@@ -71,6 +73,9 @@ def resolve_model(reference):
         except ValueError as error:
             raise SystemExit(f"keras-tfm: {error}") from None
     if reference in zoo.list_presets():
+        source = read_source(preset_dir(reference))
+        if weights == "int8_blocks" and (source or {}).get("loader") == "gguf_llama":
+            return zoo.from_preset(reference, weights=weights)
         return zoo.from_preset(reference)
     raise SystemExit(
         f"keras-tfm: {reference!r} is neither a model file (no such model file: "
@@ -91,12 +96,12 @@ WANTED = {
 SEQ2SEQ_CLASSES = ("Seq2SeqLM", "Seq2SeqTransformer")
 
 
-def _language_model(reference, needs="generate"):
-    """`resolve_model(reference)`, checked to be a keras-tfm model with a
-    tokenizer and the method `needs` (a one-line error otherwise)."""
+def _language_model(reference, needs="generate", weights=None):
+    """`resolve_model(reference, weights)`, checked to be a keras-tfm model
+    with a tokenizer and the method `needs` (a one-line error otherwise)."""
     from keras_tfm import models
 
-    model = resolve_model(reference)
+    model = resolve_model(reference, weights)
     usable = callable(getattr(model, needs, None)) and hasattr(model, "tokenizer")
     if needs == "evaluate":  # as a decoder-only language model
         seq2seq = [getattr(models, name, None) for name in SEQ2SEQ_CLASSES]
@@ -115,7 +120,7 @@ def _language_model(reference, needs="generate"):
     return model
 
 
-WEIGHTS = ("float32", "int8", "bfloat16")
+WEIGHTS = ("float32", "int8", "bfloat16", "int8_blocks")
 """`--weights` of `generate` and `chat`: how the weight matrices are stored."""
 
 
@@ -129,6 +134,8 @@ def _store_weights(model, weights):
             model.quantize("int8", config=int8_weight_only_config())
         elif weights == "bfloat16":
             model.cast_weights("bfloat16")
+        elif weights == "int8_blocks" and model.quantized_to != weights:
+            model.cast_weights(weights)
     except ValueError as error:
         raise SystemExit(f"keras-tfm: --weights {weights}: {error}") from None
     return model
@@ -148,7 +155,9 @@ def _add_weights_option(parser):
         default="float32",
         choices=WEIGHTS,
         help="store the weight matrices as weight-only int8 or bfloat16: "
-        "faster decoding on a CPU, logits within a few percent",
+        "faster decoding on a CPU, logits within a few percent; int8_blocks: "
+        "a GGUF file's Q4/Q8 blocks as they are (its float32 logits, a "
+        "quarter of the memory)",
     )
 
 
@@ -273,7 +282,8 @@ def evaluate(args):
 
 
 def chat(args):
-    model = _store_weights(_language_model(args.model, needs="chat"), args.weights)
+    model = _language_model(args.model, needs="chat", weights=args.weights)
+    model = _store_weights(model, args.weights)
     settings = _sampler_settings(args.sampler, args)
     if args.message is None:  # an interactive conversation
         from keras_tfm.interactive_chat import converse

@@ -268,8 +268,7 @@ def normalize_token_batch(name, inputs, vocabulary_size, padding_id, tokenize):
             ) from error
         if array.ndim not in (1, 2):
             raise ValueError(
-                f"`{name}` must be {ACCEPTED}. "
-                f"Received: {name}.shape={array.shape}"
+                f"`{name}` must be {ACCEPTED}. Received: {name}.shape={array.shape}"
             )
         kind = "ids" if array.ndim == 1 else "batch"
         if array.ndim == 1:

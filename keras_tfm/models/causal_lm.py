@@ -75,9 +75,7 @@ class CausalLM(QuantizationMixin, Task):
     preprocessor_class = CausalLMPreprocessor
     label_kind = "token"
 
-    def __init__(
-        self, backbone, preprocessor=None, tie_word_embeddings=True, **kwargs
-    ):
+    def __init__(self, backbone, preprocessor=None, tie_word_embeddings=True, **kwargs):
         if not isinstance(backbone, self.backbone_class):
             raise ValueError(
                 f"`backbone` must be a {self.backbone_class.__name__}. "
@@ -101,9 +99,7 @@ class CausalLM(QuantizationMixin, Task):
         # arguments, nothing else of it.
         if not name.startswith("_") and name != "backbone":
             backbone = self.__dict__.get("backbone")
-            if backbone is not None and name in constructor_arguments(
-                type(backbone)
-            ):
+            if backbone is not None and name in constructor_arguments(type(backbone)):
                 return getattr(backbone, name)
         raise AttributeError(
             f"{type(self).__name__!r} object has no attribute {name!r}"
@@ -664,9 +660,7 @@ class CausalLM(QuantizationMixin, Task):
         config.update(
             {
                 "backbone": keras.saving.serialize_keras_object(self.backbone),
-                "preprocessor": keras.saving.serialize_keras_object(
-                    self.preprocessor
-                ),
+                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
                 "tie_word_embeddings": self.tie_word_embeddings,
             }
         )
