@@ -181,3 +181,33 @@ def test_saved_model_cli_lists_the_signatures_with_dtypes(exported):
 def test_a_translator_refuses_with_a_reason():
     with pytest.raises(ValueError, match="translate"):
         export.signatures_of(zoo.from_preset("translator_de_en"))
+
+
+def test_litert_classifier_agrees_with_keras(tmp_path):
+    # float32 within 1e-4 of Keras' probabilities; int8 (LiteRT's int8
+    # weights) runs and is a distribution. Accuracy on the test split:
+    # benchmarks/litert_fortunes.py.
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = zoo.from_preset("fortunes_classifier")
+    packed = model.preprocessor(FORTUNES[:3])
+    expected = tf.nn.softmax(model(packed, training=False)).numpy()
+    for quantization in ("float32", "int8"):
+        path = tmp_path / f"{quantization}.tflite"
+        export.export_litert(model, path, quantization=quantization)
+        runner = Interpreter(model_path=str(path)).get_signature_runner()
+        got = np.concatenate([
+            runner(
+                token_ids=packed["token_ids"].numpy()[i : i + 1].astype("int32"),
+                padding_mask=packed["padding_mask"].numpy()[i : i + 1].astype("int32"),
+            )["probabilities"]
+            for i in range(3)
+        ])  # fmt: skip
+        if quantization == "float32":
+            np.testing.assert_allclose(got, expected, atol=1e-4)
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_litert_refuses_a_generative_model():
+    with pytest.raises(ValueError, match="EncoderClassifier or a SentenceEncoder"):
+        export.export_litert(zoo.from_preset("gpt_tiny"), "never.tflite")
