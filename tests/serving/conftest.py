@@ -56,7 +56,7 @@ def greedy_reference(model, ids, max_tokens, end_token_id=None):
     return new
 
 
-def run(scheduler, prompts, max_tokens, **settings):
+def run(scheduler, prompts, max_tokens, timeout=TIMEOUT, **settings):
     """Submits every prompt at once; the new tokens of each, and why it ended."""
     tokens = [[] for _ in prompts]
     reasons = [None] * len(prompts)
@@ -73,5 +73,5 @@ def run(scheduler, prompts, max_tokens, **settings):
         )  # fmt: skip
         scheduler.submit(request)
     for event in done:
-        assert event.wait(TIMEOUT)
+        assert event.wait(timeout)
     return tokens, reasons
