@@ -95,14 +95,16 @@ def stages(weights):
 def run_child(argv, env):
     """Runs `argv`; returns (wall seconds, peak RSS MB, stdout)."""
     began = time.perf_counter()
-    process = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    output = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - began
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{argv} failed with status {status}: {output}")
+    with tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=errors, text=True
+        )
+        output = process.stdout.read()
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - began
+        if os.waitstatus_to_exitcode(status) != 0:
+            errors.seek(0)
+            raise RuntimeError(f"{argv} failed: {output}\n{errors.read()[-3000:]}")
     return seconds, usage.ru_maxrss / 1024, output
 
 
@@ -164,20 +166,28 @@ def main():
     parser.add_argument("--weights", help="chat's --weights (default: the preset's)")
     parser.add_argument("--cache-dir", help="KERAS_TFM_CACHE_DIR for the runs")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--stages-only", action="store_true", help="skip the keras-tfm chat runs"
+    )
     args = parser.parse_args()
     if args.child:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         print(json.dumps(stages(args.weights)))
         return
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    results = {"load": os.getloadavg(), "weights": args.weights}
+    results = {"load": os.getloadavg(), "weights": args.weights, "command": []}
+    runners = [("stages", stage_runs)]
+    if not args.stages_only:
+        runners.insert(0, ("command", command_runs))
     with tempfile.TemporaryDirectory() as scratch:
-        for kind, runner in (("command", command_runs), ("stages", stage_runs)):
+        for kind, runner in runners:
             cache = args.cache_dir or os.path.join(scratch, kind)
             env["KERAS_TFM_CACHE_DIR"] = os.path.join(cache, "")
             results[kind] = runner(env, args.weights)
     print_tables(results["command"], results["stages"])
-    print(f"\nload average before the runs: {results['load']}")
+    print(
+        f"\nload average before the runs: {results['load']}, after: {os.getloadavg()}"
+    )
     if args.json:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=1)
