@@ -1,4 +1,5 @@
-"""The `keras-tfm` command: train, generate, evaluate, chat, classify, presets.
+"""The `keras-tfm` command: train, generate, evaluate, chat, classify, presets,
+cache.
 
 keras-tfm train            # gpt_micro, byte-level, on the shipped KJV text
 keras-tfm generate gpt_micro_genesis_exodus.keras --prompt "And God said"
@@ -21,6 +22,8 @@ import json
 import math
 import re
 from pathlib import Path
+
+from keras_tfm.serving import command as serving_command
 
 # `train` writes <preset>_<text>.keras: gpt_micro_genesis_exodus.keras by
 # default, named for what it is (not for the zoo's kjv_gpt, a BPE model).
@@ -56,11 +59,13 @@ def _read_corpus(path):
     return text, str(path), path.stem
 
 
-def resolve_model(reference):
+def resolve_model(reference, weights=None):
     """The model a command names: a `.keras` file if `reference` is a path
     that exists (loaded through `keras_tfm.saving.load_model`), else a preset
-    of the zoo (`keras_tfm.zoo.from_preset`); neither: a one-line error."""
+    of the zoo (`keras_tfm.zoo.from_preset`); neither: a one-line error.
+    A GGUF preset loads `weights="int8_blocks"` as the file's blocks."""
     from keras_tfm import saving, zoo
+    from keras_tfm.zoo.catalogue import preset_dir, read_source
 
     if Path(reference).is_file():
         try:
@@ -68,6 +73,9 @@ def resolve_model(reference):
         except ValueError as error:
             raise SystemExit(f"keras-tfm: {error}") from None
     if reference in zoo.list_presets():
+        source = read_source(preset_dir(reference))
+        if weights == "int8_blocks" and (source or {}).get("loader") == "gguf_llama":
+            return zoo.from_preset(reference, weights=weights)
         return zoo.from_preset(reference)
     raise SystemExit(
         f"keras-tfm: {reference!r} is neither a model file (no such model file: "
@@ -88,12 +96,12 @@ WANTED = {
 SEQ2SEQ_CLASSES = ("Seq2SeqLM", "Seq2SeqTransformer")
 
 
-def _language_model(reference, needs="generate"):
-    """`resolve_model(reference)`, checked to be a keras-tfm model with a
-    tokenizer and the method `needs` (a one-line error otherwise)."""
+def _language_model(reference, needs="generate", weights=None):
+    """`resolve_model(reference, weights)`, checked to be a keras-tfm model
+    with a tokenizer and the method `needs` (a one-line error otherwise)."""
     from keras_tfm import models
 
-    model = resolve_model(reference)
+    model = resolve_model(reference, weights)
     usable = callable(getattr(model, needs, None)) and hasattr(model, "tokenizer")
     if needs == "evaluate":  # as a decoder-only language model
         seq2seq = [getattr(models, name, None) for name in SEQ2SEQ_CLASSES]
@@ -112,7 +120,7 @@ def _language_model(reference, needs="generate"):
     return model
 
 
-WEIGHTS = ("float32", "int8", "bfloat16")
+WEIGHTS = ("float32", "int8", "bfloat16", "int8_blocks")
 """`--weights` of `generate` and `chat`: how the weight matrices are stored."""
 
 
@@ -126,9 +134,19 @@ def _store_weights(model, weights):
             model.quantize("int8", config=int8_weight_only_config())
         elif weights == "bfloat16":
             model.cast_weights("bfloat16")
+        elif weights == "int8_blocks" and model.quantized_to != weights:
+            model.cast_weights(weights)
     except ValueError as error:
         raise SystemExit(f"keras-tfm: --weights {weights}: {error}") from None
     return model
+
+
+def _add_decoding_options(parser, temperature):
+    """The options `generate` and `chat` share: sampling and `--weights`."""
+    parser.add_argument("--temperature", type=float, default=temperature)
+    parser.add_argument("--top-p", type=float, default=0.9)
+    parser.add_argument("--seed", type=int)
+    _add_weights_option(parser)
 
 
 def _add_weights_option(parser):
@@ -137,7 +155,9 @@ def _add_weights_option(parser):
         default="float32",
         choices=WEIGHTS,
         help="store the weight matrices as weight-only int8 or bfloat16: "
-        "faster decoding on a CPU, logits within a few percent",
+        "faster decoding on a CPU, logits within a few percent; int8_blocks: "
+        "a GGUF file's Q4/Q8 blocks as they are (its float32 logits, a "
+        "quarter of the memory)",
     )
 
 
@@ -278,16 +298,47 @@ def evaluate(args):
 
 
 def chat(args):
-    model = _store_weights(_language_model(args.model, needs="chat"), args.weights)
+    model = _language_model(args.model, needs="chat", weights=args.weights)
+    model = _store_weights(model, args.weights)
+    settings = _sampler_settings(args.sampler, args)
+    if args.message is None:  # an interactive conversation
+        from keras_tfm.interactive_chat import converse
+
+        converse(model, max_new_tokens=args.max_new_tokens, **settings)
+        return
     pieces = model.chat(
         args.message,
         max_new_tokens=args.max_new_tokens,
         stream=True,
-        **_sampler_settings(args.sampler, args),
+        **settings,
     )
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
+
+
+def cache(args):
+    from keras_tfm import user_cache
+
+    folder = user_cache.cache_directory()
+    if folder is None:
+        print(f"caching is off ({user_cache.CACHE_ENV}={user_cache.OFF})")
+    elif args.action == "clear":
+        print(f"removed {folder} ({user_cache.clear() / 1e6:.1f} MB)")
+        return
+    else:
+        print(f"cache folder: {folder} (set by {user_cache.CACHE_ENV})")
+    for name, (entries, size) in user_cache.info().items():
+        print(f"{name}: {entries} entries, {size / 1e6:.1f} MB")
+
+
+def export(args):
+    from keras_tfm.export.command import run_export
+
+    model = resolve_model(args.model)
+    if not args.litert:  # LiteRT quantizes in its converter
+        model = _store_weights(model, args.weights)
+    run_export(model, args)
 
 
 def classify(args):
@@ -309,6 +360,11 @@ COMMANDS = {
 CHAT_COMMAND = 'keras-tfm chat "..." --model {name}'
 # The class a converted checkpoint's loader builds (zoo/<name>/source.json).
 LOADER_CLASSES = {"gguf_llama": "CausalLM", "sentence_encoder": "SentenceEncoder"}
+
+
+def serve(args):
+    model = _store_weights(resolve_model(args.model), args.weights)
+    serving_command.run(args, model)
 
 
 def preset_row(name):
@@ -442,11 +498,8 @@ def build_parser():
         help="default: top_k where the model's generate has it, else its own",
     )
     p.add_argument("--top-k", type=_positive_int, default=10)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--num-beams", type=_positive_int, default=1)
-    p.add_argument("--seed", type=int)
-    _add_weights_option(p)
+    _add_decoding_options(p, temperature=0.8)
     p.set_defaults(run=generate)
 
     p = commands.add_parser(
@@ -462,7 +515,11 @@ def build_parser():
     p = commands.add_parser(
         "chat", parents=[common], help="ask an instruct model (SmolLM2 by default)"
     )
-    p.add_argument("message", help="the user's message")
+    p.add_argument(
+        "message",
+        nargs="?",
+        help="the user's message (none: an interactive conversation, Ctrl-D ends it)",
+    )
     p.add_argument(
         "--model",
         "--preset",
@@ -471,10 +528,7 @@ def build_parser():
     )
     p.add_argument("--max-new-tokens", type=_positive_int, default=256)
     p.add_argument("--sampler", default="greedy", choices=["greedy", "top_p"])
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--seed", type=int)
-    _add_weights_option(p)
+    _add_decoding_options(p, temperature=1.0)
     p.set_defaults(run=chat)
 
     p = commands.add_parser(
@@ -483,6 +537,41 @@ def build_parser():
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--text", action="append", required=True)
     p.set_defaults(run=classify)
+
+    p = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="an OpenAI-compatible HTTP server that batches concurrent "
+        "requests (docs/serving.md)",
+    )
+    serving_command.add_arguments(p)
+    _add_weights_option(p)
+    p.set_defaults(run=serve)
+
+    p = commands.add_parser(
+        "cache",
+        parents=[common],
+        help="show or clear the cache of compiled code and converted models",
+    )
+    p.add_argument("action", choices=["info", "clear"])
+    p.set_defaults(run=cache)
+
+    p = commands.add_parser(
+        "export",
+        parents=[common],
+        help="write a SavedModel whose signatures take strings (docs/deployment.md)",
+    )
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("directory", help="the SavedModel folder to write")
+    p.add_argument("--overwrite", action="store_true", help="replace a folder")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=32, help="the answers' length"
+    )
+    p.add_argument(
+        "--litert", action="store_true", help="an encoder task as model.tflite"
+    )
+    _add_weights_option(p)
+    p.set_defaults(run=export)
 
     p = commands.add_parser(
         "presets",

@@ -202,7 +202,7 @@ def test_the_default_output_is_named_for_the_preset_and_text(monkeypatch):
 
     monkeypatch.setattr(language_model_recipe, "train_language_model", compile_only)
     monkeypatch.setattr(
-        "keras_tfm.saving.atomic_save", lambda model, path: written.append(path)
+        language_model_recipe, "atomic_save", lambda model, path: written.append(path)
     )
     monkeypatch.setattr(language_model_recipe, "_peak_flops", lambda *a: (1.0, "test"))
     with contextlib.redirect_stdout(io.StringIO()):

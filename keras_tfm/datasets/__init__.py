@@ -10,6 +10,7 @@ Turning the text into batches is `keras_tfm.data`'s job.
 - `sword_parallel`: Spanish-English verse pairs of two SWORD Bibles
   (`apt-get install sword-text-sparv sword-text-web`, `pip install pysword`).
 - `default_corpus`: KJV Genesis and Exodus, shipped inside the package.
+- `digits`: scikit-learn's 8x8 handwritten digits as images (`digits_splits`).
 
 Example:
 >>> from keras_tfm import datasets
@@ -19,6 +20,7 @@ Example:
 
 from keras_tfm.datasets.bible import load_bible
 from keras_tfm.datasets.default_corpus import default_corpus_path, load_default_corpus
+from keras_tfm.datasets.digits import digits_splits
 from keras_tfm.datasets.fortunes import fortune_splits, load_fortunes
 from keras_tfm.datasets.sword_parallel import (
     load_parallel_verses,
@@ -31,6 +33,7 @@ from keras_tfm.datasets.trans_de_en import (
 
 __all__ = [
     "default_corpus_path",
+    "digits_splits",
     "fortune_splits",
     "load_bible",
     "load_default_corpus",

@@ -6,8 +6,10 @@ int32 (1, sequence_length), packed "[CLS] text [SEP]" and padded as the
 preprocessor packs them (`model.preprocessor(texts)`).
 """
 
+import tempfile
 from pathlib import Path
 
+import keras
 import tensorflow as tf
 
 from keras_tfm.models import EncoderClassifier, SentenceEncoder
@@ -54,7 +56,6 @@ def export_litert(model, path, quantization="float32", sequence_length=None):
     spec = tf.TensorSpec([1, sequence_length], tf.int32)
     classifier = isinstance(model, EncoderClassifier)
 
-    @tf.function(input_signature=[spec, spec])
     def serve(token_ids, padding_mask):
         inputs = {"token_ids": token_ids, "padding_mask": padding_mask > 0}
         outputs = tf.cast(model(inputs, training=False), tf.float32)
@@ -62,12 +63,18 @@ def export_litert(model, path, quantization="float32", sequence_length=None):
             return {"probabilities": tf.nn.softmax(outputs, axis=-1)}
         return {"embeddings": outputs}
 
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [serve.get_concrete_function()], model
-    )
-    if quantization == "int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    flatbuffer = converter.convert()
+    # Through a SavedModel written by Keras' ExportArchive, which tracks the
+    # model's variables so that the converter freezes them (Keras' own
+    # LiteRT export takes the same path).
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serve", serve, input_signature=[spec, spec])
+    with tempfile.TemporaryDirectory() as folder:
+        archive.write_out(folder, verbose=False)
+        converter = tf.lite.TFLiteConverter.from_saved_model(folder)
+        if quantization == "int8":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        flatbuffer = converter.convert()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(flatbuffer)

@@ -10,12 +10,14 @@ around it); an edited or shortened history keeps the prefix up to the first
 changed token and re-prefills from there.
 """
 
+import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation.decoder_steps import DecoderSteps
+from keras_tfm.kernels import kv_cache
 from keras_tfm.validation import check_positive_int
 
 CACHE_BUCKET = 256
@@ -161,7 +163,7 @@ class ChatSession:
         reused = common_prefix_length(self._ids[: self.cached_length], prompt)
         reused = min(reused, len(prompt) - 1)  # the last token gives the logits
         caches = self._cache_for(len(prompt) + max_new_tokens)
-        length = ops.shape(caches[0])[2]
+        length = ops.shape(kv_cache.values_of(caches[0]))[2]
         tokens = np.full((1, length), model.fill_id, "int32")
         tokens[0, : len(prompt)] = prompt
         tokens, caches, index = function(
@@ -190,10 +192,12 @@ class ChatSession:
         )
         if self._caches is None:
             self._caches = self.steps.empty_cache(1, length)
-        current = ops.shape(self._caches[0])[2]
+        current = ops.shape(kv_cache.values_of(self._caches[0]))[2]
         if current < needed:
             pad = [(0, 0), (0, 0), (0, length - current), (0, 0), (0, 0)]
-            self._caches = tuple(ops.pad(cache, pad) for cache in self._caches)
+            self._caches = keras.tree.map_structure(
+                lambda tensor: ops.pad(tensor, pad), self._caches
+            )
         return self._caches
 
     def _turn_function(self, sampler, end_id):

@@ -3,6 +3,7 @@ import math
 import keras
 from keras import ops
 
+from keras_tfm.kernels import kv_cache
 from keras_tfm.kernels import masks as mask_utils
 from keras_tfm.kernels.attention import dot_product_attention
 from keras_tfm.layers.positions import is_per_row
@@ -60,6 +61,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Without `cache_update_index`, the cache holds precomputed keys and values
     of a context (see `compute_key_value_cache`) and is only read: that is
     how cross-attention avoids recomputing the encoder's keys at every step.
+    The attribute `kv_cache_dtype` (not a constructor argument: a setting of
+    generation, see `keras_tfm.generation.set_kv_cache_dtype`) makes
+    `empty_cache` return an int8 cache with a scale per token and head
+    (`keras_tfm.kernels.kv_cache`), dequantized as it is read.
 
     Args:
         num_heads: number of query heads.
@@ -141,6 +146,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
+        self.kv_cache_dtype = None  # see `keras_tfm.kernels.kv_cache`
 
     def build(self, inputs_shape, context_shape=None):
         hidden_dim = inputs_shape[-1]
@@ -186,7 +192,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             self.effective_num_key_value_heads,
             self.effective_head_dim,
         )
-        return ops.zeros(shape, dtype=dtype or self.compute_dtype)
+        return kv_cache.empty_cache(
+            shape, dtype or self.compute_dtype, self.kv_cache_dtype
+        )
 
     def compute_key_value_cache(self, context):
         """Keys and values of `context`, (batch, 2, k_len, kv_heads, head_dim).
@@ -252,22 +260,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.rotary_embedding is not None:
             query = self.rotary_embedding(query, start_index=start_index)
         if cache is not None and cache_update_index is None:
-            key, value = cache[:, 0], cache[:, 1]  # a read-only context cache
+            key, value = kv_cache.read(cache, query.dtype)  # a read-only context
         else:
             key, value = self._keys_and_values(
                 inputs if context is None else context, start_index
             )  # (B, S, K, H) each
             if cache is not None:
-                cache = write_cache(
-                    cache, ops.stack([key, value], 1), cache_update_index
+                cache = kv_cache.write(
+                    cache, cache_update_index, key, value, write_at=write_cache
                 )
                 if not prefill:
-                    key, value = cache[:, 0], cache[:, 1]
+                    key, value = kv_cache.read(cache, key.dtype)
 
         # Masks, then the kernel (`dot_product_attention` picks plain or tiled).
         key_mask, attention_mask, causal_start = self._attention_masks(
             inputs, context,
-            ops.shape(cache)[2] if cache is not None else ops.shape(key)[1],
+            ops.shape(kv_cache.values_of(cache))[2]
+            if cache is not None
+            else ops.shape(key)[1],
             padding_mask, context_padding_mask, attention_mask, use_causal_mask,
             cache_update_index, is_cross,
         )  # fmt: skip
@@ -323,6 +333,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             check_rank("context", context, 3, "(batch, seq, dim)")
             check_last_dim("context", context, self.context_dim)
         if cache is not None:
+            cache = kv_cache.values_of(cache)
             check_rank("cache", cache, 5, "(batch, 2, max_length, kv_heads, head_dim)")
             check_mask_shape(
                 "cache",
@@ -394,7 +405,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
         cache = kwargs.get("cache")
         if cache is not None:
-            return output, keras.KerasTensor(cache.shape, dtype=cache.dtype)
+            return output, keras.tree.map_structure(
+                lambda c: keras.KerasTensor(c.shape, dtype=c.dtype), cache
+            )
         if kwargs.get("return_attention_scores"):
             key_length = (context if context is not None else inputs).shape[1]
             shape = (inputs.shape[0], self.num_heads, inputs.shape[1], key_length)

@@ -18,7 +18,7 @@ import numpy as np
 from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
-from keras_tfm.serving.slot_sampler import sample_tokens
+from keras_tfm.serving.slot_sampler import row_seed, sample_tokens
 from keras_tfm.validation import check_positive_int
 
 
@@ -104,9 +104,10 @@ class SlotDecoder:
     def prefill(self, slot, prompt, temperature, top_p, seed):
         """Writes `prompt`'s keys and values into `slot`; the first new token.
 
-        The prompt is padded to a multiple of 16 (one compiled prefill per
-        padded length); the padded positions lie past the prompt and are
-        overwritten before any query can see them.
+        The prompt is padded to a power of two of at least 32 tokens (one
+        compiled prefill per padded length, so a handful in all); the padded
+        positions lie past the prompt and are overwritten before any query
+        can see them.
         """
         length = len(prompt)
         if not 0 < length < self.max_length:
@@ -114,7 +115,7 @@ class SlotDecoder:
                 f"A prompt must have 1 to {self.max_length - 1} tokens. "
                 f"Received: {length} tokens"
             )
-        padded = min(-(-length // 16) * 16, self.max_length)
+        padded = min(max(32, 1 << (length - 1).bit_length()), self.max_length)
         tokens = np.full((1, padded), self.model.fill_id, "int32")
         tokens[0, :length] = prompt
         settings = _settings([temperature], [top_p], [seed])
@@ -145,5 +146,5 @@ def _settings(temperature, top_p, seed):
     return (
         np.asarray(temperature, "float32"),
         np.asarray(top_p, "float32"),
-        np.asarray(seed, "int32"),
+        np.array([row_seed(s) for s in seed], "int32"),
     )

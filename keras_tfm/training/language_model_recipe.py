@@ -22,6 +22,9 @@ from pathlib import Path
 
 import keras
 
+from keras_tfm.baselines import compression_nats_per_byte
+from keras_tfm.distribute import is_chief, task_id
+from keras_tfm.saving import atomic_save
 from keras_tfm.training.callbacks import BestModelCheckpoint
 from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.flops import (
@@ -123,8 +126,6 @@ def held_out_comparison(model, text, sequence_length, compressor="bzip2"):
     >>> per_token, bzip2 < 1.0  # numbered lines: easy to code
     (1.0, True)
     """
-    from keras_tfm import baselines
-
     train_text, held_out_text = text_split(text)
     windows = _windows(model.tokenizer, held_out_text, sequence_length)
 
@@ -135,7 +136,7 @@ def held_out_comparison(model, text, sequence_length, compressor="bzip2"):
 
     bytes_per_token = len(utf8(windows[:, 1:])) / windows[:, 1:].size
     # The windows' text, contiguous: no seams where first tokens are cut out.
-    anchor = baselines.compression_nats_per_byte(
+    anchor = compression_nats_per_byte(
         train_text, utf8(windows), compressor
     )
     return bytes_per_token, anchor
@@ -187,8 +188,6 @@ def train_on_text(
     Returns:
         `(model, validation_loss)`, the loss in nats per byte.
     """
-    from keras_tfm import distribute, saving
-
     keras.utils.set_random_seed(seed)
     policy, jit, reason = use_device_settings(dtype_policy, jit_compile)
     print(f"{policy}, XLA {'on' if jit else 'off'} (device defaults: {reason})")
@@ -212,7 +211,7 @@ def train_on_text(
         model.count_params(), model.num_layers, model.hidden_dim, sequence_length
     )
     checkpoints = Path(checkpoint_dir or f"{output}.checkpoints")
-    backup = checkpoints / f"backup-{distribute.task_id()}"
+    backup = checkpoints / f"backup-{task_id()}"
     started = time.perf_counter()
     history = train_language_model(
         model, examples, validation, epochs=epochs, batch_size=batch_size,
@@ -225,7 +224,7 @@ def train_on_text(
                 tokens_per_step=batch_size * sequence_length,
                 flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=0,
             ),
-            BestModelCheckpoint(checkpoints, enabled=distribute.is_chief()),
+            BestModelCheckpoint(checkpoints, enabled=is_chief()),
         ],
     )  # fmt: skip
     minutes = (time.perf_counter() - started) / 60
@@ -237,8 +236,8 @@ def train_on_text(
     else:
         validation_loss = model.evaluate(validation, verbose=0, return_dict=True)
         validation_loss = validation_loss["loss"]
-    if distribute.is_chief():
-        saving.atomic_save(model, output)
+    if is_chief():
+        atomic_save(model, output)
     shutil.rmtree(backup, ignore_errors=True)
     # The anchor: bzip2 -9 coding the same held-out bytes after the training text.
     bytes_per_token, anchor = held_out_comparison(model, text, sequence_length)

@@ -5,7 +5,7 @@ import keras
 import pytest
 
 from keras_tfm.convert import GGUFBytePairTokenizer
-from keras_tfm.generation import ChatSession
+from keras_tfm.generation import ChatSession, set_kv_cache_dtype
 from keras_tfm.generation.chat_session import common_prefix_length
 from tests.builders import causal_lm
 from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
@@ -27,7 +27,7 @@ def llm():
     return causal_lm(
         vocabulary_size=len(tokens), num_layers=2, num_heads=4,
         num_key_value_heads=2, hidden_dim=32, intermediate_dim=64,
-        max_sequence_length=256, position_encoding="rotary",
+        max_sequence_length=512, position_encoding="rotary",
         normalization="rms_norm", activation="swiglu", use_bias=False,
         padding_id=None, tokenizer=tokenizer,
     )  # fmt: skip
@@ -93,6 +93,23 @@ def test_send_keeps_the_conversation(llm):
     assert session.messages == [] and session.cached_length == 0
 
 
+def test_an_int8_cache_is_kept_and_grown_between_turns(llm):
+    set_kv_cache_dtype(llm, "int8")
+    try:
+        session = ChatSession(llm, jit_compile=False)
+        session.chat("hello", max_new_tokens=4)
+        length = session._caches[0].values.shape[2]
+        # A turn past the cache's length grows it (zero-padded, int8 kept).
+        long = [{"role": "user", "content": "hello world " * 45}]
+        warm = session.chat(long, max_new_tokens=4)
+        assert session._caches[0].values.shape[2] > length
+        assert session._caches[0].values.dtype == "int8"
+        cold = ChatSession(llm, jit_compile=False).chat(long, max_new_tokens=4)
+        assert warm == cold
+    finally:
+        set_kv_cache_dtype(llm, None)
+
+
 def test_bad_input_is_refused(llm):
     with pytest.raises(ValueError, match="chat template"):
         ChatSession(causal_lm(
@@ -100,7 +117,7 @@ def test_bad_input_is_refused(llm):
             intermediate_dim=16, max_sequence_length=16,
         ))  # fmt: skip
     session = ChatSession(llm, jit_compile=False)
-    with pytest.raises(ValueError, match="max_sequence_length=256"):
-        session.chat("hello", max_new_tokens=300)
+    with pytest.raises(ValueError, match="max_sequence_length=512"):
+        session.chat("hello", max_new_tokens=600)
     with pytest.raises(ValueError, match="max_new_tokens"):
         session.chat("hello", max_new_tokens=0)
