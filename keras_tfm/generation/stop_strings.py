@@ -28,7 +28,8 @@ def _byte_level_decoder():
     from keras_hub.src.tokenizers.byte_pair_tokenizer import bytes_to_unicode
 
     byte_list, unicode_list = bytes_to_unicode()
-    return {u: int.from_bytes(b, "big") for b, u in zip(byte_list, unicode_list, strict=True)}
+    pairs = zip(byte_list, unicode_list, strict=True)
+    return {u: int.from_bytes(b, "big") for b, u in pairs}
 
 
 def token_bytes(tokenizer, vocabulary_size):
@@ -107,7 +108,8 @@ def append_bytes(tail, new):
     count = tf.reduce_sum(tf.cast(new >= 0, "int32"), axis=1, keepdims=True)
     j = tf.range(size)[None, :]
     kept = tf.gather(tail, tf.minimum(j + count, size - 1), batch_dims=1)
-    added = tf.gather(new, np.clip(width - size + np.arange(size), 0, width - 1), axis=1)
+    positions = np.clip(width - size + np.arange(size), 0, width - 1)
+    added = tf.gather(new, positions, axis=1)
     return tf.where(j < size - count, kept, added), count[:, 0]
 
 
