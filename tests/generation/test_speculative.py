@@ -155,3 +155,22 @@ def test_docstring_examples(module):
         module, extraglobs={"np": np, "ops": ops, "keras_tfm": keras_tfm}
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("chunk_lengths", [(4, 4), (8, 2)])
+def test_extend_in_chunks_equals_one_pass(chunk_lengths):
+    keras.utils.set_random_seed(5)
+    model = causal_lm(
+        vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=16, position_encoding="rotary",
+    )  # fmt: skip
+    steps = DecoderSteps(model)
+    tokens = np.random.default_rng(0).integers(1, 30, size=(1, 16))
+    _, expected = steps(tokens[:, :13], steps.empty_cache(1, 16), 0)
+    caches = steps.extend(tokens, steps.empty_cache(1, 16), 0, 13, chunk_lengths)
+    for cache, reference in zip(caches, expected, strict=True):
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(cache)[:, :, :13],
+            ops.convert_to_numpy(reference)[:, :, :13],
+            atol=1e-5,
+        )
