@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from keras_tfm import export, zoo
 from keras_tfm.export import byte_pair_graph
-from tests.builders import causal_lm
+from tests.builders import causal_lm, seq2seq_lm
 
 HERE = Path(__file__).parent
 FORTUNES = [
@@ -179,8 +179,18 @@ def test_saved_model_cli_lists_the_signatures_with_dtypes(exported):
 
 
 def test_a_translator_refuses_with_a_reason():
+    import keras_hub
+
+    tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
+        vocabulary=["[PAD]", "[UNK]", "[START]", "[END]", "ja"],
+        special_tokens=["[PAD]", "[START]", "[END]"],
+        oov_token="[UNK]",
+    )
+    model = seq2seq_lm(vocabulary_size=5, num_encoder_layers=1, num_decoder_layers=1,
+                       num_heads=2, hidden_dim=8, intermediate_dim=16,
+                       max_sequence_length=8, tokenizer=tokenizer)  # fmt: skip
     with pytest.raises(ValueError, match="translate"):
-        export.signatures_of(zoo.from_preset("translator_de_en"))
+        export.signatures_of(model)
 
 
 def test_litert_classifier_agrees_with_keras(tmp_path):
