@@ -221,3 +221,11 @@ def test_litert_classifier_agrees_with_keras(tmp_path):
 def test_litert_refuses_a_generative_model():
     with pytest.raises(ValueError, match="EncoderClassifier or a SentenceEncoder"):
         export.export_litert(zoo.from_preset("gpt_tiny"), "never.tflite")
+
+
+def test_the_command_line_reports_a_model_without_tokenizer(tmp_path):
+    from keras_tfm import cli
+
+    with pytest.raises(SystemExit, match="no tokenizer.*model.export"):
+        cli.main(["export", "gpt_tiny", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
