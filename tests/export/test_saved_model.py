@@ -85,7 +85,7 @@ def exported(tmp_path_factory, smollm2):
         ("kjv_gpt", "score", {"texts": ["And God saw the light, that it was good."]}),
         ("smollm2_135m_instruct", "chat", {"messages": ["What is 2 + 2?"]}),
         ("smollm2_135m_instruct", "generate_with_options",
-         {"prompts": ["Count: 1, 2, 3,", UNSPELLABLE], "max_new_tokens": 3}),
+         {"prompts": ["Count: 1, 2, 3,", "Grüße aus Köln  "], "max_new_tokens": 3}),
     ]  # fmt: skip
     payload = [
         {"directory": str(root / name), "signature": sig, "inputs": inputs}
@@ -155,7 +155,7 @@ def test_chat_gives_the_python_answer(exported):
     assert got["answers"] == [expected]
 
 
-def test_generate_with_options_takes_the_length_and_any_text(exported):
+def test_generate_with_options_takes_the_length(exported):
     model, inputs, got = answer(exported, 5)
     assert got["texts"] == model.generate(inputs["prompts"], inputs["max_new_tokens"])
 
