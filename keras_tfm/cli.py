@@ -161,6 +161,15 @@ def _add_weights_option(parser):
     )
 
 
+def _vocabulary_size(text):
+    value = _positive_int(text)
+    if value < 256:
+        raise argparse.ArgumentTypeError(
+            f"must be 256 (bytes) or more (byte-level BPE), got {text}"
+        )
+    return value
+
+
 def _positive_float(text):
     try:
         value = float(text)
@@ -190,13 +199,20 @@ def train(args):
 
     import keras_hub
 
-    from keras_tfm import training, zoo
+    from keras_tfm import data, training, zoo
 
-    def build_model():  # byte-level; keep case (keras-hub lowercases by default)
+    def build_model(train_text):
+        if args.vocabulary_size == 256:  # bytes; keep case (keras-hub lowercases)
+            tokenizer = keras_hub.tokenizers.ByteTokenizer(lowercase=False)
+        else:  # byte-level BPE learned on the training text: lossless too
+            tokenizer = data.train_byte_pair_tokenizer(
+                train_text.splitlines(keepends=True), args.vocabulary_size,
+                name="tokenizer",
+            )  # fmt: skip
         return zoo.from_preset(
-            args.preset, vocabulary_size=256, dropout=args.dropout,
-            max_sequence_length=args.sequence_length,
-            tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
+            args.preset, vocabulary_size=tokenizer.vocabulary_size(),
+            dropout=args.dropout, max_sequence_length=args.sequence_length,
+            tokenizer=tokenizer,
         )  # fmt: skip
 
     text, source, stem = _read_corpus(args.data)
@@ -404,11 +420,18 @@ def build_parser():
     )
     p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
     p.add_argument("--preset", default="gpt_micro")
-    p.add_argument("--epochs", type=_positive_int, default=8)
+    p.add_argument(
+        "--vocabulary-size",
+        type=_vocabulary_size,
+        default=1024,
+        help="tokens of the byte-level BPE learned on the training text "
+        "(default 1024); 256: one token a byte",
+    )
+    p.add_argument("--epochs", type=_positive_int, default=24)  # 50 BPE steps each
     p.add_argument("--batch-size", type=_positive_int, default=16)
     p.add_argument("--sequence-length", type=_positive_int, default=128)
     p.add_argument("--learning-rate", type=_positive_float, default=3e-3)
-    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument(
         "--dtype-policy",
         default="auto",
