@@ -333,7 +333,7 @@ def test_generate_stores_the_weights_as_asked(trained, capsys, monkeypatch,
     loaded = []
     load = cli.resolve_model
     monkeypatch.setattr(
-        cli, "resolve_model", lambda path: loaded.append(load(path)) or loaded[-1]
+        cli, "resolve_model", lambda *a, **k: loaded.append(load(*a, **k)) or loaded[-1]
     )
     cli.main(["generate", str(model), "--prompt", "In the", "--max-new-tokens", "5",
               "--sampler", "greedy", "--weights", weights])  # fmt: skip
