@@ -603,11 +603,7 @@ class CausalLM(QuantizationMixin, Task):
                     f"stop_token_ids. Received: stop_strings={strings[0]!r}"
                 )
             return {}
-        table = self.__dict__.get("_token_byte_table")
-        if table is None:
-            pieces = stop_text.token_bytes(tokenizer, self.backbone.vocabulary_size)
-            table = stop_text.byte_table(pieces)
-            object.__setattr__(self, "_token_byte_table", table)
+        table = stop_text.cached_byte_table(tokenizer, self.backbone.vocabulary_size)
         return {
             "stop_strings": stop_text.string_table(strings),
             "token_bytes": table,
