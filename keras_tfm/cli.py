@@ -319,7 +319,23 @@ def _sampler_settings(sampler, args):
         settings[sampler] = getattr(args, sampler)
     if sampler == "beam" or getattr(args, "num_beams", 1) > 1:
         settings["num_beams"] = args.num_beams
+    # Logit processors and stop strings (issue 40 item 8); min-p samples only.
+    if getattr(args, "repetition_penalty", None) is not None:
+        settings["repetition_penalty"] = args.repetition_penalty
+    if getattr(args, "min_p", None) is not None and sampler in SAMPLING:
+        settings["min_p"] = args.min_p
+    if getattr(args, "stop", None):
+        settings["stop_strings"] = args.stop
     return settings
+
+
+SAMPLING = ("random", "top_k", "top_p")
+
+
+def _add_processor_options(p):
+    p.add_argument("--repetition-penalty", type=float, help="HF's (1: off)")
+    p.add_argument("--min-p", type=float, help="with a sampling --sampler")
+    p.add_argument("--stop", action="append", help="a stop string (repeatable)")
 
 
 def _generate_settings(model, args):
@@ -375,12 +391,14 @@ def evaluate(args):
 
 def chat(args):
     model = _store_weights(_language_model(args.model, needs="chat"), args.weights)
+    # Stop strings are checked inside the compiled loop, which does not stream.
     pieces = model.chat(
         args.message,
         max_new_tokens=args.max_new_tokens,
-        stream=True,
+        stream=not args.stop,
         **_sampler_settings(args.sampler, args),
     )
+    pieces = [pieces] if args.stop else pieces
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
@@ -535,6 +553,7 @@ def build_parser():
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--num-beams", type=_positive_int, default=1)
     p.add_argument("--seed", type=int)
+    _add_processor_options(p)
     _add_weights_option(p)
     p.set_defaults(run=generate)
 
@@ -563,6 +582,7 @@ def build_parser():
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--seed", type=int)
+    _add_processor_options(p)
     _add_weights_option(p)
     p.set_defaults(run=chat)
 

@@ -702,7 +702,10 @@ class CausalLM(QuantizationMixin, Task):
         answer = [int(i) for i in output[len(prompt) :]]
         if end_id in answer:
             answer = answer[: answer.index(end_id)]
-        return tokenizer.detokenize(answer).strip()
+        text = tokenizer.detokenize(answer)
+        stops = generate_kwargs.get("stop_strings") or ()
+        stops = (stops,) if isinstance(stops, str) else stops
+        return stop_text.cut_at_stop_strings(text, stops, 0).strip()
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, then `compiled_loops.invalidate()`.
