@@ -17,6 +17,8 @@ b'a'
 'Amen'
 """
 
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
@@ -81,6 +83,18 @@ def byte_table(pieces, width=TOKEN_WIDTH):
         if piece:
             table[i, width - len(piece) :] = list(piece)
     return table
+
+
+_TABLES = weakref.WeakKeyDictionary()
+
+
+def cached_byte_table(tokenizer, vocabulary_size):
+    """`byte_table(token_bytes(...))`, computed once per tokenizer object."""
+    key = (vocabulary_size, TOKEN_WIDTH)
+    tables = _TABLES.setdefault(tokenizer, {})
+    if key not in tables:
+        tables[key] = byte_table(token_bytes(tokenizer, vocabulary_size))
+    return tables[key]
 
 
 def string_table(rows, smallest=16):

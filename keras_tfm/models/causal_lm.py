@@ -600,11 +600,7 @@ class CausalLM(QuantizationMixin, Task):
                     f"stop_token_ids. Received: stop_strings={strings[0]!r}"
                 )
             return {}
-        table = self.__dict__.get("_token_byte_table")
-        if table is None:
-            pieces = stop_text.token_bytes(tokenizer, self.backbone.vocabulary_size)
-            table = stop_text.byte_table(pieces)
-            object.__setattr__(self, "_token_byte_table", table)
+        table = stop_text.cached_byte_table(tokenizer, self.backbone.vocabulary_size)
         return {
             "stop_strings": stop_text.string_table(strings),
             "token_bytes": table,
@@ -703,7 +699,10 @@ class CausalLM(QuantizationMixin, Task):
         answer = [int(i) for i in output[len(prompt) :]]
         if end_id in answer:
             answer = answer[: answer.index(end_id)]
-        return tokenizer.detokenize(answer).strip()
+        text = tokenizer.detokenize(answer)
+        stops = generate_kwargs.get("stop_strings") or ()
+        stops = (stops,) if isinstance(stops, str) else stops
+        return stop_text.cut_at_stop_strings(text, stops, 0).strip()
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, then `compiled_loops.invalidate()`.
