@@ -130,12 +130,12 @@ def main(argv=None):
         config["epochs"] = args.epochs
     keras.utils.set_random_seed(SEED)
     began = time.time()
-    jit_compile = False
-    if config["device_defaults"]:
-        defaults = training.device_defaults()
-        keras.config.set_dtype_policy(defaults.dtype_policy)
-        jit_compile = defaults.jit_compile
-        print(f"Device defaults: {defaults.dtype_policy}, jit_compile={jit_compile}")
+    # The settings of `keras-tfm train`: the device's fastest, or float32.
+    fastest = config["device_defaults"]
+    policy, jit_compile, _ = training.use_device_settings(
+        "auto" if fastest else "float32", None if fastest else False
+    )
+    print(f"Device settings: {policy}, jit_compile={jit_compile}")
 
     text = load_bible()[: config["characters"]]
     train_text, held_out_text = split_at_line(text, VALIDATION_FRACTION)

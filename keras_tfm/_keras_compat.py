@@ -83,7 +83,8 @@ def replace_variable(layer, attribute, values, name):
     """
     layer._tracker.unlock()
     try:
-        delattr(layer, attribute)
+        if attribute in vars(layer):  # a new attribute is only added
+            delattr(layer, attribute)
         variable = layer.add_weight(
             name=name,
             shape=values.shape,

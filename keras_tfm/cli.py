@@ -1,4 +1,5 @@
-"""The `keras-tfm` command: train, generate, evaluate, chat, classify, presets.
+"""The `keras-tfm` command: train, generate, evaluate, chat, classify, presets,
+cache.
 
 keras-tfm train            # gpt_micro, byte-level, on the shipped KJV text
 keras-tfm generate gpt_micro_genesis_exodus.keras --prompt "And God said"
@@ -8,7 +9,7 @@ keras-tfm presets          # each preset's task, parameters and command
 
 A command's model is a `.keras` file if that path exists, else a preset
 name. This module parses and dispatches; the training recipe is
-`keras_tfm.training.train_language_model`.
+`keras_tfm.training.train_on_text`.
 
 The `keras-tfm` console script starts in `keras_tfm_launcher`, which silences
 TensorFlow's start-up logs before TensorFlow is imported; `--verbose` keeps
@@ -20,12 +21,10 @@ import inspect
 import json
 import math
 import re
-import shutil
-import sys
-import time
 from pathlib import Path
 
-VALIDATION_FRACTION = 0.1  # the last 10% of the text, in order
+from keras_tfm.serving import command as serving_command
+
 # `train` writes <preset>_<text>.keras: gpt_micro_genesis_exodus.keras by
 # default, named for what it is (not for the zoo's kjv_gpt, a BPE model).
 SHIPPED_TEXT_NAME = "genesis_exodus"
@@ -60,24 +59,13 @@ def _read_corpus(path):
     return text, str(path), path.stem
 
 
-def _datasets(model, text, sequence_length, batch_size, seed):
-    from keras_tfm.data import language_model_datasets
-
-    return language_model_datasets(
-        text,
-        model.tokenizer,
-        sequence_length=sequence_length,
-        batch_size=batch_size,
-        validation_fraction=VALIDATION_FRACTION,
-        seed=seed,
-    )
-
-
-def resolve_model(reference):
+def resolve_model(reference, weights=None):
     """The model a command names: a `.keras` file if `reference` is a path
     that exists (loaded through `keras_tfm.saving.load_model`), else a preset
-    of the zoo (`keras_tfm.zoo.from_preset`); neither: a one-line error."""
+    of the zoo (`keras_tfm.zoo.from_preset`); neither: a one-line error.
+    A GGUF preset loads `weights="int8_blocks"` as the file's blocks."""
     from keras_tfm import saving, zoo
+    from keras_tfm.zoo.catalogue import preset_dir, read_source
 
     if Path(reference).is_file():
         try:
@@ -85,6 +73,9 @@ def resolve_model(reference):
         except ValueError as error:
             raise SystemExit(f"keras-tfm: {error}") from None
     if reference in zoo.list_presets():
+        source = read_source(preset_dir(reference))
+        if weights == "int8_blocks" and (source or {}).get("loader") == "gguf_llama":
+            return zoo.from_preset(reference, weights=weights)
         return zoo.from_preset(reference)
     raise SystemExit(
         f"keras-tfm: {reference!r} is neither a model file (no such model file: "
@@ -105,12 +96,12 @@ WANTED = {
 SEQ2SEQ_CLASSES = ("Seq2SeqLM", "Seq2SeqTransformer")
 
 
-def _language_model(reference, needs="generate"):
-    """`resolve_model(reference)`, checked to be a keras-tfm model with a
-    tokenizer and the method `needs` (a one-line error otherwise)."""
+def _language_model(reference, needs="generate", weights=None):
+    """`resolve_model(reference, weights)`, checked to be a keras-tfm model
+    with a tokenizer and the method `needs` (a one-line error otherwise)."""
     from keras_tfm import models
 
-    model = resolve_model(reference)
+    model = resolve_model(reference, weights)
     usable = callable(getattr(model, needs, None)) and hasattr(model, "tokenizer")
     if needs == "evaluate":  # as a decoder-only language model
         seq2seq = [getattr(models, name, None) for name in SEQ2SEQ_CLASSES]
@@ -129,7 +120,7 @@ def _language_model(reference, needs="generate"):
     return model
 
 
-WEIGHTS = ("float32", "int8", "bfloat16")
+WEIGHTS = ("float32", "int8", "bfloat16", "int8_blocks")
 """`--weights` of `generate` and `chat`: how the weight matrices are stored."""
 
 
@@ -143,9 +134,19 @@ def _store_weights(model, weights):
             model.quantize("int8", config=int8_weight_only_config())
         elif weights == "bfloat16":
             model.cast_weights("bfloat16")
+        elif weights == "int8_blocks" and model.quantized_to != weights:
+            model.cast_weights(weights)
     except ValueError as error:
         raise SystemExit(f"keras-tfm: --weights {weights}: {error}") from None
     return model
+
+
+def _add_decoding_options(parser, temperature):
+    """The options `generate` and `chat` share: sampling and `--weights`."""
+    parser.add_argument("--temperature", type=float, default=temperature)
+    parser.add_argument("--top-p", type=float, default=0.9)
+    parser.add_argument("--seed", type=int)
+    _add_weights_option(parser)
 
 
 def _add_weights_option(parser):
@@ -154,8 +155,19 @@ def _add_weights_option(parser):
         default="float32",
         choices=WEIGHTS,
         help="store the weight matrices as weight-only int8 or bfloat16: "
-        "faster decoding on a CPU, logits within a few percent",
+        "faster decoding on a CPU, logits within a few percent; int8_blocks: "
+        "a GGUF file's Q4/Q8 blocks as they are (its float32 logits, a "
+        "quarter of the memory)",
     )
+
+
+def _vocabulary_size(text):
+    value = _positive_int(text)
+    if value < 256:
+        raise argparse.ArgumentTypeError(
+            f"must be 256 (bytes) or more (byte-level BPE), got {text}"
+        )
+    return value
 
 
 def _positive_float(text):
@@ -179,132 +191,42 @@ def _save_freq(text):
         ) from None
 
 
-def _windows(model, text, sequence_length, batch_size, seed):
-    """The training windows (tf.data, one example each, in text order), the
-    validation batches and the number of training windows."""
-    from keras_tfm.data.language_modeling import next_token_windows, split_offsets
-    from keras_tfm.training import next_token_pairs
-
-    _, validation = _datasets(model, text, sequence_length, batch_size, seed)
-    ids = model.tokenizer(text)
-    train_end, _ = split_offsets(len(ids), sequence_length, VALIDATION_FRACTION)
-    windows = next_token_windows(ids[:train_end], sequence_length)
-    return next_token_pairs(windows), validation, len(windows)
-
-
 def train(args):
     from keras_tfm import distribute
 
     # First: a multi-worker strategy must exist before any TensorFlow work.
     strategy = distribute.strategy_from_flags(args.strategy, tpu=args.tpu)
 
-    import keras
     import keras_hub
 
-    from keras_tfm import baselines, training, zoo
-    from keras_tfm.saving import atomic_save
+    from keras_tfm import data, training, zoo
 
-    keras.utils.set_random_seed(args.seed)
-    defaults = training.device_defaults()
-    policy = defaults.dtype_policy if args.dtype_policy == "auto" else args.dtype_policy
-    jit = defaults.jit_compile if args.jit_compile is None else args.jit_compile
-    keras.config.set_dtype_policy(policy)
-    xla = "on" if jit else "off"
-    print(f"{policy}, XLA {xla} (device defaults: {defaults.reason})")
-    peak_flops, peak_source = _peak_flops(args.peak_flops, strategy)
-    print(f"Peak for MFU: {peak_flops:.3g} FLOP/s ({peak_source}).")
-    text, source, stem = _read_corpus(args.data)
-    output = args.output or f"{args.preset}_{stem}.keras"
-    with strategy.scope():
-        model = zoo.from_preset(
-            args.preset,
-            vocabulary_size=256,
-            max_sequence_length=args.sequence_length,
-            dropout=args.dropout,
-            # Keep case: keras-hub lowercases by default, and KJV is not lowercase.
-            tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
-        )
-    examples, validation, count = _windows(
-        model, text, args.sequence_length, args.batch_size, args.seed
-    )
-    if strategy.num_replicas_in_sync > 1:
-        print(f"Distributing with {type(strategy).__name__} over "
-              f"{strategy.num_replicas_in_sync} replicas.")  # fmt: skip
-    steps = args.epochs * math.ceil(count / args.batch_size)
-    print(
-        f"Training preset '{args.preset}' ({model.count_params():,} parameters) on "
-        f"{source}: {len(text):,} characters, {steps} steps."
-    )
-    flops_per_token = training.training_flops_per_token(
-        model.count_params(), model.num_layers, model.hidden_dim, args.sequence_length
-    )
-    checkpoints = Path(args.checkpoint_dir or f"{output}.checkpoints")
-    backup = checkpoints / f"backup-{distribute.task_id()}"
-    started = time.perf_counter()
-    history = training.train_language_model(
-        model, examples, validation, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, jit_compile=jit, seed=args.seed,
-        backup_dir=backup, save_freq=args.save_freq,
-        verbose=1 if sys.stdout.isatty() else 2,
-        callbacks=[
-            # Silent: Keras' progress line of each epoch shows tokens_per_second.
-            training.ThroughputCallback(
-                tokens_per_step=args.batch_size * args.sequence_length,
-                flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=0,
-            ),
-            training.BestModelCheckpoint(checkpoints, enabled=distribute.is_chief()),
-        ],
-    )  # fmt: skip
-    minutes = (time.perf_counter() - started) / 60
-    if history is not None:
-        tokens_per_second = history.history["tokens_per_second"][-1]
-        mfu = training.format_mfu(tokens_per_second * flops_per_token, peak_flops)
-        print(f"Last epoch: {tokens_per_second:,.0f} tokens/s, {mfu}.")
-        validation_loss = history.history["val_loss"][-1]
-    else:
-        validation_loss = model.evaluate(validation, verbose=0, return_dict=True)
-        validation_loss = validation_loss["loss"]
-    if distribute.is_chief():
-        atomic_save(model, output)
-    shutil.rmtree(backup, ignore_errors=True)
-    print(
-        f"Saved {output} after {minutes:.1f} min: validation loss "
-        f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}."
-    )
-    # The anchor: bzip2 -9 coding the same held-out bytes after the training ones.
-    anchor = baselines.held_out_nats_per_byte(
-        text, args.sequence_length, VALIDATION_FRACTION
-    )
-    print(f"{'validation bytes, model vs baseline':<36} nats/byte")
-    print(f"{'model (' + args.preset + ')':<36} {validation_loss:9.4f}")
-    print(f"{'bzip2 -9 given the training text':<36} {anchor:9.4f}")
-    if args.samples:
-        for prompt in args.prompt or ["And God said", "Moses went"]:
-            room = model.max_sequence_length - len(model.tokenizer(prompt))
-            sample = model.generate(
-                prompt, max_new_tokens=min(args.max_new_tokens, room),
-                sampler="top_k", top_k=10, temperature=0.8, seed=args.seed,
+    def build_model(train_text):
+        if args.vocabulary_size == 256:  # bytes; keep case (keras-hub lowercases)
+            tokenizer = keras_hub.tokenizers.ByteTokenizer(lowercase=False)
+        else:  # byte-level BPE learned on the training text: lossless too
+            tokenizer = data.train_byte_pair_tokenizer(
+                train_text.splitlines(keepends=True), args.vocabulary_size,
+                name="tokenizer",
             )  # fmt: skip
-            print(f"\n>>> {sample}")
+        return zoo.from_preset(
+            args.preset, vocabulary_size=tokenizer.vocabulary_size(),
+            dropout=args.dropout, max_sequence_length=args.sequence_length,
+            tokenizer=tokenizer,
+        )  # fmt: skip
 
-
-def _peak_flops(peak_flops, strategy):
-    """The peak FLOP/s of all replicas together, and where it comes from."""
-    if peak_flops is not None:
-        return peak_flops, "--peak-flops"
-    import keras
-
-    from keras_tfm import training
-
-    # Measured here, before any input pipeline runs, in the compute dtype.
-    dtype = keras.config.dtype_policy().compute_dtype
-    size, repeats = 2048, 3
-    peak = training.measure_peak_flops(size, dtype=dtype, num_repeats=repeats)
-    replicas = strategy.num_replicas_in_sync
-    source = f"measured: best of {repeats} runs of {dtype} {size}x{size} matmuls"
-    if replicas > 1:
-        source += f", times {replicas} replicas"
-    return peak * replicas, source + "; set it with --peak-flops"
+    text, source, stem = _read_corpus(args.data)
+    training.train_on_text(
+        build_model, text, name=args.preset, source=source, strategy=strategy,
+        output=args.output or f"{args.preset}_{stem}.keras",
+        epochs=args.epochs, batch_size=args.batch_size,
+        sequence_length=args.sequence_length, learning_rate=args.learning_rate,
+        dtype_policy=args.dtype_policy, jit_compile=args.jit_compile,
+        peak_flops=args.peak_flops, checkpoint_dir=args.checkpoint_dir,
+        save_freq=args.save_freq, seed=args.seed,
+        prompts=(args.prompt or None) if args.samples else [],
+        max_new_tokens=args.max_new_tokens,
+    )  # fmt: skip
 
 
 def _sampler_settings(sampler, args):
@@ -365,7 +287,9 @@ def evaluate(args):
     model = _language_model(args.model, needs="evaluate")
     text, source, _ = _read_corpus(args.data)
     length = args.sequence_length or model.max_sequence_length
-    _, validation = _datasets(model, text, length, args.batch_size, args.seed)
+    validation = training.held_out_batches(
+        model, text, length, args.batch_size, args.seed
+    )
     model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
     loss = model.evaluate(validation, return_dict=True, verbose=0)["loss"]
     print(
@@ -374,16 +298,38 @@ def evaluate(args):
 
 
 def chat(args):
-    model = _store_weights(_language_model(args.model, needs="chat"), args.weights)
+    model = _language_model(args.model, needs="chat", weights=args.weights)
+    model = _store_weights(model, args.weights)
+    settings = _sampler_settings(args.sampler, args)
+    if args.message is None:  # an interactive conversation
+        from keras_tfm.interactive_chat import converse
+
+        converse(model, max_new_tokens=args.max_new_tokens, **settings)
+        return
     pieces = model.chat(
         args.message,
         max_new_tokens=args.max_new_tokens,
         stream=True,
-        **_sampler_settings(args.sampler, args),
+        **settings,
     )
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
+
+
+def cache(args):
+    from keras_tfm import user_cache
+
+    folder = user_cache.cache_directory()
+    if folder is None:
+        print(f"caching is off ({user_cache.CACHE_ENV}={user_cache.OFF})")
+    elif args.action == "clear":
+        print(f"removed {folder} ({user_cache.clear() / 1e6:.1f} MB)")
+        return
+    else:
+        print(f"cache folder: {folder} (set by {user_cache.CACHE_ENV})")
+    for name, (entries, size) in user_cache.info().items():
+        print(f"{name}: {entries} entries, {size / 1e6:.1f} MB")
 
 
 def export(args):
@@ -414,6 +360,11 @@ COMMANDS = {
 CHAT_COMMAND = 'keras-tfm chat "..." --model {name}'
 # The class a converted checkpoint's loader builds (zoo/<name>/source.json).
 LOADER_CLASSES = {"gguf_llama": "CausalLM", "sentence_encoder": "SentenceEncoder"}
+
+
+def serve(args):
+    model = _store_weights(resolve_model(args.model), args.weights)
+    serving_command.run(args, model)
 
 
 def preset_row(name):
@@ -469,11 +420,18 @@ def build_parser():
     )
     p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
     p.add_argument("--preset", default="gpt_micro")
-    p.add_argument("--epochs", type=_positive_int, default=8)
+    p.add_argument(
+        "--vocabulary-size",
+        type=_vocabulary_size,
+        default=1024,
+        help="tokens of the byte-level BPE learned on the training text "
+        "(default 1024); 256: one token a byte",
+    )
+    p.add_argument("--epochs", type=_positive_int, default=24)  # 50 BPE steps each
     p.add_argument("--batch-size", type=_positive_int, default=16)
     p.add_argument("--sequence-length", type=_positive_int, default=128)
     p.add_argument("--learning-rate", type=_positive_float, default=3e-3)
-    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument(
         "--dtype-policy",
         default="auto",
@@ -540,11 +498,8 @@ def build_parser():
         help="default: top_k where the model's generate has it, else its own",
     )
     p.add_argument("--top-k", type=_positive_int, default=10)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--num-beams", type=_positive_int, default=1)
-    p.add_argument("--seed", type=int)
-    _add_weights_option(p)
+    _add_decoding_options(p, temperature=0.8)
     p.set_defaults(run=generate)
 
     p = commands.add_parser(
@@ -560,7 +515,11 @@ def build_parser():
     p = commands.add_parser(
         "chat", parents=[common], help="ask an instruct model (SmolLM2 by default)"
     )
-    p.add_argument("message", help="the user's message")
+    p.add_argument(
+        "message",
+        nargs="?",
+        help="the user's message (none: an interactive conversation, Ctrl-D ends it)",
+    )
     p.add_argument(
         "--model",
         "--preset",
@@ -569,10 +528,7 @@ def build_parser():
     )
     p.add_argument("--max-new-tokens", type=_positive_int, default=256)
     p.add_argument("--sampler", default="greedy", choices=["greedy", "top_p"])
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--seed", type=int)
-    _add_weights_option(p)
+    _add_decoding_options(p, temperature=1.0)
     p.set_defaults(run=chat)
 
     p = commands.add_parser(
@@ -581,6 +537,24 @@ def build_parser():
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--text", action="append", required=True)
     p.set_defaults(run=classify)
+
+    p = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="an OpenAI-compatible HTTP server that batches concurrent "
+        "requests (docs/serving.md)",
+    )
+    serving_command.add_arguments(p)
+    _add_weights_option(p)
+    p.set_defaults(run=serve)
+
+    p = commands.add_parser(
+        "cache",
+        parents=[common],
+        help="show or clear the cache of compiled code and converted models",
+    )
+    p.add_argument("action", choices=["info", "clear"])
+    p.set_defaults(run=cache)
 
     p = commands.add_parser(
         "export",

@@ -36,10 +36,12 @@ def _groups(h5):
     """Every group path that holds datasets directly (a layer's `vars`)."""
     paths = []
     h5.visititems(
-        lambda name, item: paths.append(name)
-        if isinstance(item, h5py.Group)
-        and any(isinstance(v, h5py.Dataset) for v in item.values())
-        else None
+        lambda name, item: (
+            paths.append(name)
+            if isinstance(item, h5py.Group)
+            and any(isinstance(v, h5py.Dataset) for v in item.values())
+            else None
+        )
     )
     return paths
 

@@ -23,10 +23,57 @@ import numpy as np
 from keras import ops
 
 from keras_tfm._keras_compat import replace_variable
-from keras_tfm.kernels.weight_only_matmul import weight_only_matmul
+from keras_tfm.kernels.weight_only_matmul import (
+    BLOCK_SIZE,
+    block_matmul,
+    dequantize_blocks,
+    weight_only_matmul,
+)
 
 CAST_WEIGHT_DTYPES = ("bfloat16",)
 """Dtypes `cast_weights` stores weight matrices in (activations stay float)."""
+
+INT8_BLOCKS = "int8_blocks"
+"""`quantize` mode: int8 values in blocks of 32, a scale and offset each.
+
+What a GGUF file's block quantisations (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) hold,
+kept as they are: `values * scale + offset` per block of 32 weights along a
+row (`keras_tfm.kernels.dequantize_blocks`), 1 byte a weight plus 4 bytes
+per block (float16 scale and offset), dequantised inside the XLA matmul
+(`block_matmul`). From float weights (`model.quantize("int8_blocks")`) each
+block is quantised symmetrically: scale max|w| / 127, offset 0
+(`int8_blocks`), so a weight is off by at most max|block| / 254."""
+
+BLOCK_MODES = (INT8_BLOCKS,)
+
+
+def int8_blocks(weights):
+    """Symmetric int8 blocks of an (out, in) float matrix (`in` a multiple of 32).
+
+    Returns:
+        `(values int8 (out, in), scale float16 (out, in / 32), offset)`, offset
+        zero, such that `dequantize_blocks` gives the weights to within
+        max|block| / 254 (plus float16's rounding of the scale).
+
+    Example:
+    >>> w = np.linspace(-1, 1, 64, dtype="float32").reshape(1, 64)
+    >>> values, scale, offset = int8_blocks(w)
+    >>> int(values[0, 0]), int(values[0, -1]), offset.tolist()
+    (-127, 127, [[0.0, 0.0]])
+    """
+    weights = np.asarray(weights, "float32")
+    out, width = weights.shape
+    if width % BLOCK_SIZE:
+        raise ValueError(
+            f"int8 blocks need rows of a multiple of {BLOCK_SIZE} weights. "
+            f"Received: a matrix of shape {weights.shape}"
+        )
+    blocks = weights.reshape(out, width // BLOCK_SIZE, BLOCK_SIZE)
+    scale = (np.abs(blocks).max(-1) / 127).astype("float16")
+    safe = np.where(scale == 0, 1, scale.astype("float32"))[..., None]
+    values = np.clip(np.round(blocks / safe), -127, 127).astype("int8")
+    return values.reshape(out, width), scale, np.zeros_like(scale)
+
 
 # Keras's "int8" also quantizes every matmul's inputs per token at run time
 # (AbsMaxQuantizer); TensorFlow has no fast int8 x int8 matmul on CPU, so that
@@ -119,9 +166,58 @@ class QuantizableDense(keras.layers.Dense):
 
     @property
     def output_major(self):
-        """True when the kernel is weight-only int8 or bfloat16, held
-        (units, input_dim)."""
+        """True when the kernel is weight-only int8, int8 blocks or bfloat16,
+        held (units, input_dim)."""
         return getattr(self, "_output_major", False)
+
+    @property
+    def block_weights(self):
+        """True once the kernel is int8 blocks (`INT8_BLOCKS`)."""
+        return getattr(self, "_block_weights", False)
+
+    def quantize_to_blocks(self):
+        """Stores the float kernel as symmetric int8 blocks (`int8_blocks`)."""
+        self.hold_blocks(*int8_blocks(ops.convert_to_numpy(self._kernel).T))
+
+    def hold_blocks(self, values, scale, offset):
+        """Stores the kernel as int8 `values` (units, input_dim) in blocks of
+        32 with `scale` and `offset` (units, input_dim / 32) each (see
+        `INT8_BLOCKS`); a GGUF file's blocks are given as they are.
+
+        Example:
+        >>> dense = keras_tfm.layers.QuantizableDense(2, use_bias=False)
+        >>> dense.build((None, 32))
+        >>> dense.hold_blocks(np.ones((2, 32), "int8"),
+        ...                   np.array([[1.0], [2.0]]), np.zeros((2, 1)))
+        >>> dense(np.ones((1, 32), "float32")).numpy().tolist()
+        [[32.0, 64.0]]
+        """
+        if self.quantization_mode is not None or self.output_major:
+            raise ValueError(
+                f"Layer '{self.name}' is quantized already; store blocks in the "
+                "float layer instead."
+            )
+        if self.lora_enabled:
+            raise ValueError(
+                f"Layer '{self.name}' has LoRA enabled: merge the adapters into "
+                "a float layer before storing int8 blocks."
+            )
+        units, width = self.units, self._kernel.shape[0]
+        shapes = {
+            "values": (np.shape(values), (units, width)),
+            "scale": (np.shape(scale), (units, width // BLOCK_SIZE)),
+            "offset": (np.shape(offset), (units, width // BLOCK_SIZE)),
+        }
+        for name, (got, want) in shapes.items():
+            if tuple(got) != want:
+                raise ValueError(
+                    f"Layer '{self.name}' needs block {name} of shape {want}. "
+                    f"Received: shape={tuple(got)}"
+                )
+        replace_variable(self, "_kernel", np.asarray(values, "int8"), name="kernel")
+        for name, part in (("block_scale", scale), ("block_offset", offset)):
+            replace_variable(self, name, np.asarray(part, "float16"), name=name)
+        self._output_major = self._block_weights = True
 
     def cast_weights(self, dtype):
         """Stores the kernel in `dtype` ("bfloat16"), output-major; the inputs,
@@ -167,6 +263,11 @@ class QuantizableDense(keras.layers.Dense):
 
     @property
     def kernel(self):
+        if self.block_weights:
+            weights = dequantize_blocks(
+                self._kernel, self.block_scale, self.block_offset
+            )
+            return ops.transpose(weights)
         if self.output_major:
             return ops.transpose(self._kernel)
         return super().kernel
@@ -182,7 +283,12 @@ class QuantizableDense(keras.layers.Dense):
         return self._output_major_call(inputs, self.kernel_scale)
 
     def _output_major_call(self, inputs, scale=None):
-        outputs = weight_only_matmul(inputs, self._kernel, scale)
+        if self.block_weights:
+            outputs = block_matmul(
+                inputs, self._kernel, self.block_scale, self.block_offset
+            )
+        else:
+            outputs = weight_only_matmul(inputs, self._kernel, scale)
         if self.bias is not None:
             outputs = ops.add(outputs, self.bias)
         if self.activation is not None:
@@ -201,7 +307,12 @@ class QuantizableDense(keras.layers.Dense):
         super().enable_lora(rank, lora_alpha, a_initializer, b_initializer)
 
     # Files keep Keras's (input_dim, units) kernel; variable "0" is the kernel.
+    # Int8 blocks are saved as held: values, bias if any, scale, offset.
     def save_own_variables(self, store):
+        if self.block_weights:
+            for i, variable in enumerate(self._block_variables()):
+                store[str(i)] = ops.convert_to_numpy(variable)
+            return None
         if not self.output_major:
             return super().save_own_variables(store)
         own = {}
@@ -210,7 +321,15 @@ class QuantizableDense(keras.layers.Dense):
         for key, value in own.items():
             store[key] = value
 
+    def _block_variables(self):
+        bias = [] if self.bias is None else [self.bias]
+        return [self._kernel, *bias, self.block_scale, self.block_offset]
+
     def load_own_variables(self, store):
+        if self.block_weights:
+            for i, variable in enumerate(self._block_variables()):
+                variable.assign(store[str(i)])
+            return None
         if not self.output_major:
             return super().load_own_variables(store)
         own = {key: store[key] for key in store.keys()}

@@ -1,4 +1,25 @@
-"""Process-wide runtime settings keras-tfm makes on import: XLA's CPU flags.
+"""Process-wide runtime settings keras-tfm makes on import: XLA's CPU flags
+and TensorFlow's persistent XLA compilation cache.
+
+The persistent cache (`use_persistent_xla_cache`): TensorFlow compiles each
+`jit_compile=True` function once per process, and SmolLM2's decoding step
+takes seconds to compile (most of a cold `keras-tfm chat`,
+benchmarks/cold_start.py). With `--tf_xla_persistent_cache_directory` in
+`TF_XLA_FLAGS`, TensorFlow writes each compiled executable to that folder
+and the next process loads it instead of compiling. keras-tfm sets it on
+import, to `xla/<key>` in its cache folder (`keras_tfm.user_cache`), unless
+`TF_XLA_FLAGS` already names a folder or `KERAS_TFM_CACHE_DIR=off`; TensorFlow
+reads `TF_XLA_FLAGS` at its first XLA compilation, so the setting applies
+after `import tensorflow` too. `<key>` hashes the TensorFlow, Keras and
+keras-tfm versions, `XLA_FLAGS` and the CPU's features: TensorFlow's own
+file names hash the computation only, and an executable built for another
+CPU or with other flags must not be loaded. TensorFlow stops with a
+DataLossError on a garbled or truncated file, so each process lists the
+files it found and wrote, with their size and CRC-32, when it exits
+(`user_cache.seal`), and the next one deletes any file not listed as it is
+before TensorFlow can read it (`user_cache.drop_unsealed`).
+
+512-bit vectors:
 
 512-bit vectors for XLA's CPU code where the CPU has AVX-512.
 
@@ -19,7 +40,16 @@ To keep XLA's default, set the width yourself before importing keras_tfm:
 `XLA_FLAGS` is never changed.
 """
 
+import atexit
 import os
+
+from keras_tfm.user_cache import (
+    cache_directory,
+    cache_key,
+    drop_unsealed,
+    read_manifest,
+    seal,
+)
 
 WIDE_VECTOR_FLAG = "--xla_cpu_prefer_vector_width=512"
 
@@ -64,3 +94,59 @@ def prefer_wide_vectors():
     wanted = with_wide_vectors(xla_flags, cpu_flags())
     if wanted != xla_flags:
         os.environ["XLA_FLAGS"] = wanted
+
+
+PERSISTENT_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
+XLA_CACHE_FILES = "xla_compile_cache__*.pb"
+
+
+def xla_cache_folder(root, xla_flags, flags):
+    """The XLA cache folder under `root` for these flags and CPU features.
+
+    Example:
+    >>> from pathlib import Path
+    >>> a = xla_cache_folder(Path("/c"), "", {"avx2"})
+    >>> a.parent
+    PosixPath('/c/xla')
+    >>> a == xla_cache_folder(Path("/c"), "", {"avx2", "avx512f"})
+    False
+    """
+    key = cache_key(xla_flags=xla_flags, cpu_flags=sorted(flags))
+    return root / "xla" / key[:32]
+
+
+def use_persistent_xla_cache():
+    """Points TensorFlow's persistent XLA cache at keras-tfm's cache folder.
+
+    Returns the folder, or None where it is left alone (`TF_XLA_FLAGS`
+    already names one, `KERAS_TFM_CACHE_DIR=off`, or the folder cannot be
+    created). Files not sealed by an earlier process are deleted first; this
+    process's are sealed at exit.
+    """
+    tf_xla_flags = os.environ.get("TF_XLA_FLAGS", "")
+    root = cache_directory()
+    if root is None or PERSISTENT_CACHE_FLAG in tf_xla_flags:
+        return None
+    folder = xla_cache_folder(root, os.environ.get("XLA_FLAGS", ""), cpu_flags())
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        kept = drop_unsealed(folder, XLA_CACHE_FILES)
+    except OSError:
+        return None
+    flag = f"{PERSISTENT_CACHE_FLAG}={folder}"
+    os.environ["TF_XLA_FLAGS"] = f"{tf_xla_flags} {flag}".strip()
+    atexit.register(_seal_xla_cache, folder, kept)
+    return folder
+
+
+def _seal_xla_cache(folder, kept):
+    if not folder.is_dir():
+        return  # cleared meanwhile (`keras-tfm cache clear`)
+    new = [p.name for p in folder.glob(XLA_CACHE_FILES) if p.name not in kept]
+    if not new:
+        return
+    try:
+        known = read_manifest(folder)
+        seal(folder, new, keep={**known, **kept})
+    except OSError:
+        pass  # the folder was cleared meanwhile: the files stay unsealed

@@ -6,6 +6,9 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# No test reads or writes the user's cache folder (keras_tfm.user_cache):
+# the cache tests point KERAS_TFM_CACHE_DIR at their own tmp_path.
+os.environ.setdefault("KERAS_TFM_CACHE_DIR", "off")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
@@ -41,6 +44,12 @@ _DEBIAN_PACKAGES = {
     "fortunes": lambda: Path("/usr/share/games/fortunes/fortunes").is_file(),
     "bible-kjv": lambda: shutil.which("bible") is not None,
     "trans-de-en": lambda: Path("/usr/share/trans/de-en").is_file(),
+    "sword-text-sparv": lambda: Path(
+        "/usr/share/sword/modules/texts/ztext/spaRV1909eb"
+    ).is_dir(),
+    "sword-text-web": lambda: Path(
+        "/usr/share/sword/modules/texts/ztext/engWEB2015eb"
+    ).is_dir(),
     "bzip2": lambda: shutil.which("bzip2") is not None,
     "xz-utils": lambda: shutil.which("xz") is not None,
 }

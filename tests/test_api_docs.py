@@ -27,6 +27,7 @@ SUBPACKAGES = [
     "distribute",
     "saving",
     "baselines",
+    "serving",
 ]
 pytestmark = [
     pytest.mark.skipif(
@@ -97,6 +98,13 @@ def test_google_sections_render(site):
     for section in ("Parameters:", "Returns:", "Examples:"):
         assert section in entry
     assert "<code>num_parameters</code>" in entry
+    # The Type column shows the type of each argument (from its name here).
+    cells = r"<code>(\w+)</code>\s*</td>\s*<td>\s*<code>([^<]+)</code>"
+    types = re.findall(cells, entry)
+    assert dict(types)["num_parameters"] == "int"
+    # A documented name in backticks links to its entry.
+    link = 'href="#keras_tfm.training.train_language_model"><code>train_language_model'
+    assert link in page
     # Doctest lines are highlighted code, not nested Markdown quotes.
     for html in (site / "api").rglob("*.html"):
         assert "<blockquote>" not in html.read_text(encoding="utf-8"), html

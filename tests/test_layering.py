@@ -1,9 +1,10 @@
 """The package imports downwards only, with no ring between its parts.
 
-    validation, _keras_compat, legacy_files,     shared checks and helpers
-        runtime
-    kernels                                      attention, activations, masks,
-                                                 the weight-only matmul
+    validation, _keras_compat, legacy_files,     shared checks and helpers; the
+        user_cache                               cache folder and its safety
+    runtime, kernels                             XLA flags and cache; attention,
+                                                 activations, masks, the
+                                                 weight-only matmul
     quantized_weights                            the storage of quantized weights
     layers, data, datasets, saving, distribute,  the building blocks (and the
         tokenizers                               converted checkpoints' tokenizers)
@@ -13,7 +14,8 @@
     training                                     losses, callbacks, LoRA, distillation
     convert, export                              checkpoint converters; SavedModels
                                                  with string signatures, LiteRT
-    zoo                                          the presets
+    zoo, serving, interactive_chat               the presets; the HTTP server;
+                                                 the chat REPL
     cli, keras_tfm/__init__.py                   the entry points
 
 A module may import its own part and any part of a lower rank, never a
@@ -36,7 +38,8 @@ RANKS = {
     "validation": 0,
     "_keras_compat": 0,
     "legacy_files": 0,
-    "runtime": 0,
+    "user_cache": 0,
+    "runtime": 1,
     "kernels": 1,
     "quantized_weights": 2,
     "layers": 3,
@@ -52,6 +55,8 @@ RANKS = {
     "convert": 7,
     "export": 7,
     "zoo": 8,
+    "serving": 8,
+    "interactive_chat": 8,
     "cli": 9,
 }
 TOP = {"keras_tfm/__init__.py"}

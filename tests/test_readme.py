@@ -1,17 +1,14 @@
 """The README's Python blocks run as written (the tour and the families)."""
 
-import ast
-import re
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import requires_debian_package, requires_pip_package
+from tests.markdown_blocks import check_promises, python_blocks
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-# A tour line that promises its answer: `llm.chat(...)  # "The capital..."`.
-PROMISE = re.compile(r"^(?P<call>\w+\.\w+\(.*\))  # (?P<answer>(['\"]).*\3)$")
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+BLOCKS = python_blocks(README)
 
 
 def test_the_readme_has_python_blocks():
@@ -43,16 +40,6 @@ def test_block_runs(index, smollm2, monkeypatch):
         assert round(float(a @ b), 2) == 0.91
     # Each `call(...)  # "answer"` line of the block gives that answer (a
     # trailing "..." promises only the start), as the README says.
-    promised = 0
-    for line in BLOCKS[index].splitlines():
-        found = PROMISE.match(line)
-        if found:
-            answer = eval(found["call"], namespace)
-            expected = ast.literal_eval(found["answer"])
-            if expected.endswith("..."):
-                assert answer.startswith(expected[:-3]), (line, answer)
-            else:
-                assert answer == expected, (line, answer)
-            promised += 1
+    promised = check_promises(BLOCKS[index], namespace)
     if "llm" in namespace:  # the tour: chat, classify and translate
         assert promised == 3

@@ -1,4 +1,5 @@
-"""Draws docs/images/translation_curves.png from docs/translation_curves.json.
+"""Draws docs/images/translation_curves.png from the learning curves in
+benchmarks/results/translation_curves.json.
 
 The JSON holds the per-part losses Keras printed during runs of
 examples/translate_de_en.py (copied from their logs, which are not kept);
@@ -20,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
-CURVES = ROOT / "docs" / "translation_curves.json"
+CURVES = ROOT / "benchmarks" / "results" / "translation_curves.json"
 PICTURE = ROOT / "docs" / "images" / "translation_curves.png"
 
 

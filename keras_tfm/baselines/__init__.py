@@ -15,11 +15,17 @@ from keras_tfm.baselines.compression import (
 from keras_tfm.baselines.dictionary_translator import (
     DictionaryTranslator as DictionaryTranslator,
 )
+from keras_tfm.baselines.ibm_model import ibm_model1 as ibm_model1
+from keras_tfm.baselines.ibm_model import (
+    ibm_model1_translator as ibm_model1_translator,
+)
 from keras_tfm.baselines.text_classifier import tfidf_classifier as tfidf_classifier
 
 __all__ = [
     "DictionaryTranslator",
     "compression_nats_per_byte",
     "held_out_nats_per_byte",
+    "ibm_model1",
+    "ibm_model1_translator",
     "tfidf_classifier",
 ]

@@ -125,7 +125,14 @@ def dequantize(tensor, shape):
     Returns:
         A float32 array of `shape`.
     """
+    check_tensor(tensor, shape)
     gguf = import_gguf()
+    values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    return np.asarray(values, "float32").reshape(shape)
+
+
+def check_tensor(tensor, shape):
+    """Refuses a tensor of an unsupported type or not of `shape` (as `dequantize`)."""
     kind = tensor.tensor_type.name
     if kind not in SUPPORTED_TYPES:
         raise ValueError(
@@ -138,5 +145,3 @@ def dequantize(tensor, shape):
             f"Tensor {tensor.name!r} has shape {found}, but the model's "
             f"metadata needs {tuple(shape)}"
         )
-    values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-    return np.asarray(values, "float32").reshape(shape)

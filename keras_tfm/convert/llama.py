@@ -24,10 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_tfm.convert import converted_cache, gguf_blocks
 from keras_tfm.convert.config_checks import (
-    check_format_settings,
+    check_attributes,
     check_model_class,
     check_model_type,
+    check_tokenizer_kind,
     check_vocabulary_size,
 )
 from keras_tfm.convert.gguf_names import (
@@ -36,7 +38,13 @@ from keras_tfm.convert.gguf_names import (
     hf_name_from_gguf,
     unpermute_rows,
 )
-from keras_tfm.convert.gguf_reader import dequantize, metadata, open_gguf, tensor_table
+from keras_tfm.convert.gguf_reader import (
+    check_tensor,
+    dequantize,
+    metadata,
+    open_gguf,
+    tensor_table,
+)
 from keras_tfm.convert.hf_directory import (
     check_directory,
     read_json,
@@ -50,13 +58,15 @@ from keras_tfm.convert.hf_tokenizer_files import (
 )
 from keras_tfm.convert.installed_packages import checkpoint_path
 from keras_tfm.convert.weights import (
-    assign_weights,
+    built_with_weights,
     model_weights,
     refuse_unknown_tensors,
     require_tensors,
 )
 from keras_tfm.models.causal_lm import CausalLM
 from keras_tfm.models.legacy_configs import flat_arguments
+from keras_tfm.quantized_weights import INT8_BLOCKS
+from keras_tfm.quantized_weights import int8_blocks as quantize_to_int8_blocks
 from keras_tfm.saving import atomic_directory
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 
@@ -456,26 +466,21 @@ def load_hf_llama(directory, max_sequence_length=None):
     tensors = _add_zero_biases(tensors, config, projections, who)
     weights = convert_weights(tensors, config, str(directory))
     tokenizer = convert_tokenizer(directory, hf_config)
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
-    assign_weights(model, weights)
-    return model
+    return built_with_weights(CausalLM, config, weights, tokenizer=tokenizer)
 
 
 def _saveable_config(model, tokenizer):
     check_model_class(model, CausalLM)
-    checks = {
-        "normalize_first": (True, model.normalize_first),
-        "normalization": ("rms_norm", model.normalization),
-        "position_encoding": ("rotary", model.position_encoding),
-        "activation": ("swiglu", model.activation),
-    }
-    check_format_settings("Llama", checks)
-    if not isinstance(tokenizer, ByteLevelBPETokenizer):
-        raise ValueError(
-            "`tokenizer` must be a ByteLevelBPETokenizer (as load_hf_llama "
-            "attaches), or the model must have one attached. Received: "
-            f"tokenizer={type(tokenizer).__name__}"
-        )
+    check_attributes(
+        "Llama", model, normalize_first=True, normalization="rms_norm",
+        position_encoding="rotary", activation="swiglu",
+    )  # fmt: skip
+    check_tokenizer_kind(
+        tokenizer,
+        isinstance(tokenizer, ByteLevelBPETokenizer),
+        "a ByteLevelBPETokenizer (as load_hf_llama attaches), or the model "
+        "must have one attached",
+    )
     check_vocabulary_size(tokenizer, model)
     attention = model.backbone.transformer_layers[0].self_attention
     config = flat_arguments(model)
@@ -501,13 +506,11 @@ def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
         directory: the folder to write (created, or empty).
         tokenizer: a `ByteLevelBPETokenizer`; by default the model's
             attached tokenizer.
-
-        overwrite: whether to replace a `directory` that holds files. The
-            files are written to a sibling folder first, which replaces
-            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
+        overwrite: replace a `directory` that holds files, atomically
+            (`keras_tfm.saving.atomic_directory`).
 
     Returns:
-        The folder, as a `pathlib.Path`.
+        The Llama checkpoint's folder, as a `pathlib.Path`.
 
     Example:
     >>> import tempfile
@@ -657,13 +660,14 @@ def convert_gguf_tokenizer(reader):
     )
 
 
-def gguf_tensors(reader, config):
+def gguf_tensors(reader, config, read=dequantize):
     """The GGUF tensors under HuggingFace Llama names, as float32 arrays.
 
     Each tensor is renamed (`llama.hf_name_from_gguf`; a tensor with no
     HuggingFace name is refused), dequantised with the shape `config` needs
     and, for q and k, put back in HuggingFace's row order. GGUF matrices are
-    (out, in), as in PyTorch.
+    (out, in), as in PyTorch. `read(tensor, shape)` may return a tuple of
+    arrays of `shape`'s rows instead (`_read_blocks`); each is reordered.
     """
     table = tensor_table(reader)
     names = {hf_name_from_gguf(name): name for name in table}
@@ -675,11 +679,16 @@ def gguf_tensors(reader, config):
                 "Llama model with this metadata needs. Received tensors such "
                 f"as {sorted(table)[:4]}"
             )
-        value = dequantize(table[names.pop(hf_name)], shape)
+        value = read(table[names.pop(hf_name)], shape)
+        heads = None
         if hf_name.endswith("q_proj.weight"):
-            value = unpermute_rows(value, config["num_heads"])
+            heads = config["num_heads"]
         elif hf_name.endswith("k_proj.weight"):
-            value = unpermute_rows(value, config["num_key_value_heads"])
+            heads = config["num_key_value_heads"]
+        if heads is not None and isinstance(value, tuple):
+            value = tuple(unpermute_rows(part, heads) for part in value)
+        elif heads is not None:
+            value = unpermute_rows(value, heads)
         tensors[hf_name] = value
     if names:  # e.g. layers beyond llama.block_count.
         raise ValueError(
@@ -689,8 +698,81 @@ def gguf_tensors(reader, config):
     return tensors
 
 
-def load_gguf_llama(path, max_sequence_length=None):
+WEIGHT_MODES = ("float32", INT8_BLOCKS)
+"""How `load_gguf_llama` holds the weight matrices."""
+
+
+def _read_blocks(tensor, shape):
+    """A matrix as int8 blocks (`gguf_blocks.int8_blocks`; other types are
+    dequantised and quantised to symmetric blocks); a vector as float32."""
+    if len(shape) == 1:
+        return dequantize(tensor, shape)
+    check_tensor(tensor, shape)
+    blocks = gguf_blocks.int8_blocks(tensor, shape)
+    if blocks is None:
+        blocks = quantize_to_int8_blocks(dequantize(tensor, shape))
+    return blocks
+
+
+def block_weights(tensors, config):
+    """Our weight paths -> arrays for a model holding int8 blocks.
+
+    Args:
+        tensors: HuggingFace name -> (values, scale, offset) for matrices,
+            (out, ...) each, and float32 arrays for the norms
+            (`gguf_tensors(reader, config, read=_read_blocks)`).
+        config: the `CausalLM` arguments (no biases).
+
+    Returns:
+        `{layer path: (values, scale, offset)}` for `hold_blocks`, and our
+        float weight paths -> arrays (the norms).
+    """
+    if config["use_bias"]:
+        raise ValueError(
+            "int8 blocks are supported for Llama models without biases. "
+            f"Received: use_bias={config['use_bias']}"
+        )
+
+    def rows(*names):  # fused projections: the parts' output rows stacked
+        return tuple(np.concatenate([tensors[n][i] for n in names]) for i in range(3))
+
+    blocks = {"token_embedding": tensors["model.embed_tokens.weight"]}
+    floats = {"final_norm/scale": tensors["model.norm.weight"]}
+    if not config["tie_word_embeddings"]:
+        blocks["lm_head"] = tensors["lm_head.weight"]
+    for i in range(config["num_layers"]):
+        p, ours = f"model.layers.{i}.", f"transformer_layer_{i}/"
+        attention, mlp = p + "self_attn.", p + "mlp."
+        blocks[ours + "self_attention/query"] = rows(attention + "q_proj.weight")
+        blocks[ours + "self_attention/key_value"] = rows(
+            attention + "k_proj.weight", attention + "v_proj.weight"
+        )
+        blocks[ours + "self_attention/attention_output"] = rows(
+            attention + "o_proj.weight"
+        )
+        blocks[ours + "feed_forward/intermediate"] = rows(
+            mlp + "gate_proj.weight", mlp + "up_proj.weight"
+        )
+        blocks[ours + "feed_forward/output"] = rows(mlp + "down_proj.weight")
+        floats[ours + "self_attention_norm/scale"] = tensors[
+            p + "input_layernorm.weight"
+        ]
+        floats[ours + "feed_forward_norm/scale"] = tensors[
+            p + "post_attention_layernorm.weight"
+        ]
+    return blocks, floats
+
+
+BLOCK_PARTS = ("values", "scale", "offset")
+
+
+def load_gguf_llama(path, max_sequence_length=None, weights="float32"):
     """Loads a Llama-architecture GGUF file as a `CausalLM` with its tokenizer.
+
+    The conversion (config, tokenizer, float32 weights) is kept in the
+    cache folder, keyed by the file's SHA-256, `max_sequence_length` and the
+    versions (`keras_tfm.convert.converted_cache`): a second load of the same
+    file reads it back instead of parsing the GGUF file again.
 
     The weights are dequantised to float32 (supported types:
     `gguf_reader.SUPPORTED_TYPES`: F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0 and
@@ -723,6 +805,58 @@ def load_gguf_llama(path, max_sequence_length=None):
     >>> model.tokenizer.id_to_token(next_id)
     'The'
     """
+    if weights not in WEIGHT_MODES:
+        raise ValueError(
+            f"`weights` must be one of {WEIGHT_MODES}. Received: {weights=}"
+        )
+    config, tokenizer, arrays = converted_gguf(path, max_sequence_length, weights)
+    if weights == "float32":
+        return built_with_weights(CausalLM, config, arrays, tokenizer=tokenizer)
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
+    blocks = {}
+    for name, value in arrays.items():
+        layer, _, part = name.rpartition(":")
+        if layer:
+            blocks.setdefault(layer, [None] * 3)[BLOCK_PARTS.index(part)] = value
+    model.hold_blocks(blocks)
+    floats = {name: value for name, value in arrays.items() if ":" not in name}
+    ours = {w.path: w for w in model.weights}
+    for name, value in floats.items():
+        ours[name].assign(np.asarray(value, "float32"))
+    return model
+
+
+def converted_gguf(path, max_sequence_length=None, weights="float32", mark=None):
+    """(model arguments, tokenizer, weights) of a GGUF file: from the
+    converted-weights cache, else converted (and cached).
+
+    The weights: our weight path -> float32 array; with
+    `weights="int8_blocks"`, "<layer path>:values" (and ":scale",
+    ":offset") for each block layer and our weight paths for the norms.
+    `mark`: called with a stage's name after each stage (for profiling).
+    """
+    mark = mark or (lambda stage: None)
+    settings = {
+        "loader": "gguf_llama",
+        "max_sequence_length": max_sequence_length,
+        "weights": weights,
+    }
+    entry = converted_cache.read_entry(path, settings)
+    if entry is not None:
+        described, weights = entry
+        tokenizer = _restore_tokenizer(described["tokenizer"])
+        mark("read the converted model from the cache")
+        return described["arguments"], tokenizer, weights
+    config, tokenizer, weights = _convert_gguf(path, max_sequence_length, weights)
+    mark(f"parse the GGUF, build the tokenizer, convert to {settings['weights']}")
+    described = {"arguments": config, "tokenizer": _describe_tokenizer(tokenizer)}
+    converted_cache.write_entry(path, settings, described, weights)
+    mark("write the converted model to the cache")
+    return config, tokenizer, weights
+
+
+def _convert_gguf(path, max_sequence_length, weights="float32"):
+    """(model arguments, tokenizer, weights as `converted_gguf` says)."""
     reader = open_gguf(path)
     config = convert_gguf_backbone_config(reader)
     if max_sequence_length is not None:
@@ -734,11 +868,39 @@ def load_gguf_llama(path, max_sequence_length=None):
             f"Received: {tokenizer.vocabulary_size()} tokens and "
             f"llama.vocab_size={config['vocabulary_size']}"
         )
-    tensors = gguf_tensors(reader, config)
-    weights = convert_weights(tensors, config, f"The GGUF file {path}")
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
-    assign_weights(model, weights)
-    return model
+    if weights == "float32":
+        tensors = gguf_tensors(reader, config)
+        return (
+            config,
+            tokenizer,
+            convert_weights(tensors, config, f"The GGUF file {path}"),
+        )
+    blocks, floats = block_weights(gguf_tensors(reader, config, _read_blocks), config)
+    for layer, parts in blocks.items():
+        floats.update(
+            {f"{layer}:{n}": p for n, p in zip(BLOCK_PARTS, parts, strict=True)}
+        )
+    return config, tokenizer, floats
+
+
+def _describe_tokenizer(tokenizer):
+    """A JSON-able description of a `ByteLevelBPETokenizer` (config, vocabulary
+    and merges: Keras's config leaves the last two to asset files)."""
+    return {
+        "config": tokenizer.get_config(),
+        "vocabulary": dict(tokenizer.vocabulary),
+        "merges": list(tokenizer.merges),
+    }
+
+
+def _restore_tokenizer(described):
+    return ByteLevelBPETokenizer.from_config(
+        {
+            **described["config"],
+            "vocabulary": described["vocabulary"],
+            "merges": described["merges"],
+        }
+    )
 
 
 # The installed package that ships SmolLM2-135M-Instruct (see

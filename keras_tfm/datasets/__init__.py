@@ -7,7 +7,10 @@ Turning the text into batches is `keras_tfm.data`'s job.
 - `fortunes`: fortune cookies by category (`apt-get install fortunes`).
 - `bible`: the King James Version (`apt-get install bible-kjv`).
 - `trans_de_en`: German-English sentence pairs (`apt-get install trans-de-en`).
+- `sword_parallel`: Spanish-English verse pairs of two SWORD Bibles
+  (`apt-get install sword-text-sparv sword-text-web`, `pip install pysword`).
 - `default_corpus`: KJV Genesis and Exodus, shipped inside the package.
+- `digits`: scikit-learn's 8x8 handwritten digits as images (`digits_splits`).
 
 Example:
 >>> from keras_tfm import datasets
@@ -17,7 +20,12 @@ Example:
 
 from keras_tfm.datasets.bible import load_bible
 from keras_tfm.datasets.default_corpus import default_corpus_path, load_default_corpus
+from keras_tfm.datasets.digits import digits_splits
 from keras_tfm.datasets.fortunes import fortune_splits, load_fortunes
+from keras_tfm.datasets.sword_parallel import (
+    load_parallel_verses,
+    split_parallel_verses,
+)
 from keras_tfm.datasets.trans_de_en import (
     load_translation_pairs,
     split_translation_pairs,
@@ -25,10 +33,13 @@ from keras_tfm.datasets.trans_de_en import (
 
 __all__ = [
     "default_corpus_path",
+    "digits_splits",
     "fortune_splits",
     "load_bible",
     "load_default_corpus",
     "load_fortunes",
+    "load_parallel_verses",
     "load_translation_pairs",
+    "split_parallel_verses",
     "split_translation_pairs",
 ]

@@ -1,30 +1,56 @@
-"""Text generation machinery, below the models: samplers and decoding loops.
+"""Text generation machinery, below the models: settings, processors, loops.
 
-Greedy, random, top-k and top-p sampling are keras-hub's samplers
-(`keras_hub.samplers`); `BeamSearchSampler` adds a length penalty, finished
-beams and per-row prompt masks to beam search. `make_sampler` turns
-`generate`'s settings into a sampler (refusing settings the sampler would
-ignore); `sliding_window` holds the host-side loops for decoding past the
-context window and streaming; `CompiledLoops` keeps a model's compiled
-loops. `generate` itself is written once, in `keras_tfm.models.CausalLM`,
-for both generating families.
+The built-in samplers ("greedy", "random", "top_k", "top_p") run one
+XLA-compiled loop (`decode_loop`) whose settings are per-row tensors
+(`GenerationConfig` -> `settings_tensors`): a new temperature, top-k,
+top-p, min-p, penalty, seed or stop id is a new input, never a new program.
+Each step's logits go through the `logit_processors` (repetition, presence
+and frequency penalties, n-gram and word bans), then `sampling` (the
+warpers and a per-row seeded draw). `BeamSearchSampler` adds a length
+penalty, finished beams and per-row prompt masks to beam search; a
+`keras_hub.samplers.Sampler` object is still accepted (`make_sampler`).
+`sliding_window` holds the host-side loops for decoding past the context
+window and streaming; `CompiledLoops` keeps a model's compiled loops.
+`ChatSession` keeps a conversation's key/value cache between turns,
+`SpeculativeDecoder` drafts tokens (prompt lookup or a draft model) that
+the model verifies in one pass, and `set_kv_cache_dtype("int8")` stores
+the cache in int8.
+`generate` itself is written once, in `keras_tfm.models.CausalLM`, for both
+generating families.
 
 Example:
->>> from keras_tfm.generation import BeamSearchSampler
+>>> from keras_tfm.generation import BeamSearchSampler, GenerationConfig
 >>> sampler = BeamSearchSampler(num_beams=4, length_penalty=0.6)
+>>> GenerationConfig(sampler="top_p", top_p=0.9).row_values()["top_p"]
+0.9
 """
 
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
+from keras_tfm.generation.chat_session import ChatSession
 from keras_tfm.generation.compiled_loops import (
     CompiledLoops,
     invalidate_compiled_loops,
 )
-from keras_tfm.generation.generation_utils import SAMPLERS, make_sampler
+from keras_tfm.generation.decoder_steps import DecoderSteps
+from keras_tfm.generation.generation_config import (
+    SAMPLERS,
+    GenerationConfig,
+    settings_tensors,
+)
+from keras_tfm.generation.generation_utils import make_sampler
+from keras_tfm.generation.kv_cache_dtype import set_kv_cache_dtype
+from keras_tfm.generation.speculative import SpeculativeDecoder
 
 __all__ = [
     "BeamSearchSampler",
+    "ChatSession",
     "CompiledLoops",
+    "DecoderSteps",
+    "GenerationConfig",
     "SAMPLERS",
+    "SpeculativeDecoder",
     "invalidate_compiled_loops",
     "make_sampler",
+    "set_kv_cache_dtype",
+    "settings_tensors",
 ]

@@ -48,7 +48,10 @@ class BeamSearchSampler(keras_hub.samplers.Sampler):
     Call arguments:
         Those of `keras_hub.samplers.Sampler`: `next`, `prompt` (batch,
         max_length), `cache`, `index` (first position to fill), `mask`
-        (batch, max_length), True where `prompt` is kept, `stop_token_ids`.
+        (batch, max_length), True where `prompt` is kept, `stop_token_ids`;
+        and `process_logits(logits, prompt, index, mask)`, optional, applied
+        to each step's logits (batch * num_beams rows) before the
+        temperature and the log-softmax (e.g. `logit_processors`).
 
     Returns:
         The best hypothesis per row, (batch, max_length).
@@ -91,6 +94,7 @@ class BeamSearchSampler(keras_hub.samplers.Sampler):
         stop_token_ids=None,
         hidden_states=None,
         model=None,
+        process_logits=None,
     ):
         beams = self.num_beams
         batch_size, max_length = ops.shape(prompt)[0], ops.shape(prompt)[1]
@@ -119,7 +123,10 @@ class BeamSearchSampler(keras_hub.samplers.Sampler):
 
         def body(prompt, cache, index, scores, finished, lengths):
             logits, _, cache = next(prompt, cache, index)
-            logits = ops.cast(logits, "float32") / self.temperature
+            logits = ops.cast(logits, "float32")
+            if process_logits is not None:
+                logits = process_logits(logits, prompt, index, mask)
+            logits = logits / self.temperature
             log_probs = ops.log_softmax(logits, axis=-1)  # (B*K, V)
             vocabulary_size = ops.shape(log_probs)[-1]
             forced = mask[:, index]

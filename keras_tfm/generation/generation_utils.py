@@ -13,44 +13,8 @@ from keras_hub.src.utils.tensor_utils import any_equal
 
 from keras_tfm.data.detokenization import detokenize
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
-from keras_tfm.validation import (
-    check_choice,
-    check_positive_float,
-    check_positive_int,
-)
-
-SAMPLERS = ("greedy", "random", "top_k", "top_p", "beam")
-"""The names `generate(sampler=...)` and `make_sampler` accept."""
-
-
-# The settings each sampler reads (besides `seed`); any other is an error,
-# so that e.g. `top_p=0.5` without `sampler="top_p"` does not run greedy.
-SAMPLER_SETTINGS = {
-    "greedy": (),
-    "random": ("temperature",),
-    "top_k": ("temperature", "top_k"),
-    "top_p": ("temperature", "top_p", "top_k"),
-    "beam": ("temperature", "num_beams", "length_penalty"),
-}
-
-
-def _check_settings_read(sampler, settings):
-    """Refuses a setting that `sampler` would silently ignore."""
-    unread = [
-        name
-        for name, value in settings.items()
-        if value is not None and name not in SAMPLER_SETTINGS[sampler]
-    ]
-    if unread:
-        readers = sorted(
-            s for s, names in SAMPLER_SETTINGS.items() if unread[0] in names
-        )
-        raise ValueError(
-            f"`{unread[0]}` is not read by sampler={sampler!r}, so it would be "
-            f"ignored. Choose a sampler that reads it ({', '.join(readers)}), "
-            f"e.g. sampler={readers[-1]!r}. Received: "
-            + ", ".join(f"{n}={settings[n]!r}" for n in unread)
-        )
+from keras_tfm.generation.generation_config import GenerationConfig
+from keras_tfm.validation import check_positive_int
 
 
 def make_sampler(
@@ -63,13 +27,14 @@ def make_sampler(
     padding_id=0,
     seed=None,
 ):
-    """A sampler for a `sampler` name (or instance) and its options.
+    """A keras-hub sampler object for a `sampler` name (or instance) and options.
 
-    Settings that the chosen sampler does not read are refused (`top_p`
-    without `sampler="top_p"`, a `temperature` with "greedy", ...), as is
-    `num_beams` > 1 with anything but "beam" or "greedy" (greedy with beams
-    is beam search). None means the sampler's default: temperature 1,
-    top_k 5 for "top_k", top_p 0.1 for "top_p", length penalty 0.
+    `generate` uses it for beam search and for a sampler object; its
+    built-in names run on per-row tensor settings instead (`decode_loop`).
+    The settings are checked by `GenerationConfig` (a setting the sampler
+    does not read is refused; `num_beams` > 1 with "greedy" is beam search).
+    None means the sampler's default: temperature 1, top_k 5 for "top_k",
+    top_p 0.1 for "top_p", length penalty 0.
 
     Returns `(sampler, key)`, `key` a hashable description used to cache the
     compiled decoding loop that owns the sampler's seed state.
@@ -82,80 +47,44 @@ def make_sampler(
     ...
     ValueError: `top_p` is not read by sampler='greedy', so it would be ignored. Choose a sampler that reads it (top_p), e.g. sampler='top_p'. Received: top_p=0.5
     """  # noqa: E501
-    if num_beams is not None:
-        check_positive_int("num_beams", num_beams)
     if isinstance(sampler, keras_hub.samplers.Sampler):
+        if num_beams is not None:
+            check_positive_int("num_beams", num_beams)
         return sampler, ("instance", id(sampler))
-    check_choice("sampler", sampler, SAMPLERS)
-    if temperature is not None:
-        temperature = check_positive_float("temperature", temperature)
-    if top_k is not None:
-        check_positive_int("top_k", top_k)
-    if top_p is not None:
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
-            raise ValueError(f"`top_p` must be a number. Received: top_p={top_p!r}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p!r}")
-    if length_penalty is not None and (
-        isinstance(length_penalty, bool)
-        or not isinstance(length_penalty, (int, float))
-        or not np.isfinite(length_penalty)
-    ):
-        raise ValueError(
-            "`length_penalty` must be a finite number. Received: "
-            f"length_penalty={length_penalty!r}"
-        )
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
-    if (num_beams or 1) > 1:
-        if sampler not in ("greedy", "beam"):
-            raise ValueError(
-                "`num_beams` > 1 means beam search, which does not sample. "
-                f"Received: num_beams={num_beams}, sampler={sampler!r}"
-            )
-        sampler = "beam"
-    _check_settings_read(
-        sampler,
-        {
-            "temperature": temperature,
-            "top_k": top_k,
-            "top_p": top_p,
-            "num_beams": None if num_beams in (None, 1) else num_beams,
-            "length_penalty": length_penalty,
-        },
-    )
-    temperature = 1.0 if temperature is None else float(temperature)
+    config = GenerationConfig(
+        sampler=sampler, temperature=temperature, top_k=top_k, top_p=top_p,
+        num_beams=num_beams, length_penalty=length_penalty, seed=seed,
+    )  # fmt: skip
+    sampler, values = config.sampler, config.row_values()
+    temperature = 1.0 if config.temperature is None else config.temperature
     # The key holds only the options the sampler reads, so that calls that
     # differ in nothing it reads share one compiled loop.
     if sampler == "beam":
-        num_beams = num_beams or 1
-        length_penalty = float(length_penalty or 0.0)
+        num_beams = config.num_beams or 1
+        length_penalty = config.length_penalty or 0.0
         instance = BeamSearchSampler(
             num_beams=num_beams,
             length_penalty=length_penalty,
             padding_id=padding_id,
             temperature=temperature,
         )
-        key = ("beam", temperature, num_beams, length_penalty)
-    elif sampler == "greedy":
-        instance = keras_hub.samplers.GreedySampler()
-        key = ("greedy",)
-    elif sampler == "random":
+        return instance, ("beam", temperature, num_beams, length_penalty)
+    if sampler == "greedy":
+        return keras_hub.samplers.GreedySampler(), ("greedy",)
+    if sampler == "random":
         instance = keras_hub.samplers.RandomSampler(seed=seed, temperature=temperature)
-        key = ("random", temperature)
-    elif sampler == "top_k":
-        top_k = 5 if top_k is None else top_k
+        return instance, ("random", temperature)
+    if sampler == "top_k":
+        top_k = values["top_k"]
         instance = keras_hub.samplers.TopKSampler(
             k=top_k, seed=seed, temperature=temperature
         )
-        key = ("top_k", temperature, top_k)
-    else:
-        top_p = 0.1 if top_p is None else float(top_p)
-        instance = keras_hub.samplers.TopPSampler(
-            p=top_p, k=top_k, seed=seed, temperature=temperature
-        )
-        key = ("top_p", temperature, top_p, top_k)
-    return instance, key
+        return instance, ("top_k", temperature, top_k)
+    top_p = values["top_p"]
+    instance = keras_hub.samplers.TopPSampler(
+        p=top_p, k=top_k, seed=seed, temperature=temperature
+    )
+    return instance, ("top_p", temperature, top_p, top_k)
 
 
 def reset_seed(sampler, seed):
@@ -339,8 +268,7 @@ def normalize_token_batch(name, inputs, vocabulary_size, padding_id, tokenize):
             ) from error
         if array.ndim not in (1, 2):
             raise ValueError(
-                f"`{name}` must be {ACCEPTED}. "
-                f"Received: {name}.shape={array.shape}"
+                f"`{name}` must be {ACCEPTED}. Received: {name}.shape={array.shape}"
             )
         kind = "ids" if array.ndim == 1 else "batch"
         if array.ndim == 1:

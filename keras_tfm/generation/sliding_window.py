@@ -143,9 +143,10 @@ def stream_tokens(
 ):
     """Decodes token by token on the host, yielding each step's new tokens.
 
-    `prefill(tokens)` fills a cache from a (batch, buffer_length) buffer;
-    `step(tokens, cache, index)` returns `(next_tokens, cache)`, the tokens
-    sampled for position `index` from the buffer before it. When the buffer
+    `prefill(tokens, start)` fills a cache from the first `start` positions
+    of a (batch, buffer_length) buffer; `step(tokens, cache, index, mask)`
+    returns `(next_tokens, cache)`, the tokens sampled for position `index`
+    from the buffer before it (`mask`: True on the prompt positions). When the buffer
     is full and rows still need tokens, the window slides by `window_shift`
     (None: never) and the cache is re-filled.
 
@@ -157,7 +158,7 @@ def stream_tokens(
     tokens, mask = pad_rows(windows, buffer_length, fill_id)
     counts, done = [0] * len(rows), [False] * len(rows)
     index = min(len(w) for w in windows)
-    cache = prefill(tokens)
+    cache = prefill(tokens, index)
     while not all(done):
         if index == buffer_length:
             if window_shift is None:
@@ -175,8 +176,8 @@ def stream_tokens(
             )
             mask = np.zeros_like(mask)
             index = kept
-            cache = prefill(tokens)
-        sampled, cache = step(tokens, cache, np.int32(index))
+            cache = prefill(tokens, index)
+        sampled, cache = step(tokens, cache, np.int32(index), mask)
         sampled = np.asarray(sampled).reshape(-1)
         new = [None] * len(rows)
         for i in range(len(rows)):

@@ -1,4 +1,5 @@
-"""The product of float activations with int8 or bfloat16 weights held output-major."""
+"""The product of float activations with int8 or bfloat16 weights held output-major,
+and with int8 values in blocks that carry their own scale and offset."""
 
 import math
 
@@ -67,3 +68,71 @@ def weight_only_matmul(inputs, kernel, scale=None):
         # longer fuse the conversion of the weights into it.
         scale = ops.cast(zero, dtype) + 1
     return ops.divide(outputs, ops.cast(scale, dtype))
+
+
+BLOCK_SIZE = 32
+"""Weights per block of `block_matmul` (ggml's block size)."""
+
+
+def dequantize_blocks(values, scale, offset, dtype="float32"):
+    """The weights of int8 `values` (out, in) in blocks of `BLOCK_SIZE` along
+    `in`: `values * scale + offset`, with one float `scale` and `offset` per
+    block, (out, in / BLOCK_SIZE) each.
+
+    Example:
+    >>> from keras import ops
+    >>> values = np.arange(32, dtype="int8")[None]
+    >>> w = dequantize_blocks(values, np.array([[0.5]]), np.array([[-1.0]]))
+    >>> ops.convert_to_numpy(w)[0, :3].tolist()
+    [-1.0, -0.5, 0.0]
+    """
+    out, width = values.shape
+    blocks = ops.reshape(
+        ops.cast(values, dtype), (out, width // BLOCK_SIZE, BLOCK_SIZE)
+    )
+    weights = (
+        blocks * ops.cast(scale, dtype)[..., None] + ops.cast(offset, dtype)[..., None]
+    )
+    return ops.reshape(weights, (out, width))
+
+
+def block_matmul(inputs, values, scale, offset):
+    """`inputs @ dequantize_blocks(values, scale, offset).T`, dequantised in XLA.
+
+    The weights stay int8 (1 byte each, plus 4 bytes of scale and offset per
+    32) and are converted inside the product. One row (batch-1 decoding):
+    an elementwise product and a sum over each output's row, which XLA fuses
+    into one loop reading the int8 values (a dot would not take the
+    per-block scale inside); with a zero that depends on the inputs, as in
+    `weight_only_matmul`, so that XLA does not hoist the conversion out of
+    the decoding loop. Several rows: the dequantised weights' matmul.
+
+    Args:
+        inputs: float activations (..., in).
+        values: int8 (out, in).
+        scale, offset: (out, in / 32), float16 or float32.
+
+    Returns:
+        (..., out) in the dtype of `inputs`.
+
+    Example:
+    >>> from keras import ops
+    >>> values = np.ones((2, 32), "int8")
+    >>> scale = np.array([[1.0], [2.0]], "float16")
+    >>> offset = np.array([[0.0], [-1.0]], "float16")
+    >>> y = block_matmul(np.ones((1, 32), "float32"), values, scale, offset)
+    >>> ops.convert_to_numpy(y).tolist()  # 32 * 1, 32 * (2 - 1)
+    [[32.0, 32.0]]
+    """
+    dtype = inputs.dtype
+    out, width = values.shape
+    rows = math.prod(inputs.shape[:-1]) if None not in inputs.shape[:-1] else None
+    if rows != 1:
+        weights = dequantize_blocks(values, scale, offset, dtype)
+        return ops.matmul(inputs, ops.transpose(weights))
+    zero = ops.cast(ops.any(ops.isnan(inputs)), "int8")
+    weights = dequantize_blocks(values + zero, scale, offset, dtype)
+    lead = inputs.shape[:-1]
+    x = ops.reshape(inputs, (1, 1, width))
+    outputs = ops.sum(ops.reshape(weights, (1, out, width)) * x, axis=-1)
+    return ops.reshape(outputs, (*lead, out))

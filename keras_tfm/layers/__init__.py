@@ -9,6 +9,7 @@ from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.feed_forward import FeedForward
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_tfm.layers.patch_embedding import PatchEmbedding
 from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.layers.token_embedding import TokenEmbedding
@@ -20,6 +21,7 @@ __all__ = [
     "FeedForward",
     "LearnedPositionalEmbedding",
     "MultiHeadSelfAttention",
+    "PatchEmbedding",
     "PositionalEncoding",
     "QuantizableDense",
     "RotaryEmbedding",

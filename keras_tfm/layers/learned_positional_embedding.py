@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_tfm.layers.positions import is_per_row
 from keras_tfm.validation import check_positive_int, check_rank
 
 
@@ -20,7 +21,8 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
 
     Call arguments:
         inputs: a float tensor of shape (batch, seq, hidden_dim).
-        start_index: the position of the first token (cached decoding).
+        start_index: the position of the first token (cached decoding): an
+            int, a scalar tensor, or a (batch,) vector with one per row.
 
     Returns:
         `inputs + P[start_index : start_index + seq]`, same shape as `inputs`.
@@ -68,6 +70,9 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
             positions = ops.slice(
                 self.embeddings, (start_index, 0), (seq_len, self.embeddings.shape[-1])
             )
+        elif is_per_row(start_index):  # (batch,): one start per row
+            rows = ops.expand_dims(ops.cast(start_index, "int32"), 1)
+            positions = ops.take(self.embeddings, rows + ops.arange(seq_len), 0)
         else:  # XLA compiles a slice once per start value; a gather once.
             positions = ops.take(self.embeddings, ops.arange(seq_len) + start_index, 0)
         return inputs + ops.cast(positions, inputs.dtype)

@@ -3,8 +3,10 @@ import math
 import keras
 from keras import ops
 
+from keras_tfm.kernels import kv_cache
 from keras_tfm.kernels import masks as mask_utils
 from keras_tfm.kernels.attention import dot_product_attention
+from keras_tfm.layers.positions import is_per_row
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.quantized_weights import projection
 from keras_tfm.validation import (
@@ -59,6 +61,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Without `cache_update_index`, the cache holds precomputed keys and values
     of a context (see `compute_key_value_cache`) and is only read: that is
     how cross-attention avoids recomputing the encoder's keys at every step.
+    The attribute `kv_cache_dtype` (not a constructor argument: a setting of
+    generation, see `keras_tfm.generation.set_kv_cache_dtype`) makes
+    `empty_cache` return an int8 cache with a scale per token and head
+    (`keras_tfm.kernels.kv_cache`), dequantized as it is read.
 
     Args:
         num_heads: number of query heads.
@@ -85,7 +91,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attention_mask: optional (batch, q_len, k_len).
         use_causal_mask: whether query t may only see keys <= t.
         cache: optional key/value cache, see above.
-        cache_update_index: the position of `inputs`' first token in the cache.
+        cache_update_index: the position of `inputs`' first token in the cache:
+            an int or scalar tensor, or a (batch,) int vector with a position
+            per row (each row written and masked at its own position).
         return_attention_scores: return `(outputs, scores)`; not with a cache.
         training: whether dropout is active.
 
@@ -138,6 +146,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
+        self.kv_cache_dtype = None  # see `keras_tfm.kernels.kv_cache`
 
     def build(self, inputs_shape, context_shape=None):
         hidden_dim = inputs_shape[-1]
@@ -183,7 +192,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             self.effective_num_key_value_heads,
             self.effective_head_dim,
         )
-        return ops.zeros(shape, dtype=dtype or self.compute_dtype)
+        return kv_cache.empty_cache(
+            shape, dtype or self.compute_dtype, self.kv_cache_dtype
+        )
 
     def compute_key_value_cache(self, context):
         """Keys and values of `context`, (batch, 2, k_len, kv_heads, head_dim).
@@ -249,26 +260,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.rotary_embedding is not None:
             query = self.rotary_embedding(query, start_index=start_index)
         if cache is not None and cache_update_index is None:
-            key, value = cache[:, 0], cache[:, 1]  # a read-only context cache
+            key, value = kv_cache.read(cache, query.dtype)  # a read-only context
         else:
             key, value = self._keys_and_values(
                 inputs if context is None else context, start_index
             )  # (B, S, K, H) each
             if cache is not None:
-                # One in-place update of the cache, rather than two updates
-                # and a stack, which copied the whole cache at every step.
-                cache = ops.slice_update(
-                    cache,
-                    [0, 0, cache_update_index, 0, 0],
-                    ops.stack([key, value], axis=1),
+                cache = kv_cache.write(
+                    cache, cache_update_index, key, value, write_at=write_cache
                 )
                 if not prefill:
-                    key, value = cache[:, 0], cache[:, 1]
+                    key, value = kv_cache.read(cache, key.dtype)
 
         # Masks, then the kernel (`dot_product_attention` picks plain or tiled).
         key_mask, attention_mask, causal_start = self._attention_masks(
             inputs, context,
-            ops.shape(cache)[2] if cache is not None else ops.shape(key)[1],
+            ops.shape(kv_cache.values_of(cache))[2]
+            if cache is not None
+            else ops.shape(key)[1],
             padding_mask, context_padding_mask, attention_mask, use_causal_mask,
             cache_update_index, is_cross,
         )  # fmt: skip
@@ -324,6 +333,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             check_rank("context", context, 3, "(batch, seq, dim)")
             check_last_dim("context", context, self.context_dim)
         if cache is not None:
+            cache = kv_cache.values_of(cache)
             check_rank("cache", cache, 5, "(batch, 2, max_length, kv_heads, head_dim)")
             check_mask_shape(
                 "cache",
@@ -376,6 +386,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )
         if cache_update_index is None:
             return key_mask, attention_mask, 0 if use_causal_mask else None
+        if is_per_row(cache_update_index):
+            visible = _visible_per_row(
+                cache_update_index, query_length, key_length, use_causal_mask
+            )
+            return key_mask, mask_utils.merge_masks(attention_mask, visible), None
         if use_causal_mask:
             return key_mask, attention_mask, cache_update_index
         # Never attend to cache slots that are not written yet.
@@ -390,7 +405,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
         cache = kwargs.get("cache")
         if cache is not None:
-            return output, keras.KerasTensor(cache.shape, dtype=cache.dtype)
+            return output, keras.tree.map_structure(
+                lambda c: keras.KerasTensor(c.shape, dtype=c.dtype), cache
+            )
         if kwargs.get("return_attention_scores"):
             key_length = (context if context is not None else inputs).shape[1]
             shape = (inputs.shape[0], self.num_heads, inputs.shape[1], key_length)
@@ -415,3 +432,44 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def write_cache(cache, update, cache_update_index):
+    """`cache` (B, 2, S, K, H) with `update` (B, 2, T, K, H) written at the index.
+
+    A scalar index is one in-place slice update (rather than two updates and
+    a stack, which copied the whole cache at every step); a (batch,) vector
+    writes each row at its own position, as one scatter.
+    """
+    if not is_per_row(cache_update_index):
+        return ops.slice_update(cache, [0, 0, cache_update_index, 0, 0], update)
+    batch, length = ops.shape(update)[0], ops.shape(update)[2]
+    start = ops.cast(cache_update_index, "int32")
+    shape = (batch, 2, length)
+    rows = ops.broadcast_to(
+        ops.reshape(ops.arange(batch, dtype="int32"), (-1, 1, 1)), shape
+    )
+    kinds = ops.broadcast_to(
+        ops.reshape(ops.arange(2, dtype="int32"), (1, 2, 1)), shape
+    )
+    steps = ops.expand_dims(start, 1) + ops.arange(length, dtype="int32")  # (B, T)
+    steps = ops.broadcast_to(ops.expand_dims(steps, 1), shape)
+    indices = ops.stack([rows, kinds, steps], axis=-1)  # (B, 2, T, 3)
+    return ops.scatter_update(cache, indices, update)
+
+
+def _visible_per_row(start, query_length, key_length, use_causal_mask):
+    """(B, T, S): which cache positions each row's queries may see.
+
+    Query t of row b sits at position start[b] + t; it sees the keys up to
+    itself (causal), or every written key (below start[b] + T) otherwise.
+    """
+    query_positions = ops.expand_dims(ops.cast(start, "int32"), 1) + ops.arange(
+        query_length, dtype="int32"
+    )  # (B, T)
+    if not use_causal_mask:
+        query_positions = ops.broadcast_to(
+            ops.max(query_positions, axis=1, keepdims=True), ops.shape(query_positions)
+        )
+    keys = ops.arange(key_length, dtype="int32")
+    return keys[None, None, :] <= query_positions[:, :, None]

@@ -2,6 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_tfm.layers.positions import positions
 from keras_tfm.validation import check_positive_float, check_rank
 
 
@@ -35,8 +36,9 @@ class PositionalEncoding(keras.layers.Layer):
 
     Call arguments:
         inputs: a float tensor of shape (batch, seq, hidden_dim).
-        start_index: the position of the first token, an int or a scalar
-            tensor; during cached decoding, the index of the token fed in.
+        start_index: the position of the first token, an int, a scalar
+            tensor or a (batch,) vector (one per row); during cached
+            decoding, the index of the token fed in.
 
     Returns:
         `inputs + PE`, same shape and dtype as `inputs`.
@@ -66,7 +68,8 @@ class PositionalEncoding(keras.layers.Layer):
         return inputs + ops.cast(self.encoding(inputs, start_index), inputs.dtype)
 
     def encoding(self, inputs, start_index=0):
-        """The (seq, hidden_dim) float32 encoding for the positions of `inputs`."""
+        """The float32 encoding (seq, hidden_dim) of `inputs`' positions;
+        (batch, seq, hidden_dim) with a (batch,) `start_index`."""
         hidden_dim = inputs.shape[-1]
         # Frequencies in float64 NumPy: exact to float32 rounding at any hidden_dim.
         dims = np.arange(hidden_dim)
@@ -76,9 +79,8 @@ class PositionalEncoding(keras.layers.Layer):
             half = (hidden_dim + 1) // 2
             pair, is_sine = 2 * np.where(dims < half, dims, dims - half), dims < half
         inverse_frequency = self.max_wavelength ** (-pair / hidden_dim)
-        positions = ops.cast(ops.arange(ops.shape(inputs)[1]), "float32")
-        positions = positions + ops.cast(start_index, "float32")
-        angles = ops.expand_dims(positions, 1) * ops.convert_to_tensor(
+        position = positions(start_index, ops.shape(inputs)[1])  # (S,) or (B, S)
+        angles = ops.expand_dims(position, -1) * ops.convert_to_tensor(
             inverse_frequency.astype("float32")
         )
         return ops.where(is_sine, ops.sin(angles), ops.cos(angles))

@@ -2,6 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_tfm.layers.positions import is_per_row, positions
 from keras_tfm.validation import check_positive_float, check_rank
 
 
@@ -21,7 +22,8 @@ class RotaryEmbedding(keras.layers.Layer):
 
     Call arguments:
         inputs: a tensor of shape (batch, seq, heads, head_dim), head_dim even.
-        start_index: the position of the first token (cached decoding).
+        start_index: the position of the first token (cached decoding): an
+            int, a scalar tensor, or a (batch,) vector with one per row.
 
     Returns:
         The rotated tensor, same shape and dtype.
@@ -49,12 +51,13 @@ class RotaryEmbedding(keras.layers.Layer):
         inverse_frequency = self.max_wavelength ** (
             -np.arange(0, head_dim, 2) / head_dim
         )
-        positions = ops.cast(ops.arange(ops.shape(inputs)[1]), "float32")
-        positions = positions + ops.cast(start_index, "float32")
-        angles = ops.expand_dims(positions, 1) * inverse_frequency.astype("float32")
-        angles = ops.concatenate([angles, angles], axis=-1)  # (seq, head_dim)
-        cos = ops.cast(ops.cos(angles)[None, :, None, :], inputs.dtype)
-        sin = ops.cast(ops.sin(angles)[None, :, None, :], inputs.dtype)
+        position = positions(start_index, ops.shape(inputs)[1])  # (S,) or (B, S)
+        angles = ops.expand_dims(position, -1) * inverse_frequency.astype("float32")
+        angles = ops.concatenate([angles, angles], axis=-1)  # (S, H) or (B, S, H)
+        if not is_per_row(start_index):
+            angles = angles[None]
+        cos = ops.cast(ops.cos(angles)[:, :, None, :], inputs.dtype)
+        sin = ops.cast(ops.sin(angles)[:, :, None, :], inputs.dtype)
         first, second = ops.split(inputs, 2, axis=-1)
         rotated_half = ops.concatenate([-second, first], axis=-1)
         return inputs * cos + rotated_half * sin

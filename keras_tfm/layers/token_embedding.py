@@ -5,8 +5,12 @@ import numpy as np
 from keras import ops
 
 from keras_tfm._keras_compat import get_keras_mask, replace_variable, set_keras_mask
-from keras_tfm.kernels.weight_only_matmul import weight_only_matmul
-from keras_tfm.quantized_weights import check_cast_dtype
+from keras_tfm.kernels.weight_only_matmul import (
+    BLOCK_SIZE,
+    block_matmul,
+    weight_only_matmul,
+)
+from keras_tfm.quantized_weights import check_cast_dtype, int8_blocks
 from keras_tfm.validation import check_positive_int
 
 
@@ -81,9 +85,93 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         """True once `cast_weights("bfloat16")` stored the tables in bfloat16."""
         return getattr(self, "_bfloat16_weights", False)
 
+    @property
+    def block_weights(self):
+        """True once the table is int8 blocks (`quantize("int8_blocks")`)."""
+        return getattr(self, "_block_weights", False)
+
     def call(self, inputs, reverse=False):
         base_call = self._bfloat16_call if self.bfloat16_weights else super().call
+        if self.block_weights:
+            base_call = self._block_call
         return self._embed_or_project(base_call, inputs, reverse)
+
+    def quantize_to_blocks(self):
+        """Stores the float table as symmetric int8 blocks (`int8_blocks`)."""
+        self.hold_blocks(*int8_blocks(ops.convert_to_numpy(self._embeddings)))
+
+    def hold_blocks(self, values, scale, offset):
+        """Stores the (vocabulary, hidden) table as int8 blocks of 32 with a
+        scale and offset each (`keras_tfm.quantized_weights.INT8_BLOCKS`): a
+        lookup gathers the rows' blocks and dequantises them, the tied logits
+        are `block_matmul`. An untied output table stays float.
+
+        Example:
+        >>> embedding = keras_tfm.layers.TokenEmbedding(4, 32)
+        >>> embedding.build((None, None))
+        >>> embedding.hold_blocks(np.full((4, 32), 2, "int8"),
+        ...                       np.full((4, 1), 0.5), np.zeros((4, 1)))
+        >>> embedding(np.array([[3]])).numpy()[0, 0, :2].tolist()
+        [1.0, 1.0]
+        """
+        if self.quantization_mode is not None or self.bfloat16_weights:
+            raise ValueError(
+                f"Layer '{self.name}' is quantized already; store blocks in the "
+                "float layer instead."
+            )
+        want = (self.vocabulary_size, self.hidden_dim)
+        if tuple(np.shape(values)) != want or self.hidden_dim % BLOCK_SIZE:
+            raise ValueError(
+                f"Layer '{self.name}' needs block values of shape {want}, with "
+                f"hidden_dim a multiple of {BLOCK_SIZE}. Received: "
+                f"shape={tuple(np.shape(values))}"
+            )
+        replace_variable(self, "_embeddings", np.asarray(values, "int8"), "embeddings")
+        for name, part in (("block_scale", scale), ("block_offset", offset)):
+            replace_variable(self, name, np.asarray(part, "float16"), name=name)
+        self._block_weights = True
+
+    def _block_call(self, inputs, reverse=False):
+        if not reverse:
+            ids = ops.cast(inputs, "int32")
+            rows = [ops.take(v, ids, axis=0) for v in self._block_variables()]
+            values, scale, offset = rows  # (..., hidden), (..., hidden / 32) x2
+
+            def each_weight(part):  # (..., hidden / 32) -> (..., hidden)
+                part = ops.cast(part, self.compute_dtype)
+                return ops.repeat(part, BLOCK_SIZE, axis=-1)
+
+            values = ops.cast(values, self.compute_dtype)
+            return values * each_weight(scale) + each_weight(offset)
+        inputs = ops.cast(inputs, self.reverse_dtype or self.compute_dtype)
+        if self.tie_weights:
+            logits = block_matmul(inputs, *self._block_variables())
+        else:
+            logits = ops.matmul(inputs, ops.cast(self.reverse_embeddings, inputs.dtype))
+        return self._soft_cap(logits)
+
+    def _block_variables(self):
+        return [self._embeddings, self.block_scale, self.block_offset]
+
+    # Int8 blocks are saved as held: values, scale, offset (then an untied
+    # output table).
+    def save_own_variables(self, store):
+        if not self.block_weights:
+            return super().save_own_variables(store)
+        own = self._block_variables()
+        own += [] if self.tie_weights else [self.reverse_embeddings]
+        for i, variable in enumerate(own):
+            store[str(i)] = ops.convert_to_numpy(variable)
+        return None
+
+    def load_own_variables(self, store):
+        if not self.block_weights:
+            return super().load_own_variables(store)
+        own = self._block_variables()
+        own += [] if self.tie_weights else [self.reverse_embeddings]
+        for i, variable in enumerate(own):
+            variable.assign(store[str(i)])
+        return None
 
     def _bfloat16_call(self, inputs, reverse=False):
         if not reverse:
@@ -118,10 +206,10 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         return ops.multiply(ops.tanh(ops.divide(logits, cap)), cap)
 
     def quantize(self, mode=None, type_check=True, config=None):
-        if self.bfloat16_weights:
+        if self.bfloat16_weights or self.block_weights:
             raise ValueError(
-                f"Layer '{self.name}' already holds bfloat16 tables; quantize "
-                f"the float layer instead. Received: mode={mode!r}"
+                f"Layer '{self.name}' already holds {self._embeddings.dtype} "
+                f"tables; quantize the float layer instead. Received: mode={mode!r}"
             )
         # Keras refuses to quantize subclasses (`type_check`) in case they
         # override `call`; ours sends `quantized_call` through the same checks,

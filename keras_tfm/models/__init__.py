@@ -3,7 +3,8 @@
 A backbone is the family's layers (`EncoderBackbone`, `DecoderBackbone`,
 `Seq2SeqBackbone`); a task wraps a backbone with a head and a preprocessor
 (`EncoderClassifier`, `MaskedLanguageModel`, `SentenceEncoder`, `CausalLM`,
-`Seq2SeqLM`); a preprocessor owns the tokenizer and the packing of its ids
+`Seq2SeqLM`; `VisionTransformer` reads images with the encoder's blocks);
+a preprocessor owns the tokenizer and the packing of its ids
 and is the only place strings are seen. Every backbone and task has
 `from_preset`.
 """
@@ -37,6 +38,9 @@ from keras_tfm.models.seq2seq_lm_preprocessor import (
 from keras_tfm.models.task import Task as Task
 from keras_tfm.models.text_classifier_preprocessor import (
     TextClassifierPreprocessor as TextClassifierPreprocessor,
+)
+from keras_tfm.models.vision_transformer import (
+    VisionTransformer as VisionTransformer,
 )
 
 # `.keras` files and presets written before the split name the

@@ -1,10 +1,18 @@
 import keras
+import numpy as np
 from keras import ops
 
+from keras_tfm.generation import (
+    decode_loop,
+    logit_processors,
+    sliding_window,
+)
 from keras_tfm.generation import generation_utils as gen
-from keras_tfm.generation import sliding_window
+from keras_tfm.generation import stop_strings as stop_text
+from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.chat_pieces import answer_pieces
 from keras_tfm.generation.compiled_loops import CompiledLoops
+from keras_tfm.generation.generation_config import configs_for, settings_tensors
 from keras_tfm.models._common import make_lm_head
 from keras_tfm.models.causal_lm_preprocessor import CausalLMPreprocessor
 from keras_tfm.models.decoder_backbone import DecoderBackbone
@@ -15,6 +23,12 @@ from keras_tfm.models.legacy_configs import (
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.task import Task, restore_preprocessor
 from keras_tfm.validation import check_positive_int, check_rank
+
+
+def first(outputs):
+    """The tokens of a compiled loop's outputs (the built-in loop returns a
+    dict, see `decode_loop.decode`)."""
+    return outputs["tokens"] if isinstance(outputs, dict) else outputs
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -66,9 +80,7 @@ class CausalLM(QuantizationMixin, Task):
     preprocessor_class = CausalLMPreprocessor
     label_kind = "token"
 
-    def __init__(
-        self, backbone, preprocessor=None, tie_word_embeddings=True, **kwargs
-    ):
+    def __init__(self, backbone, preprocessor=None, tie_word_embeddings=True, **kwargs):
         if not isinstance(backbone, self.backbone_class):
             raise ValueError(
                 f"`backbone` must be a {self.backbone_class.__name__}. "
@@ -92,9 +104,7 @@ class CausalLM(QuantizationMixin, Task):
         # arguments, nothing else of it.
         if not name.startswith("_") and name != "backbone":
             backbone = self.__dict__.get("backbone")
-            if backbone is not None and name in constructor_arguments(
-                type(backbone)
-            ):
+            if backbone is not None and name in constructor_arguments(type(backbone)):
                 return getattr(backbone, name)
         raise AttributeError(
             f"{type(self).__name__!r} object has no attribute {name!r}"
@@ -134,7 +144,8 @@ class CausalLM(QuantizationMixin, Task):
                 `cache_update_index ... cache_update_index + seq - 1`.
             cache: (batch, num_layers, 2, max_length, kv_heads, head_dim),
                 see `empty_cache`.
-            cache_update_index: int or scalar tensor.
+            cache_update_index: int or scalar tensor, or a (batch,) int
+                vector: each row's own position (`keras_tfm.serving`).
             padding_mask: optional (batch, max_length), False for the cache
                 positions holding padding.
 
@@ -157,20 +168,23 @@ class CausalLM(QuantizationMixin, Task):
         """`context` with each row repeated per beam (beam search)."""
         return context
 
-    def prefill(self, context, tokens, prefill_length):
-        """The decoder cache filled from `tokens[:, :prefill_length]`.
+    def prefill(self, context, tokens, start):
+        """The decoder cache filled from `tokens[:, :start]` (and a little more).
 
-        Slots past a row's prompt hold fill tokens' keys until the loop
-        overwrites them, before they are read.
+        `start` may be a tensor: the prompt goes through in fixed-size chunks
+        (`decode_loop.chunked_prefill`), so that every prompt length reuses
+        the same compiled program. Slots past a row's prompt hold fill
+        tokens' keys until the loop overwrites them, before they are read.
         """
         backbone = self.backbone
         batch_size, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
         cache = backbone.empty_cache(batch_size, length)
-        if prefill_length:
-            _, cache = backbone.call_with_cache(
-                tokens[:, :prefill_length], cache, 0, backbone.padding_mask_of(tokens)
-            )
-        return cache
+        padding_mask = backbone.padding_mask_of(tokens)
+
+        def step(chunk, cache, begin):
+            return backbone.call_with_cache(chunk, cache, begin, padding_mask)[1]
+
+        return decode_loop.chunked_prefill(step, tokens, cache, start)
 
     def decode_step(self, context, tokens, cache, index):
         """Logits (batch, vocabulary_size) for position `index` from the one before."""
@@ -218,14 +232,13 @@ class CausalLM(QuantizationMixin, Task):
         return None if self.preprocessor is None else self.preprocessor.end_token_id
 
     def _loop(self, sampler, stop_token_ids):
-        """The compiled whole loop: context, prefill, then sample token by token."""
+        """The compiled whole loop of a keras-hub sampler or of beam search."""
         beams = getattr(sampler, "num_beams", 1)
+        searches = isinstance(sampler, BeamSearchSampler)
 
-        def loop(encoder_inputs, tokens, mask, start, end, prefill_length):
-            # `prefill_length` is a Python int (static): one pass over the
-            # first `prefill_length` tokens fills the cache.
+        def loop(encoder_inputs, tokens, mask, start, end, settings):
             context = self.encoder_context(encoder_inputs)
-            cache = self.prefill(context, tokens, prefill_length)
+            cache = self.prefill(context, tokens, start)
             if beams > 1:  # the sampler repeats its own state, not closures
                 context = self.repeat_context(context, beams)
 
@@ -233,31 +246,82 @@ class CausalLM(QuantizationMixin, Task):
                 logits, cache = self.decode_step(context, tokens, cache, index)
                 return logits, None, cache
 
-            return gen.run_sampler(
-                sampler, next, tokens, cache, start, mask, stop_token_ids, end
-            )
+            if not searches:
+                return gen.run_sampler(
+                    sampler, next, tokens, cache, start, mask, stop_token_ids, end
+                )
+            repeated = {
+                k: v if k == "token_bytes" else ops.repeat(v, beams, axis=0)
+                for k, v in settings.items()
+            }
+
+            def process(logits, prompt, index, mask):
+                return logit_processors.process_logits(
+                    logits, prompt, index, mask, repeated, decode_loop.MAX_NGRAM_SIZE
+                )
+
+            return sampler(
+                next, tokens, cache=cache, index=start, mask=mask,
+                stop_token_ids=stop_token_ids, process_logits=process,
+            )  # fmt: skip
+
+        return gen.compile_loop(loop)
+
+    def _decode_function(self):
+        """The compiled loop of the built-in samplers: every setting an input.
+
+        One program per (batch, buffer length) (and source length for a
+        sequence-to-sequence model): prefill by chunks, then
+        `decode_loop.decode`. Returns `(tokens, log_probabilities)`.
+        """
+
+        def loop(encoder_inputs, tokens, mask, start, end, settings):
+            context = self.encoder_context(encoder_inputs)
+            cache = self.prefill(context, tokens, start)
+
+            def next(tokens, cache, index):
+                return self.decode_step(context, tokens, cache, index)
+
+            return decode_loop.decode(next, tokens, cache, start, end, mask, settings)
 
         return gen.compile_loop(loop)
 
     def _stream_steps(self, sampler):
-        """Compiled prefill and single sampling step, for host-side decoding."""
+        """Compiled prefill and single step, for host-side decoding.
 
-        def prefill(encoder_inputs, tokens):
+        `sampler` is a keras-hub sampler, or None for the built-in samplers
+        (processors and per-row settings, as in `decode_loop`).
+        """
+
+        def prefill(encoder_inputs, tokens, start):
             context = self.encoder_context(encoder_inputs)
-            return context, self.prefill(context, tokens, ops.shape(tokens)[1])
+            return context, self.prefill(context, tokens, start)
 
-        def step(context, tokens, cache, index):
+        def step(context, tokens, cache, index, mask, settings):
             logits, cache = self.decode_step(context, tokens, cache, index)
+            if sampler is None:
+                return decode_loop.step_tokens(
+                    logits, tokens, index, mask, settings
+                )[0], cache
             probabilities = sampler.compute_probabilities(logits)
             return sampler.get_next_token(probabilities), cache
 
         return gen.compile_loop(prefill), gen.compile_loop(step)
 
+    def decode_buffer_length(self, needed):
+        """The buffer of the built-in samplers' loop: a power of two (at least
+        64) holding `needed` positions, at most `max_sequence_length`. Few
+        lengths, so few compiled programs; the loop stops at `needed`."""
+        return min(
+            max(64, 1 << max(0, needed - 1).bit_length()),
+            self.backbone.max_sequence_length,
+        )
+
     def generate(
         self,
         inputs,
         max_new_tokens,
-        sampler="greedy",
+        sampler=None,
         temperature=None,
         top_k=None,
         top_p=None,
@@ -267,23 +331,46 @@ class CausalLM(QuantizationMixin, Task):
         length_penalty=None,
         stream=False,
         window_shift=None,
+        *,
+        min_p=None,
+        repetition_penalty=None,
+        presence_penalty=None,
+        frequency_penalty=None,
+        no_repeat_ngram_size=None,
+        bad_words_ids=None,
+        stop_strings=None,
+        return_scores=False,
+        generation_config=None,
     ):
         """Continues each input by up to `max_new_tokens` tokens.
 
         The decoder prompts are right-padded into one batch; the cache is
-        filled by one forward pass, then one token per step is decoded by an
-        XLA-compiled loop (keras-hub samplers, or `BeamSearchSampler` for
-        "beam"), kept per sampler setting in `compiled_loops` and retraced
-        only for a new (batch, length), the length rounded up to a multiple
-        of 8. Each row is decoded exactly as if it were alone.
+        filled by chunks, then one token per step is decoded by an
+        XLA-compiled loop. For the built-in samplers ("greedy", "random",
+        "top_k", "top_p") every setting is a per-row tensor input of that
+        loop (`keras_tfm.generation.decode_loop`), so it is compiled once per
+        (batch, buffer length), the buffer a power of two: a new prompt
+        length, temperature, top-k, top-p or penalty reuses it. Beam search
+        (`BeamSearchSampler`) and a `keras_hub.samplers.Sampler` object run
+        their own loops, compiled per setting. Each row is decoded exactly
+        as if it were alone, sampling included (each row draws from its own
+        seed and position).
+
+        The logits of each step go through the processors (repetition,
+        presence and frequency penalties, n-gram and word bans, in the order
+        of `keras_tfm.generation.logit_processors`), then the sampler's
+        warpers (temperature, top-k, top-p, min-p, in the order of
+        `keras_tfm.generation.sampling`). Beam search applies the processors
+        too; a keras-hub sampler object takes none.
 
         Past the context window: with rotary or sinusoidal positions, a
         prompt plus `max_new_tokens` may exceed `max_sequence_length` (L).
         When the window is full it slides by `window_shift` tokens: the last
         L - window_shift tokens are kept, the cache is re-filled from them
         (positions restart at 0) and decoding goes on (see
-        `keras_tfm.generation.sliding_window`). With learned positions the
-        error says how many new tokens still fit.
+        `keras_tfm.generation.sliding_window`); the processors then see the
+        window only. With learned positions the error says how many new
+        tokens still fit.
 
         Streaming (`stream=True`): the tokens are decoded one XLA-compiled
         step at a time on the host and `generate` returns a generator of the
@@ -296,17 +383,18 @@ class CausalLM(QuantizationMixin, Task):
                 with `padding_id`, or with a preprocessor a string or a list
                 of strings.
             max_new_tokens: how many tokens to add at most.
-            sampler: "greedy", "random", "top_k", "top_p", "beam", or a
-                `keras_hub.samplers.Sampler`. A setting the sampler does not
-                read (`top_p` with "greedy", ...) is an error.
-            temperature: divides the logits before the softmax (default 1).
+            sampler: "greedy" (default), "random", "top_k", "top_p", "beam",
+                or a `keras_hub.samplers.Sampler`. A setting the sampler does
+                not read (`top_p` with "greedy", ...) is an error.
+            temperature: divides the logits before sampling (default 1).
             top_k, top_p: the cut-offs of "top_k" / "top_p" sampling
                 (default 5 and 0.1).
             num_beams: the beam width of "beam" (beam search if > 1).
             stop_token_ids: ids that end a row's generation (kept in the
                 output; dropped from strings). None: the preprocessor's end
                 token when it has one; `[]` for none.
-            seed: makes random sampling repeatable.
+            seed: makes sampling repeatable (each row samples from this seed
+                and its own positions).
             length_penalty: the GNMT length-penalty exponent of beam search
                 ((5 + n) / 6) ** alpha (default 0: none).
             stream: return a generator of new pieces instead of the outputs;
@@ -314,6 +402,24 @@ class CausalLM(QuantizationMixin, Task):
             window_shift: how far the window slides when it is full (rotary
                 and sinusoidal positions only); default
                 `max_sequence_length // 4`.
+            min_p: drop tokens less likely than `min_p` times the most
+                likely one (sampling only).
+            repetition_penalty: HF's repetition penalty (1: off).
+            presence_penalty, frequency_penalty: OpenAI's penalties on the
+                tokens generated so far (0: off).
+            no_repeat_ngram_size: forbid repeating any n-gram of this size.
+            bad_words_ids: token sequences never to generate.
+            stop_strings: a row ends when its new text ends with one of
+                these (checked in the loop on the tokens' bytes, across token
+                boundaries); strings are cut before it, ids end with the
+                token that completed it. Needs a tokenizer; built-in
+                samplers only, not streamed.
+            return_scores: also return, per input, the model's
+                log-probability of each new token (before processors and
+                temperature): `(outputs, scores)`. Built-in samplers only,
+                without streaming or a sliding window.
+            generation_config: a `keras_tfm.generation.GenerationConfig` (or
+                one per input) whose settings the arguments above override.
 
         Returns:
             Per input, the decoder prompt followed by the new tokens (see the
@@ -338,82 +444,171 @@ class CausalLM(QuantizationMixin, Task):
         window_shift = sliding_window.check_window_shift(
             window_shift, self.backbone.max_sequence_length
         )
-        sampler, key = gen.make_sampler(
-            sampler, temperature, top_k, top_p, num_beams, length_penalty,
-            self.fill_id, seed,
+        settings = dict(
+            temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
+            seed=seed, length_penalty=length_penalty, min_p=min_p,
+            repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+            no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
+            stop_strings=stop_strings,
         )  # fmt: skip
+        configs, instance = configs_for(sampler, settings, generation_config, len(rows))
         if stop_token_ids is None:
             stop_token_ids = self.default_stop_token_ids()
         stop_token_ids = gen.check_stop_token_ids(stop_token_ids, vocabulary_size)
         encoder_inputs, decoder_rows, skip = self.generation_inputs(rows)
-        if key[0] == "beam" and (stream or slides):
+        beam = instance is None and configs[0].sampler == "beam"
+        if beam and (stream or slides):
             raise ValueError(
                 "Beam search runs as one compiled loop: it cannot stream or "
                 f"slide the window. Received: stream={stream}, a prompt plus "
                 f"max_new_tokens={max_new_tokens} past max_sequence_length="
                 f"{self.backbone.max_sequence_length}"
             )
+        for name, wanted in (
+            ("return_scores", return_scores),
+            ("stop_strings", any(c.stop_strings for c in configs)),
+        ):
+            if wanted and (instance is not None or beam or stream or slides):
+                raise ValueError(
+                    f"`{name}` is given by the built-in samplers' loop over one "
+                    "buffer: not with beam search, a sampler object, streaming "
+                    f"or a sliding window. Received: {name} with sampler="
+                    f"{sampler!r}, stream={stream}, sliding window={slides}"
+                )
+        tensors = settings_tensors(configs, stop_token_ids)
+        strings = [config.stop_strings for config in configs]
+        tensors.update(self._stop_string_tensors(strings))
+        if instance is not None or beam:
+            if instance is None:
+                instance, key = gen.make_sampler(
+                    "beam", configs[0].temperature, None, None, configs[0].num_beams,
+                    configs[0].length_penalty, self.fill_id,
+                )  # fmt: skip
+            else:
+                key = ("instance", id(instance))
+            gen.reset_seed(instance, seed)
+        else:
+            key = ("tensor",)
         if stream:
             return self._stream(
-                encoder_inputs, decoder_rows, kind, max_new_tokens, sampler, key,
-                seed, stop_token_ids, slides, window_shift, skip,
+                encoder_inputs, decoder_rows, kind, max_new_tokens, instance, key,
+                tensors, stop_token_ids, slides, window_shift, skip,
             )  # fmt: skip
-        function, sampler = self.compiled_loops.get(
-            (key, stop_token_ids),
-            lambda: (self._loop(sampler, stop_token_ids), sampler),
-        )
-        gen.reset_seed(sampler, seed)
+        if key == ("tensor",):
+            function = self.compiled_loops.get(key, self._decode_function)
+        else:
+            function = self.compiled_loops.get(
+                (key, stop_token_ids), lambda: self._loop(instance, stop_token_ids)
+            )
         if slides:
             results = sliding_window.generate_sliding(
-                lambda tokens, mask, start: function(
-                    encoder_inputs, tokens, mask, start, *[tokens.shape[1]] * 2
-                ),
+                lambda tokens, mask, start: first(function(
+                    encoder_inputs, tokens, mask, start, np.int32(tokens.shape[1]),
+                    tensors,
+                )),
                 decoder_rows,
                 max_new_tokens,
                 self.backbone.max_sequence_length,
                 window_shift,
                 self.fill_id,
                 stop_token_ids,
-            )
+            )  # fmt: skip
+            scores = None
         else:
-            results = self._generate_in_buffer(
-                function, encoder_inputs, decoder_rows, max_new_tokens, stop_token_ids
-            )
+            results, scores = self._generate_in_buffer(
+                function, encoder_inputs, decoder_rows, max_new_tokens, tensors,
+                stop_token_ids, beam_buffer=key != ("tensor",),
+            )  # fmt: skip
         results = [row[skip:] for row in results]
-        return self._format(results, kind, stop_token_ids)
+        prompts = [[int(t) for t in row[skip:]] for row in decoder_rows]
+        outputs = self._format(results, kind, stop_token_ids, strings, prompts)
+        if not return_scores:
+            return outputs
+        scores = [s for s in scores]
+        return outputs, (scores[0] if kind in ("string", "ids") else scores)
 
     def _generate_in_buffer(
-        self, function, encoder_inputs, rows, max_new_tokens, stop_token_ids
-    ):
+        self, function, encoder_inputs, rows, max_new_tokens, settings,
+        stop_token_ids, beam_buffer,
+    ):  # fmt: skip
+        """Runs `function` over one buffer; returns the rows cut after their
+        stop id, and each row's log-probabilities of its new tokens."""
         longest = max(len(row) for row in rows)
-        # Positions past longest + max_new_tokens are not decoded, and cut off.
-        length = self.decoder_buffer_length(longest, max_new_tokens)
+        if beam_buffer:
+            # Beam search ranks its beams over the whole buffer: it keeps the
+            # buffer it always had (a multiple of 8, exact for seq2seq).
+            length = self.decoder_buffer_length(longest, max_new_tokens)
+        else:
+            length = self.decode_buffer_length(longest + max_new_tokens)
         tokens, mask = gen.pad_rows(rows, length, self.fill_id)
         start_index = min(len(row) for row in rows)
-        # The loop re-reads token start_index - 1; the prefill covers the
-        # prompts (rounded up, so nearby lengths share the compiled loop).
-        prefill_length = min(gen.bucket_length(start_index), length)
-        outputs = ops.convert_to_numpy(
-            function(
-                encoder_inputs,
-                tokens,
-                mask,
-                ops.convert_to_tensor(start_index, "int32"),
-                ops.convert_to_tensor(longest + max_new_tokens, "int32"),
-                prefill_length,
-            )
+        outputs = function(
+            encoder_inputs,
+            tokens,
+            mask,
+            ops.convert_to_tensor(start_index, "int32"),
+            ops.convert_to_tensor(longest + max_new_tokens, "int32"),
+            settings,
         )
-        return [
-            gen.truncate_at_stop(
-                outputs[i, : len(row) + max_new_tokens], len(row), stop_token_ids
-            )
-            for i, row in enumerate(rows)
-        ]
+        ends, log_probabilities = None, None
+        if isinstance(outputs, dict):
+            ends = ops.convert_to_numpy(outputs["ends"])
+            log_probabilities = ops.convert_to_numpy(outputs["log_probabilities"])
+        outputs = ops.convert_to_numpy(first(outputs))
+        results, scores = [], []
+        for i, row in enumerate(rows):
+            stop = len(row) + max_new_tokens
+            if ends is not None:  # the loop says where each row stopped
+                kept = [int(t) for t in outputs[i, : min(stop, ends[i])]]
+            else:
+                kept = gen.truncate_at_stop(outputs[i, :stop], len(row), stop_token_ids)
+            results.append(kept)
+            if log_probabilities is not None:
+                scores.append(log_probabilities[i, len(row) : len(kept)].tolist())
+        return results, scores
 
-    def _format(self, rows, kind, stop_token_ids):
-        if kind in ("string", "strings"):
-            return self.preprocessor.generate_postprocess(rows, kind, stop_token_ids)
-        return gen.format_outputs(rows, kind, None, stop_token_ids)
+    def _format(self, rows, kind, stop_token_ids, strings=None, prompts=None):
+        if kind not in ("string", "strings"):
+            return gen.format_outputs(rows, kind, None, stop_token_ids)
+        texts = self.preprocessor.generate_postprocess(rows, "strings", stop_token_ids)
+        if strings and any(strings):
+            # Cut before the stop string, searched in the new text only.
+            starts = [0] * len(rows)
+            if prompts is not None:
+                starts = [
+                    len(p) if t.startswith(p) else 0
+                    for t, p in zip(texts, self._format(prompts, "strings", ()),
+                                    strict=True)
+                ]  # fmt: skip
+            texts = [
+                stop_text.cut_at_stop_strings(text, row_strings, start)
+                for text, row_strings, start in zip(texts, strings, starts, strict=True)
+            ]
+        return texts[0] if kind == "string" else texts
+
+    def _stop_string_tensors(self, strings):
+        """The loop's "stop_strings" and "token_bytes" entries: always there
+        when the model has a tokenizer (one program with or without stop
+        strings); refused without one."""
+        tokenizer = None if self.preprocessor is None else self.tokenizer
+        if tokenizer is None:
+            if any(strings):
+                raise ValueError(
+                    "`stop_strings` needs the model's tokenizer to read the "
+                    "text: build the model with a preprocessor, or pass "
+                    f"stop_token_ids. Received: stop_strings={strings[0]!r}"
+                )
+            return {}
+        table = self.__dict__.get("_token_byte_table")
+        if table is None:
+            pieces = stop_text.token_bytes(tokenizer, self.backbone.vocabulary_size)
+            table = stop_text.byte_table(pieces)
+            object.__setattr__(self, "_token_byte_table", table)
+        return {
+            "stop_strings": stop_text.string_table(strings),
+            "token_bytes": table,
+        }
 
     def _stream(
         self,
@@ -423,29 +618,27 @@ class CausalLM(QuantizationMixin, Task):
         max_new_tokens,
         sampler,
         key,
-        seed,
+        settings,
         stop_token_ids,
         slides,
         window_shift,
         skip,
     ):
         """`generate(stream=True)`: the generator of new pieces."""
-        (prefill, step), sampler = self.compiled_loops.get(
-            ("stream", key),
-            lambda: (self._stream_steps(sampler), sampler),
+        prefill, step = self.compiled_loops.get(
+            ("stream", key), lambda: self._stream_steps(sampler)
         )
-        gen.reset_seed(sampler, seed)
         longest = max(len(row) for row in rows)
         length = self.backbone.max_sequence_length
         if not slides:
-            length = self.decoder_buffer_length(longest, max_new_tokens)
+            length = self.decode_buffer_length(longest + max_new_tokens)
 
-        def prefill_state(tokens):
-            return prefill(encoder_inputs, tokens)
+        def prefill_state(tokens, start):
+            return prefill(encoder_inputs, tokens, np.int32(start))
 
-        def step_state(tokens, state, index):
+        def step_state(tokens, state, index, mask):
             context, cache = state
-            sampled, cache = step(context, tokens, cache, index)
+            sampled, cache = step(context, tokens, cache, index, mask, settings)
             return sampled, (context, cache)
 
         steps = sliding_window.stream_tokens(
@@ -529,9 +722,7 @@ class CausalLM(QuantizationMixin, Task):
         config.update(
             {
                 "backbone": keras.saving.serialize_keras_object(self.backbone),
-                "preprocessor": keras.saving.serialize_keras_object(
-                    self.preprocessor
-                ),
+                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
                 "tie_word_embeddings": self.tie_word_embeddings,
             }
         )

@@ -128,4 +128,3 @@ def label_errors(num_classes, kind="class"):
             " (in a batch of the dataset)",
             kind,
         ) from None
-

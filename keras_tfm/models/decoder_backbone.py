@@ -174,7 +174,8 @@ class DecoderBackbone(PresetMixin, TransformerModel):
             caches: a tuple with one cache per block, see `empty_cache` (the
                 generation loop carries them separately: stacking them into
                 one tensor at every step would copy every cache per token).
-            cache_update_index: int or scalar tensor.
+            cache_update_index: int or scalar tensor, or a (batch,) int
+                vector: each row's own position (`keras_tfm.serving`).
             padding_mask: optional (batch, max_length), False for the cache
                 positions holding padding.
 

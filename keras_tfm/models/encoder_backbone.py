@@ -23,6 +23,23 @@ def _check_integer(name, tensor):
         )
 
 
+def check_per_layer(name, values, num_layers):
+    """None, or a list of `num_layers` positive ints (returned as a tuple).
+
+    Example:
+    >>> check_per_layer("num_heads_per_layer", [4, 2], 2)
+    (4, 2)
+    """
+    if values is None:
+        return None
+    if not isinstance(values, (list, tuple)) or len(values) != num_layers:
+        raise ValueError(
+            f"`{name}` must be a list of {num_layers} positive integers, one "
+            f"per layer. Received: {name}={values!r}"
+        )
+    return tuple(check_positive_int(name, value) for value in values)
+
+
 def unpack_encoder_inputs(inputs, allowed_keys=INPUT_KEYS):
     """Returns a dict from a token-id tensor or a dict with `allowed_keys`."""
     if not isinstance(inputs, dict):
@@ -83,6 +100,13 @@ class EncoderBackbone(PresetMixin, TransformerModel):
         use_bias: whether the attention and feed-forward projections have
             biases.
         padding_id: the id of padding tokens, or None if ids never pad.
+        num_heads_per_layer: optional list of `num_layers` head counts, one
+            per block (a pruned model's); the heads keep the size
+            `head_dim` (by default `hidden_dim // num_heads`, of the
+            unpruned `num_heads`). Not with `num_key_value_heads`.
+        intermediate_dim_per_layer: optional list of `num_layers`
+            feed-forward widths, one per block, in place of
+            `intermediate_dim`.
 
     Call arguments:
         inputs: int token ids (batch, seq), or a dict with "token_ids" and
@@ -125,6 +149,8 @@ class EncoderBackbone(PresetMixin, TransformerModel):
         rotary_max_wavelength=10000,
         use_bias=True,
         padding_id=0,
+        num_heads_per_layer=None,
+        intermediate_dim_per_layer=None,
         **kwargs,
     ):
         super().__init__(
@@ -157,6 +183,18 @@ class EncoderBackbone(PresetMixin, TransformerModel):
                 f"Received: num_segments={num_segments!r}"
             )
         self.num_segments = num_segments
+        self.num_heads_per_layer = check_per_layer(
+            "num_heads_per_layer", num_heads_per_layer, self.num_layers
+        )
+        self.intermediate_dim_per_layer = check_per_layer(
+            "intermediate_dim_per_layer", intermediate_dim_per_layer, self.num_layers
+        )
+        if self.num_heads_per_layer and self.num_key_value_heads is not None:
+            raise ValueError(
+                "`num_heads_per_layer` does not combine with grouped-query "
+                "attention. Received: num_key_value_heads="
+                f"{self.num_key_value_heads}"
+            )
 
         # All sublayers are built here, so the model has its weights (and a
         # checkpoint can be loaded) before it is first called.
@@ -190,7 +228,9 @@ class EncoderBackbone(PresetMixin, TransformerModel):
         self.transformer_layers = []
         for i in range(self.num_layers):
             block = TransformerEncoderBlock(
-                **self._block_arguments(kernel_initializer=_bert_initializer()),
+                **self._block_arguments(
+                    kernel_initializer=_bert_initializer(), **self._layer_shape(i)
+                ),
                 name=f"transformer_layer_{i}",
             )
             block.build(hidden_shape)
@@ -199,6 +239,16 @@ class EncoderBackbone(PresetMixin, TransformerModel):
         if self.normalize_first:
             self.final_norm = self._make_norm("final_norm")
         self.built = True
+
+    def _layer_shape(self, index):
+        """Block `index`'s heads and feed-forward width, where they are its own."""
+        shape = {}
+        if self.num_heads_per_layer:
+            shape["num_heads"] = self.num_heads_per_layer[index]
+            shape["head_dim"] = self.head_dim or self.hidden_dim // self.num_heads
+        if self.intermediate_dim_per_layer:
+            shape["intermediate_dim"] = self.intermediate_dim_per_layer[index]
+        return shape
 
     def _check_inputs(self, inputs):
         token_ids = inputs["token_ids"]
@@ -271,4 +321,8 @@ class EncoderBackbone(PresetMixin, TransformerModel):
         config.update(
             {"num_layers": self.num_layers, "num_segments": self.num_segments}
         )
+        # Written only when set: the configs of unpruned models stay as they were.
+        for name in ("num_heads_per_layer", "intermediate_dim_per_layer"):
+            if getattr(self, name):
+                config[name] = list(getattr(self, name))
         return config

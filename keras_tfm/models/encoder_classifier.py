@@ -273,4 +273,3 @@ class EncoderClassifier(QuantizationMixin, Task):
             config, TextClassifierPreprocessor, config["backbone"].max_sequence_length
         )
         return cls._from_quantized_config(config)
-

@@ -221,9 +221,7 @@ class MaskedLanguageModel(QuantizationMixin, Task):
     def get_config(self):
         config = super().get_config()
         config["backbone"] = keras.saving.serialize_keras_object(self.backbone)
-        config["preprocessor"] = keras.saving.serialize_keras_object(
-            self.preprocessor
-        )
+        config["preprocessor"] = keras.saving.serialize_keras_object(self.preprocessor)
         return self._add_quantization_config(config)
 
     @classmethod

@@ -23,7 +23,9 @@ from keras_tfm.generation.compiled_loops import invalidate_compiled_loops
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.quantized_weights import (
+    BLOCK_MODES,
     CAST_WEIGHT_DTYPES,
+    INT8_BLOCKS,
     QuantizableDense,
     check_cast_dtype,
     int8_weight_only_config,  # noqa: F401 (keras_tfm.models exports it)
@@ -47,12 +49,13 @@ _KERAS_QUANTIZABLE = (
 _NOT_MATMUL = (LearnedPositionalEmbedding,)
 
 
-# Keras has no weight-only bfloat16 mode: our two matmul layers implement it.
+# Keras has no weight-only bfloat16 or int8-block mode: our two matmul layers
+# implement them.
 _CASTABLE = (QuantizableDense, TokenEmbedding)
 
 
 def _supports_quantize(layer, mode):
-    if mode in CAST_WEIGHT_DTYPES:
+    if mode in CAST_WEIGHT_DTYPES + BLOCK_MODES:
         return isinstance(layer, _CASTABLE)
     if type(layer) in _KERAS_QUANTIZABLE:
         return True
@@ -71,8 +74,10 @@ def _leaf_layers(model):
 
 
 def _is_quantized(layer):
-    return layer.quantization_mode is not None or getattr(
-        layer, "output_major", getattr(layer, "bfloat16_weights", False)
+    return (
+        layer.quantization_mode is not None
+        or getattr(layer, "output_major", getattr(layer, "bfloat16_weights", False))
+        or getattr(layer, "block_weights", False)
     )
 
 
@@ -86,12 +91,13 @@ def check_quantizable(model, mode):
     and `TokenEmbedding`); weightless and normalization layers are skipped,
     as Keras skips them.
     """
-    if mode not in QUANTIZATION_MODES + CAST_WEIGHT_DTYPES:
+    if mode not in QUANTIZATION_MODES + CAST_WEIGHT_DTYPES + BLOCK_MODES:
         raise ValueError(
             f"`mode` must be one of {QUANTIZATION_MODES}. Received: mode={mode!r}"
         )
     done = getattr(model, "quantized_to", None)
-    if done is not None and (mode in CAST_WEIGHT_DTYPES or done in CAST_WEIGHT_DTYPES):
+    ours = CAST_WEIGHT_DTYPES + BLOCK_MODES
+    if done is not None and (mode in ours or done in ours):
         raise ValueError(
             f"{model.name} is quantized to {done!r} already; quantize the float "
             f"model instead. Received: mode={mode!r}"
@@ -173,6 +179,13 @@ class QuantizationMixin:
         `.keras` files load back cast. Not Keras's `quantize`, whose modes
         are fixed; `filters` is as there.
 
+        `dtype="int8_blocks"` (`keras_tfm.quantized_weights.INT8_BLOCKS`):
+        int8 values in blocks of 32 with a float16 scale and offset each, 1.125
+        bytes a weight, dequantised inside each XLA matmul; what a GGUF file's
+        Q4_0/Q4_1/Q5/Q8_0 blocks are held as, unexpanded
+        (`load_gguf_llama(..., weights="int8_blocks")`), and from float
+        weights symmetric blocks (error <= max|block| / 254).
+
         Example:
         >>> model = keras_tfm.models.CausalLM(keras_tfm.models.DecoderBackbone(
         ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
@@ -183,15 +196,45 @@ class QuantizationMixin:
         >>> model(np.array([[1, 2, 3]])).dtype
         tf.float32
         """
-        check_cast_dtype(dtype)
+        if dtype not in BLOCK_MODES:
+            check_cast_dtype(dtype)
         check_quantizable(self, dtype)
+        self._store_each(dtype, filters)
+
+    def hold_blocks(self, blocks):
+        """Stores given int8 blocks: `{layer path: (values, scale, offset)}`.
+
+        For weights quantised already (a GGUF file's Q4/Q8 blocks,
+        `keras_tfm.convert.gguf_blocks`): each named layer holds its blocks
+        as given (`QuantizableDense.hold_blocks`), every other weight matrix
+        is quantised to symmetric blocks; `quantized_to` is then
+        "int8_blocks", as after `cast_weights("int8_blocks")`.
+        """
+        check_quantizable(self, INT8_BLOCKS)
+        layers = {layer.path: layer for layer in _leaf_layers(self)}
+        unknown = sorted(set(blocks) - set(layers))
+        if unknown:
+            raise ValueError(
+                f"{self.name} has no layers {unknown[:4]} to hold blocks. "
+                f"Received: blocks for {sorted(blocks)[:4]}..."
+            )
+        with one_garbage_collection():
+            for path, parts in blocks.items():
+                layers[path].hold_blocks(*parts)
+        self._store_each(INT8_BLOCKS, None)
+
+    def _store_each(self, mode, filters):
+        """Our storage modes (bfloat16, int8 blocks), layer by layer."""
         with one_garbage_collection():
             for layer in _leaf_layers(self):
-                if _is_quantized(layer) or not _supports_quantize(layer, dtype):
+                if _is_quantized(layer) or not _supports_quantize(layer, mode):
                     continue
                 if should_quantize_layer(layer, filters):
-                    layer.cast_weights(dtype)
-        self._record_quantization(dtype, None)
+                    if mode in CAST_WEIGHT_DTYPES:
+                        layer.cast_weights(mode)
+                    else:
+                        layer.quantize_to_blocks()
+        self._record_quantization(mode, None)
 
     def _record_quantization(self, mode, config):
         for layer in flatten_layers(self):
@@ -205,7 +248,7 @@ class QuantizationMixin:
     @property
     def quantized_to(self):
         """The mode the model was quantized to ("int8", "int8_weight_only",
-        "int4", "bfloat16") or None."""
+        "int4", "int8_blocks", "bfloat16") or None."""
         return getattr(self, "_quantization_mode", None)
 
     def _add_quantization_config(self, config):
@@ -222,7 +265,7 @@ class QuantizationMixin:
         config = dict(config)
         mode = config.pop("quantization_mode", None)
         model = cls(**config)
-        if mode in CAST_WEIGHT_DTYPES:
+        if mode in CAST_WEIGHT_DTYPES + BLOCK_MODES:
             model.cast_weights(mode)
         elif mode is not None:
             mode, quantization_config = keras_mode_and_config(mode)

@@ -235,7 +235,7 @@ class Seq2SeqLM(CausalLM):
             for part in context
         )
 
-    def prefill(self, context, tokens, prefill_length):
+    def prefill(self, context, tokens, start):
         # The decoder prompt is the start token alone, which the first step
         # reads: an empty cache is all there is to fill.
         return self.backbone.empty_cache(ops.shape(tokens)[0], ops.shape(tokens)[1])

@@ -1,9 +1,11 @@
 """Training utilities: the Transformer learning-rate schedule, a padding-aware
 label-smoothed loss, padding-aware metrics, a throughput/MFU callback, LoRA
 (`enable_lora`), the language-model recipe of `keras-tfm train`
-(`train_language_model`, with its callbacks), linear-probe initialisation of
-a classifier's head (`pooled_features`, `probe_head`), and the device's
-fastest settings (`device_defaults`).
+(`train_on_text` on `train_language_model`, with its callbacks),
+linear-probe initialisation of a classifier's head (`pooled_features`,
+`probe_head`), structured pruning of heads and feed-forward units
+(`head_importance`, `ffn_importance`, `least_important`, `prune_heads`,
+`prune_ffn`), and the device's fastest settings (`device_defaults`).
 
 `Perplexity` is `keras_hub.metrics.Perplexity`, re-exported: pass
 `from_logits=True, mask_token_id=<padding id>` to ignore padding.
@@ -29,12 +31,27 @@ from keras_tfm.training.flops import (
     model_flops_utilization,
     training_flops_per_token,
 )
+from keras_tfm.training.language_model_recipe import (
+    held_out_batches,
+    held_out_comparison,
+    language_model_splits,
+    text_split,
+    train_on_text,
+    use_device_settings,
+)
 from keras_tfm.training.language_model_training import (
     next_token_pairs,
     train_language_model,
 )
 from keras_tfm.training.linear_probe import pooled_features, probe_head
 from keras_tfm.training.lora import enable_lora
+from keras_tfm.training.pruning import (
+    ffn_importance,
+    head_importance,
+    least_important,
+    prune_ffn,
+    prune_heads,
+)
 from keras_tfm.training.throughput_callback import ThroughputCallback
 from keras_tfm.training.token_accuracy import TokenAccuracy
 from keras_tfm.training.token_count import TokenCount
@@ -54,12 +71,23 @@ __all__ = [
     "TransformerSchedule",
     "device_defaults",
     "enable_lora",
+    "ffn_importance",
     "format_mfu",
+    "head_importance",
+    "held_out_batches",
+    "held_out_comparison",
+    "language_model_splits",
+    "least_important",
     "measure_peak_flops",
     "model_flops_utilization",
     "next_token_pairs",
     "pooled_features",
     "probe_head",
+    "prune_ffn",
+    "prune_heads",
     "train_language_model",
+    "text_split",
+    "train_on_text",
     "training_flops_per_token",
+    "use_device_settings",
 ]

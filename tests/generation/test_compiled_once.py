@@ -11,6 +11,7 @@ import pytest
 
 from keras_tfm import layers
 from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation.generation_config import GenerationConfig, settings_tensors
 from tests.builders import causal_lm
 
 
@@ -29,11 +30,13 @@ def test_the_streamed_step_is_one_program_for_every_position(position_encoding):
     assert len(streamed) == 3
     # Another prompt streams with the same compiled step.
     assert list(model.generate([4, 5], 2, stream=True)) != []
-    (((prefill, step), _),) = model.compiled_loops.values()
+    ((prefill, step),) = model.compiled_loops.values()
     tokens = np.ones((1, 8), "int32")
-    context, cache = prefill((), tokens)
-    assert program(step, context, tokens, cache, np.int32(4)) == program(
-        step, context, tokens, cache, np.int32(6)
+    mask = np.zeros((1, 8), bool)
+    context, cache = prefill((), tokens, np.int32(3))
+    settings = settings_tensors([GenerationConfig()])
+    assert program(step, context, tokens, cache, np.int32(4), mask, settings) == (
+        program(step, context, tokens, cache, np.int32(6), mask, settings)
     )
 
 

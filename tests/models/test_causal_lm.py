@@ -126,11 +126,11 @@ def test_beam_width_one_equals_greedy_and_loop_is_not_retraced():
     greedy = model.generate(prompts, max_new_tokens=5)
     beam = model.generate(prompts, max_new_tokens=5, sampler="beam", num_beams=1)
     assert beam == greedy
-    # Other lengths in the same multiple of 8 reuse the compiled loop.
+    # Other prompt lengths in the same buffer reuse the compiled loop.
     greedy_again = model.generate([[1, 2], [4]], max_new_tokens=5)
     assert [len(row) for row in greedy_again] == [7, 6]
     functions = model.compiled_loops.values()
-    assert all(f.experimental_get_tracing_count() == 1 for f, _ in functions)
+    assert all(f.experimental_get_tracing_count() == 1 for f in functions)
 
 
 def test_sampling_top_k_one_is_greedy_and_seed_repeats():
@@ -270,3 +270,69 @@ def test_bad_inputs_raise_value_error(call, match):
 def test_bad_arguments_raise_value_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         tiny(**kwargs)
+
+
+def ngrams(row, n):
+    return [tuple(row[i : i + n]) for i in range(len(row) - n + 1)]
+
+
+@pytest.mark.parametrize("sampler", ["greedy", "beam"])
+def test_processors_reach_greedy_and_beam_search(sampler):
+    model, _ = injected()
+    beams = dict(num_beams=2) if sampler == "beam" else {}
+    prompts = [[3, 4, 3], [6, 7, 2, 6]]
+    plain = model.generate(prompts, 6, sampler=sampler, **beams)
+    assert any(len(set(ngrams(r, 2))) < len(ngrams(r, 2)) for r in plain)
+    banned = model.generate(
+        prompts, 6, sampler=sampler, no_repeat_ngram_size=2, bad_words_ids=[[8]],
+        **beams,
+    )  # fmt: skip
+    for row in banned:
+        assert len(set(ngrams(row, 2))) == len(ngrams(row, 2)), row
+    assert all(8 not in row[3:] for row in banned)
+
+
+SAMPLED = [
+    dict(sampler="random", seed=5, temperature=1.5, repetition_penalty=1.3),
+    dict(sampler="top_k", top_k=4, seed=6, presence_penalty=0.5,
+         frequency_penalty=0.5, no_repeat_ngram_size=2),
+    dict(sampler="top_p", top_p=0.8, min_p=0.05, seed=7, bad_words_ids=[[3], [5, 6]]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("settings", SAMPLED)
+def test_sampled_rows_of_a_batch_equal_rows_alone(settings):
+    model = tiny(position_encoding="rotary")
+    prompts = [[5, 6, 7, 8, 9], [9], [3, 4]]
+    batch = model.generate(prompts, max_new_tokens=7, **settings)
+    alone = [model.generate(p, max_new_tokens=7, **settings) for p in prompts]
+    assert batch == alone
+    assert batch != model.generate(prompts, 7, **{**settings, "seed": 99})
+
+
+def test_one_compiled_loop_serves_every_setting_and_prompt_length():
+    model = tiny()
+    calls = [
+        ([[5, 6, 7], [9, 1]], {}),
+        ([[1, 2, 3, 4, 5, 6, 7]], dict(sampler="top_p", top_p=0.9, seed=1)),
+        ([[4]], dict(sampler="random", temperature=0.3, repetition_penalty=1.2)),
+        ([[4, 2]], dict(sampler="top_k", top_k=2, min_p=0.1, no_repeat_ngram_size=3)),
+        ([[8, 8, 8, 8, 8]], dict(frequency_penalty=1.0, stop_token_ids=[3, 4, 5])),
+    ]
+    for prompts, settings in calls:
+        model.generate(prompts, max_new_tokens=4, **settings)
+    # Batch 2 and batch 1: one trace each, of the one compiled loop.
+    (function,) = model.compiled_loops.values()
+    assert function.experimental_get_tracing_count() == 2
+
+
+def test_scores_are_the_log_softmax_of_the_full_forward_pass():
+    model = tiny()
+    prompts = [[5, 6, 7], [9]]
+    outputs, scores = model.generate(prompts, 4, return_scores=True)
+    for prompt, row, row_scores in zip(prompts, outputs, scores, strict=True):
+        logits = np.asarray(model(np.array([row[:-1]])), "float64")[0]
+        shifted = logits - logits.max(-1, keepdims=True)
+        log_softmax = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        expected = [log_softmax[i - 1, row[i]] for i in range(len(prompt), len(row))]
+        np.testing.assert_allclose(row_scores, expected, atol=1e-5)

@@ -8,7 +8,15 @@ from keras import ops
 
 import keras_tfm
 from keras_tfm import datasets
-from keras_tfm.generation import chat_pieces, compiled_loops, generation_utils
+from keras_tfm.datasets import digits
+from keras_tfm.generation import (
+    chat_pieces,
+    compiled_loops,
+    generation_config,
+    generation_utils,
+    logit_processors,
+    sampling,
+)
 from keras_tfm.layers import normalization
 from keras_tfm.models import (
     _common,
@@ -26,6 +34,7 @@ from keras_tfm.models import (
     seq2seq_lm_preprocessor,
     text_classifier_preprocessor,
     text_inputs,
+    vision_transformer,
 )
 
 MODULES = [
@@ -36,19 +45,24 @@ MODULES = [
     compiled_loops,
     datasets,
     decoder_backbone,
+    digits,
     encoder_backbone,
     encoder_classifier,
+    generation_config,
     generation_utils,
     legacy_configs,
+    logit_processors,
     masked_language_model,
     masked_lm_preprocessor,
     normalization,
     preset_loading,
+    sampling,
     seq2seq_backbone,
     seq2seq_lm,
     seq2seq_lm_preprocessor,
     text_classifier_preprocessor,
     text_inputs,
+    vision_transformer,
 ]
 
 

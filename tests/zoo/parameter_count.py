@@ -1,6 +1,9 @@
 """A model's parameter count from its configuration, by the architecture's
 formula (independent of Keras' `count_params()`, and without building it).
 
+A pruned encoder's blocks each have their own head count and FFN width
+(`num_heads_per_layer`, `intermediate_dim_per_layer`).
+
 Per block, with width d, FFN width f, h heads of size d / h and kv key-value
 heads (grouped-query attention):
     attention   q, o: 2 (d^2 + d);  k, v: 2 (d * kv * d/h + kv * d/h)
@@ -60,8 +63,19 @@ def encoder_backbone(config):
         + positions(config)
         + config.get("num_segments", 0) * d
     )
-    block = attention(config) + feed_forward(config) + 2 * norm(config)
-    return embeddings + config["num_layers"] * block + norm(config)
+    heads = config.get("num_heads_per_layer") or [None] * config["num_layers"]
+    widths = config.get("intermediate_dim_per_layer") or [None] * config["num_layers"]
+    blocks = 0
+    for layer_heads, width in zip(heads, widths, strict=True):
+        blocks += feed_forward(dict(config, intermediate_dim=width or
+                                    config["intermediate_dim"]))  # fmt: skip
+        blocks += 2 * norm(config)
+        if layer_heads is None:
+            blocks += attention(config)
+        else:  # a pruned block: heads of the unpruned size, d wide around them
+            inner = layer_heads * (config.get("head_dim") or d // config["num_heads"])
+            blocks += 3 * (d * inner + inner) + inner * d + d
+    return embeddings + blocks + norm(config)
 
 
 def encoder_classifier(config, backbone_config):
@@ -85,6 +99,18 @@ def seq2seq(config):
     )
 
 
+def vision_transformer(config):
+    """ViT: patches p x p x C projected to d, a class token, 1 + N learned
+    positions, pre-LN blocks, a final norm, the head on d."""
+    d, p = config["hidden_dim"], config["patch_size"]
+    height, width, channels = config["image_shape"]
+    patches = (height // p) * (width // p)
+    embedding = p * p * channels * d + d + d + (1 + patches) * d
+    block = attention(config) + feed_forward(config) + 2 * norm(config)
+    head = d * config["num_classes"] + config["num_classes"]
+    return embedding + config["num_layers"] * block + norm(config) + head
+
+
 def parameter_count(spec):
     """The count for a preset's {"class_name", "config"} spec."""
     name, config = spec["class_name"].removeprefix("keras_tfm>"), spec["config"]
@@ -96,4 +122,6 @@ def parameter_count(spec):
         return encoder_classifier(config, config["backbone"]["config"])
     if name in ("Seq2SeqTransformer", "Seq2SeqLM"):
         return seq2seq(config)
+    if name == "VisionTransformer":
+        return vision_transformer(config)
     raise ValueError(f"No parameter formula for {name!r}")

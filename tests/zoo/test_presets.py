@@ -13,6 +13,7 @@ from keras_tfm.models import (
     EncoderBackbone,
     EncoderClassifier,
     Seq2SeqLM,
+    VisionTransformer,
 )
 from tests.zoo.parameter_count import parameter_count
 
@@ -63,6 +64,9 @@ VARIANTS = [
     (CausalLM, dict(num_layers=1, max_sequence_length=9,
                     position_encoding="sinusoidal", num_key_value_heads=1)),
     (EncoderBackbone, dict(num_layers=2, max_sequence_length=9, num_segments=3)),
+    (EncoderBackbone, dict(num_layers=2, max_sequence_length=9,  # pruned
+                           num_heads_per_layer=[1, 3],
+                           intermediate_dim_per_layer=[5, 24])),
     (EncoderBackbone, dict(num_layers=1, max_sequence_length=9, num_segments=0,
                            normalize_first=True, position_encoding="sinusoidal",
                            normalization="rms_norm", activation="swiglu")),
@@ -85,6 +89,14 @@ def test_the_formula_counts_what_keras_builds(cls, config):
     if "backbone" in config:
         config = {**config.pop("backbone")["config"], **config}
     spec = {"class_name": cls.__name__, "config": config}
+    assert parameter_count(spec) == model.count_params()
+
+
+def test_the_formula_counts_a_vision_transformer():
+    config = dict(image_shape=[4, 6, 3], patch_size=2, num_layers=2, num_heads=4,
+                  hidden_dim=16, intermediate_dim=24, num_classes=7)  # fmt: skip
+    model = VisionTransformer(**config)
+    spec = {"class_name": "VisionTransformer", "config": model.get_config()}
     assert parameter_count(spec) == model.count_params()
 
 

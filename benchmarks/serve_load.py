@@ -1,0 +1,171 @@
+"""Load on `keras-tfm serve`: concurrent chat clients against one at a time.
+
+Starts `keras-tfm serve MODEL` as a subprocess on a free 127.0.0.1 port,
+waits for it, then sends the same fixed set of greedy chat requests twice:
+one at a time (the sequential baseline), and from `--clients` concurrent
+clients each sending `--requests` of them in turn. Every request streams
+(server-sent events), so each one's time to first token and per-token
+latency are measured on the client. Prints a Markdown table and checks
+that every request was answered exactly once (one [DONE] each) and that
+each concurrent answer equals its sequential one. Bounded: clients x
+requests requests of at most `--max-tokens` tokens, loopback only, and
+every HTTP call has a timeout.
+
+    nice -n 10 python benchmarks/serve_load.py --clients 16 --requests 2
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import time
+
+import httpx
+
+from keras_tfm.serving.process import free_port, start_server
+
+TOPICS = [
+    "the moon", "rivers", "bread", "chess", "volcanoes", "bees", "trains",
+    "the ocean", "tea", "maps", "glaciers", "violins", "owls", "deserts",
+    "bicycles", "clocks", "salt", "lightning", "forests", "bridges",
+]  # fmt: skip
+ASKS = ["Write two sentences about {}.", "Give three facts about {}."]
+
+
+def prompts(count):
+    return [
+        ASKS[i // len(TOPICS) % 2].format(TOPICS[i % len(TOPICS)]) for i in range(count)
+    ]
+
+
+async def one(client, url, model, content, max_tokens):
+    """Streams one greedy chat answer: its text and client-side timings."""
+    body = {
+        "model": model, "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True},
+    }  # fmt: skip
+    start = time.perf_counter()
+    first = last = None
+    text, tokens, done = [], 0, 0
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as reply:
+        reply.raise_for_status()
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done += 1
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            for choice in chunk["choices"]:
+                piece = choice["delta"].get("content")
+                if piece:
+                    now = time.perf_counter()
+                    first = first or now
+                    last = now
+                    text.append(piece)
+    end = time.perf_counter()
+    first, last = first or end, last or end
+    per_token = (last - first) / max(tokens - 1, 1)
+    return dict(text="".join(text), tokens=tokens, done=done,
+                ttft=first - start, per_token=per_token)  # fmt: skip
+
+
+async def run(url, model, contents, clients, max_tokens):
+    """`clients` tasks, each sending its share of `contents` in turn."""
+    results = [None] * len(contents)
+    limits = httpx.Limits(max_connections=clients + 4)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+
+        async def worker(k):
+            for i in range(k, len(contents), clients):
+                results[i] = await one(client, url, model, contents[i], max_tokens)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(k) for k in range(clients)))
+        return results, time.perf_counter() - start
+
+
+def summary(name, results, seconds):
+    tokens = sum(r["tokens"] for r in results)
+    ttft = sorted(r["ttft"] for r in results)
+    per_token = sorted(r["per_token"] for r in results)
+
+    def pct(values, q):
+        return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+    return dict(
+        name=name, requests=len(results), seconds=seconds,
+        requests_per_s=len(results) / seconds, tokens_per_s=tokens / seconds,
+        ttft_p50=statistics.median(ttft), ttft_p95=pct(ttft, 0.95),
+        token_p50=statistics.median(per_token), token_p95=pct(per_token, 0.95),
+    )  # fmt: skip
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2_135m_instruct")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=2, help="per client")
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--max-context", type=int, default=512)
+    parser.add_argument("--steps-per-call", type=int, default=4)
+    args = parser.parse_args()
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(
+        args.model, port, "--max-batch", args.max_batch,
+        "--max-context", args.max_context, "--steps-per-call", args.steps_per_call,
+    )  # fmt: skip
+    try:
+        contents = prompts(args.clients * args.requests)
+        # Warm-up: every prompt length bucket the runs use is compiled.
+        asyncio.run(run(url, args.model, contents[:2], 1, 4))
+        sequential, seq_time = asyncio.run(
+            run(url, args.model, contents, 1, args.max_tokens)
+        )
+        together, con_time = asyncio.run(
+            run(url, args.model, contents, args.clients, args.max_tokens)
+        )
+    finally:
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(120)
+    answered_once = all(r["done"] == 1 for r in sequential + together)
+    equal = sum(
+        a["text"] == b["text"] for a, b in zip(sequential, together, strict=True)
+    )
+    rows = [
+        summary("one at a time", sequential, seq_time),
+        summary(f"{args.clients} concurrent clients", together, con_time),
+    ]
+    print(f"\nload: {os.getloadavg()[0]:.1f} (1-min average at the end)")
+    print(
+        f"server: --max-batch {args.max_batch} --max-context {args.max_context} "
+        f"--steps-per-call {args.steps_per_call}; {len(contents)} greedy chat "
+        f"requests of at most {args.max_tokens} tokens; exit code {code}"
+    )
+    print("\n| requests sent | req/s | tokens/s | TTFT p50 | TTFT p95 | "
+          "per token p50 | per token p95 |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['name']} | {r['requests_per_s']:.2f} | {r['tokens_per_s']:.1f} | "
+            f"{r['ttft_p50']:.2f} s | {r['ttft_p95']:.2f} s | "
+            f"{1000 * r['token_p50']:.0f} ms | {1000 * r['token_p95']:.0f} ms |"
+        )
+    speedup = rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
+    print(f"\naggregate tokens/s: {speedup:.2f}x sequential; every request answered "
+          f"exactly once: {answered_once}; concurrent answers equal to sequential: "
+          f"{equal}/{len(contents)}")  # fmt: skip
+    if not answered_once or equal != len(contents) or code != 0:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The decoding loop of the built-in samplers: settings are tensors.
+
+One `tf.while_loop` decodes positions `index ... end - 1` of a buffer with
+the model's cached step, the logit processors and the sampler, all reading
+the per-row settings dict (`settings_tensors`) as inputs. Compiled once per
+(batch, buffer length), it serves every temperature, top-k, top-p, min-p,
+penalty, seed and stop id without being traced again.
+"""
+
+import tensorflow as tf
+
+from keras_tfm.generation import logit_processors, sampling, stop_strings
+
+MAX_NGRAM_SIZE = 8
+
+
+def take_column(x, index):
+    """`x[:, index]` as a gather: XLA takes `index` at run time (no recompile)."""
+    return tf.gather(x, index, axis=1)
+
+
+def step_tokens(logits, tokens, index, prompt_mask, settings):
+    """The next token per row from `logits` (batch, V): processors, sampler,
+    and the prompt's own token where the row is still in its prompt."""
+    processed = logit_processors.process_logits(
+        logits, tokens, index, prompt_mask, settings, MAX_NGRAM_SIZE
+    )
+    token = sampling.next_tokens(processed, settings, index)
+    forced = take_column(prompt_mask, index)
+    return tf.where(forced, take_column(tokens, index), token), forced
+
+
+def is_stop(token, stop_token_ids):
+    """bool (batch,): whether `token` is one of the row's stop ids."""
+    return tf.reduce_any(tf.equal(token[:, None], stop_token_ids), axis=-1)
+
+
+def chosen_log_probabilities(logits, token):
+    """float32 (batch,): the model's log-probability of `token` (before any
+    processor or temperature), log_softmax(logits)[token]."""
+    log_probabilities = tf.nn.log_softmax(tf.cast(logits, "float32"), axis=-1)
+    return tf.gather(log_probabilities, token, axis=1, batch_dims=1)
+
+
+def decode(next, tokens, cache, index, end, prompt_mask, settings):
+    """Decodes `tokens` from `index` to `end` (exclusive).
+
+    Args:
+        next: `next(tokens, cache, index) -> (logits, cache)`, logits
+            float32 (batch, V) for position `index` (the model's step).
+        tokens: int32 (batch, length), the prompts right-padded.
+        cache: the loop-carried cache (any nest of tensors).
+        index: scalar int32, the first position to decode.
+        end: scalar int32, the position after the last one to decode.
+        prompt_mask: bool (batch, length), True on prompt positions.
+        settings: the dict of `settings_tensors`, as tensors; with
+            "stop_strings" (batch, n, M) and "token_bytes" (V, W) (see
+            `stop_strings`), rows also end on a stop string.
+
+    Returns:
+        A dict: "tokens", the buffer with positions `index ... end - 1`
+        decoded; "log_probabilities", float32 (batch, length), the model's
+        log-probability of each decoded token (0 elsewhere); "ends", int32
+        (batch,), the position after each row's stop id or the token that
+        completed a stop string (`length` for a row that did not stop). The
+        loop ends early when every row has stopped.
+    """
+    tokens = tf.cast(tokens, "int32")
+    prompt_mask = tf.cast(prompt_mask, "bool")
+    index = tf.cast(index, "int32")
+    end = tf.cast(end, "int32")
+    stop_token_ids = settings["stop_token_ids"]
+    strings = settings.get("stop_strings")
+    batch, length = tf.shape(tokens)[0], tf.shape(tokens)[1]
+    state = {
+        "tokens": tokens,
+        "log_probabilities": tf.zeros((batch, length), "float32"),
+        "ends": tf.fill((batch,), length),
+    }
+    if strings is not None:
+        table = settings["token_bytes"]
+        tail_size = strings.shape[2] + table.shape[1]
+        state["tail"] = tf.fill([tokens.shape[0], tail_size], -1)
+
+    def cond(state, cache, index):
+        return tf.reduce_any(state["ends"] == length)
+
+    def body(state, cache, index):
+        tokens = state["tokens"]
+        logits, cache = next(tokens, cache, index)
+        token, forced = step_tokens(logits, tokens, index, prompt_mask, settings)
+        column = tf.one_hot(index, length, on_value=True, off_value=False)[None, :]
+        new = dict(state)
+        new["tokens"] = tf.where(column, token[:, None], tokens)
+        chosen = tf.where(forced, 0.0, chosen_log_probabilities(logits, token))
+        new["log_probabilities"] = tf.where(
+            column, chosen[:, None], state["log_probabilities"]
+        )
+        stopped = is_stop(token, stop_token_ids)
+        if strings is not None:
+            added = tf.where(forced[:, None], -1, tf.gather(table, token))
+            new["tail"], count = stop_strings.append_bytes(state["tail"], added)
+            hit = stop_strings.ends_with_stop_string(new["tail"], strings, count)
+            stopped = tf.logical_or(stopped, hit)
+        stopped = stopped & tf.logical_not(forced) & (state["ends"] == length)
+        new["ends"] = tf.where(stopped, index + 1, state["ends"])
+        return new, cache, index + 1
+
+    state, _, _ = tf.while_loop(
+        cond, body, (state, cache, index), maximum_iterations=tf.maximum(end - index, 0)
+    )
+    state.pop("tail", None)
+    return state
+
+
+PREFILL_CHUNKS = (128, 16)
+"""The prefill's chunk sizes: whole chunks of 128 while they fit in the
+shortest prompt, then chunks of 16 (the last may run up to 15 positions past
+it: those slots are overwritten before they are read). A prompt of any length
+reuses the same compiled chunks."""
+
+
+def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
+    """Fills `cache` with positions `0 ... start - 1` of `tokens`, by chunks.
+
+    Args:
+        step: `step(chunk_tokens, cache, begin) -> cache`, the model's cached
+            forward pass over the tokens at positions `begin ...`.
+        tokens: int (batch, length), `length` static.
+        cache: the empty cache.
+        start: scalar int32 (a tensor: any value, one program).
+        chunks: the chunk sizes, largest first.
+
+    Returns:
+        The filled cache.
+    """
+    length = int(tokens.shape[1])
+    start = tf.cast(start, "int32")
+    begin = tf.constant(0, "int32")
+    for position, size in enumerate(chunks):
+        size = min(size, length)
+        last = position == len(chunks) - 1
+
+        def cond(begin, cache, size=size, last=last):
+            return begin < start if last else begin + size <= start
+
+        def body(begin, cache, size=size):
+            first = tf.minimum(begin, length - size)
+            chunk = tf.gather(tokens, first + tf.range(size), axis=1)
+            return begin + size, step(chunk, cache, first)
+
+        begin, cache = tf.while_loop(cond, body, (begin, cache))
+    return cache

@@ -1,0 +1,165 @@
+"""A decoder-only model seen as cached steps: what chat reuse and drafts run.
+
+`DecoderSteps(model)` wraps a `CausalLM` (or the first `num_layers` of its
+blocks, a layer-truncated draft that shares the model's weights) behind two
+operations on a key/value cache that outlives one call:
+
+    logits, caches = steps(token_ids, caches, index, padding_mask)
+    caches = steps.extend(tokens, caches, start, stop)
+
+`steps(...)` writes the keys and values of `token_ids` (positions
+`index ... index + seq - 1`) into `caches` and returns the next-token
+logits; `extend` fills positions `start ... stop - 1` of a (batch, length)
+token buffer in chunks of 64 tokens inside one `while` loop, so a prompt of
+any length compiles once per buffer length.
+
+The caches are a tuple with one tensor (batch, 2, max_length, kv_heads,
+head_dim) per block, as `DecoderBackbone.call_with_cache` takes them.
+"""
+
+from keras import ops
+
+from keras_tfm.validation import check_positive_int
+
+EXTEND_CHUNKS = (64, 64)
+"""Tokens written per pass by `DecoderSteps.extend`: the large chunk while at
+least half of it is needed, then the small one. One size by default: with
+two, XLA compiles a conditional around two copies of the model in the loop,
+and a warm chat turn measured slower (benchmarks/chat_cache_reuse.py)."""
+
+
+class DecoderSteps:
+    """Cached forward steps of a decoder-only language model.
+
+    Args:
+        model: a `keras_tfm.models.CausalLM`.
+        num_layers: run only the first `num_layers` blocks, then the final
+            norm and the head (a layer-truncated draft sharing `model`'s
+            weights). None: all blocks.
+
+    Example:
+    >>> backbone = keras_tfm.models.DecoderBackbone(
+    ...     vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16,
+    ...     intermediate_dim=32, max_sequence_length=16)
+    >>> steps = DecoderSteps(keras_tfm.models.CausalLM(backbone), num_layers=1)
+    >>> caches = steps.empty_cache(1, 16)
+    >>> len(caches), tuple(caches[0].shape)
+    (1, (1, 2, 16, 2, 8))
+    >>> logits, caches = steps(np.array([[5, 6]]), caches, 0)
+    >>> tuple(logits.shape)
+    (1, 2, 50)
+    """
+
+    def __init__(self, model, num_layers=None):
+        backbone = getattr(model, "backbone", None)
+        if not callable(getattr(backbone, "embed", None)) or not hasattr(
+            backbone, "transformer_layers"
+        ):
+            raise ValueError(
+                "`model` must be a decoder-only `CausalLM` (a sequence-to-"
+                "sequence model's decoder reads its encoder's output). "
+                f"Received: model={type(model).__name__}"
+            )
+        blocks = backbone.transformer_layers
+        if num_layers is not None:
+            check_positive_int("num_layers", num_layers)
+            if num_layers > len(blocks):
+                raise ValueError(
+                    f"`num_layers` must be at most the model's {len(blocks)} "
+                    f"blocks. Received: num_layers={num_layers}"
+                )
+            blocks = blocks[:num_layers]
+        self.model = model
+        self.backbone = backbone
+        self.blocks = tuple(blocks)
+
+    def __eq__(self, other):
+        # Equal steps share compiled loops (`SpeculativeDecoder` keys by them).
+        return (
+            isinstance(other, DecoderSteps)
+            and other.model is self.model
+            and other.num_layers == self.num_layers
+        )
+
+    def __hash__(self):
+        return hash((id(self.model), self.num_layers))
+
+    @property
+    def num_layers(self):
+        return len(self.blocks)
+
+    def empty_cache(self, batch_size, max_length):
+        """One zero cache (batch, 2, max_length, kv_heads, head_dim) per block."""
+        return tuple(
+            block.empty_cache(batch_size, max_length) for block in self.blocks
+        )
+
+    def hidden(self, token_ids, caches, index, padding_mask=None):
+        """`(hidden, caches)`: the final hidden states of `token_ids`."""
+        x = self.backbone.embed(token_ids, start_index=index)
+        updated = []
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x, cache = block(
+                x, padding_mask=padding_mask, cache=cache, cache_update_index=index
+            )
+            updated.append(cache)
+        if self.backbone.final_norm is not None:
+            x = self.backbone.final_norm(x)
+        return x, tuple(updated)
+
+    def __call__(self, token_ids, caches, index, padding_mask=None):
+        """`(logits, caches)`: float32 (batch, seq, vocabulary_size) logits."""
+        hidden, caches = self.hidden(token_ids, caches, index, padding_mask)
+        return self.model.logits(hidden), caches
+
+    def padding_mask_of(self, tokens):
+        return self.backbone.padding_mask_of(tokens)
+
+    def extend(self, tokens, caches, start, stop, chunk_lengths=EXTEND_CHUNKS):
+        """`caches` with the keys and values of `tokens[:, start:stop]` written.
+
+        Runs in chunks inside one loop (`start` and `stop` may be tensors):
+        the first of `chunk_lengths` while at least half of it is still
+        needed, else the second. The last chunk may cover positions past
+        `stop`: their keys are written too and are overwritten, unread, by
+        the decoding that follows (a query never sees a later position). A
+        chunk that would run past the buffer starts earlier instead,
+        recomputing keys it already holds, which equal the ones it writes.
+
+        Args:
+            tokens: int (batch, length), the token buffer (its padding ids
+                are masked out of attention, as in `generate`).
+            caches: see `empty_cache`, `length` positions each.
+            start, stop: the positions to fill.
+            chunk_lengths: (large, small) tokens per pass.
+
+        Returns:
+            The updated caches.
+        """
+        length = tokens.shape[1]
+        large, small = (min(size, length) for size in chunk_lengths)
+        padding_mask = self.padding_mask_of(tokens)
+
+        def chunk(caches, position, size):
+            first = ops.minimum(position, length - size)
+            token_ids = ops.take(
+                tokens, first + ops.arange(size, dtype="int32"), axis=1
+            )
+            _, caches = self.hidden(token_ids, caches, first, padding_mask)
+            return caches, position + size
+
+        def body(caches, position):
+            if large == small:
+                return chunk(caches, position, small)
+            return ops.cond(
+                2 * (stop - position) >= large,
+                lambda: chunk(caches, position, large),
+                lambda: chunk(caches, position, small),
+            )
+
+        caches, _ = ops.while_loop(
+            lambda caches, position: position < stop,
+            body,
+            (caches, ops.cast(start, "int32")),
+        )
+        return caches

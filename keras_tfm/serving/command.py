@@ -1,0 +1,67 @@
+"""`keras-tfm serve MODEL`: the command's options and what it runs.
+
+Kept here rather than in `keras_tfm.cli`, which only dispatches to it; the
+HTTP stack (Starlette, uvicorn: the `serve` extra) is imported when the
+command runs, so the other commands work without it.
+"""
+
+from pathlib import Path
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+
+def add_arguments(parser):
+    """The options of `keras-tfm serve` (the model's `--weights` aside)."""
+    parser.add_argument("model", help="a .keras file, or a preset name")
+    parser.add_argument(
+        "--host", default="127.0.0.1",
+        help="the address to bind (default %(default)s: this machine only; "
+        "the server has no authentication)",
+    )  # fmt: skip
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--max-batch", type=_positive, default=8,
+        help="requests decoded together (the slots; default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-context", type=_positive,
+        help="positions per slot, prompt plus answer (default: the model's "
+        "max_sequence_length, at most 2048)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-body-bytes", type=_positive, default=DEFAULT_MAX_BODY_BYTES,
+        help="the largest request body accepted (default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--steps-per-call", type=_positive, default=4,
+        help="tokens decoded per slot per compiled call: more amortises the "
+        "call, fewer lets new requests join sooner (default %(default)s)",
+    )  # fmt: skip
+
+
+def run(args, model):
+    """Serves `model` (already loaded) with the parsed `args`."""
+    try:
+        from keras_tfm.serving.server import serve
+    except ImportError as error:
+        raise SystemExit(
+            f"keras-tfm serve needs the `serve` extra ({error.name} is missing): "
+            "pip install 'keras-tfm[serve]'"
+        ) from None
+    path = Path(args.model)
+    model_id = path.stem if path.is_file() else args.model
+    try:
+        serve(
+            model, model_id, host=args.host, port=args.port,
+            max_batch=args.max_batch, max_length=args.max_context,
+            steps_per_call=args.steps_per_call, max_body_bytes=args.max_body_bytes,
+        )  # fmt: skip
+    except ValueError as error:
+        raise SystemExit(f"keras-tfm serve: {error}") from None
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"must be a positive integer. Received: {text}")
+    return value

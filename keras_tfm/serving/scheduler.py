@@ -1,0 +1,202 @@
+"""Continuous batching: requests join and leave a running decode loop.
+
+One worker thread owns the model. Between two compiled decode calls it
+(1) frees the slots of finished or cancelled requests, (2) prefills waiting
+requests into free slots, (3) decodes `steps_per_call` tokens for every
+occupied slot in one call and hands each request its tokens. A request
+never waits for another to finish: it joins at the next call boundary.
+"""
+
+import queue
+import threading
+
+from keras_tfm.serving.slot_decoder import SlotDecoder
+
+
+class SlotRequest:
+    """One generation: the prompt, its settings, and where its tokens go.
+
+    `on_token(token_id)` is called in the worker thread for every new token
+    and returns True when the request is complete (an end token, a stop
+    string, enough tokens); `on_finish(reason)` is called once at the end,
+    with "stop", "length", "cancelled" or "error: ...". `cancel()` (from any
+    thread) frees the slot at the next call boundary.
+
+    Args:
+        prompt: the prompt's token ids.
+        max_tokens: the most new tokens.
+        on_token, on_finish: the callbacks above.
+        temperature: 0 for greedy decoding.
+        top_p: the nucleus cut-off (1: none).
+        seed: the seed of the request's random numbers.
+    """
+
+    def __init__(
+        self, prompt, max_tokens, on_token, on_finish, temperature=0.0,
+        top_p=1.0, seed=0,
+    ):  # fmt: skip
+        self.prompt = [int(t) for t in prompt]
+        self.max_tokens = max_tokens
+        self.on_token = on_token
+        self.on_finish = on_finish
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.seed = int(seed)
+        self.generated = 0
+        self.cancelled = threading.Event()
+
+    def cancel(self):
+        self.cancelled.set()
+
+
+class Scheduler:
+    """The worker thread, its queue of waiting requests and the slots.
+
+    Args:
+        model: a `keras_tfm.models.CausalLM`.
+        num_slots: the most requests decoded together (`--max-batch`).
+        max_length: positions per slot (prompt plus answer); default the
+            model's `max_sequence_length`, at most 2048.
+        steps_per_call: tokens per slot per compiled call.
+
+    Example:
+    >>> from keras_tfm.serving import Scheduler, SlotRequest
+    >>> backbone = keras_tfm.models.DecoderBackbone(
+    ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+    ...     intermediate_dim=32, max_sequence_length=32)
+    >>> scheduler = Scheduler(keras_tfm.models.CausalLM(backbone), num_slots=2)
+    >>> scheduler.start()
+    >>> tokens, done = [], threading.Event()
+    >>> request = SlotRequest([5, 6, 7], 4, lambda t: tokens.append(t) or False,
+    ...                       lambda reason: done.set())
+    >>> scheduler.submit(request)
+    >>> done.wait(60), len(tokens)
+    (True, 4)
+    >>> scheduler.stop()
+    """
+
+    def __init__(self, model, num_slots=8, max_length=None, steps_per_call=4):
+        if max_length is None:
+            max_length = min(model.backbone.max_sequence_length, 2048)
+        self.decoder = SlotDecoder(model, num_slots, max_length, steps_per_call)
+        self.max_length = self.decoder.max_length
+        self.slots = [None] * num_slots
+        self._last = [0] * num_slots  # per slot: the token not yet in the cache
+        self._position = [0] * num_slots  # ... and its position
+        self._waiting = queue.Queue()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="keras-tfm-scheduler", daemon=True
+        )
+        self.error = None
+
+    def start(self, warm_up=True):
+        """Starts the worker; first compiles the decoding call and the
+        shortest prompts' prefill, unless `warm_up=False`."""
+        if warm_up:
+            self.decoder.prefill(0, [self.decoder.model.fill_id], 0.0, 1.0, 0)
+            n = len(self.slots)
+            self.decoder.decode([0] * n, [0] * n, [0.0] * n, [1.0] * n, [0] * n)
+        self._thread.start()
+
+    def submit(self, request):
+        """Queues `request`; it joins the batch at the next call boundary."""
+        if self._stopping.is_set():
+            raise RuntimeError("The scheduler is stopping: no new requests.")
+        if len(request.prompt) + request.max_tokens > self.max_length:
+            raise ValueError(
+                f"A prompt of {len(request.prompt)} tokens plus max_tokens="
+                f"{request.max_tokens} does not fit a slot of {self.max_length} "
+                "positions."
+            )
+        self._waiting.put(request)
+
+    def stop(self, timeout=None):
+        """Finishes the requests in flight and the waiting ones, then ends."""
+        self._stopping.set()
+        self._waiting.put(None)  # wakes an idle worker
+        self._thread.join(timeout)
+
+    def busy(self):
+        """The number of occupied slots and waiting requests."""
+        return sum(s is not None for s in self.slots) + self._waiting.qsize()
+
+    # === The worker thread ===
+
+    def _run(self):
+        try:
+            while True:
+                self._free_cancelled()
+                self._admit()
+                if any(s is not None for s in self.slots):
+                    self._decode()
+                elif self._stopping.is_set() and self._waiting.empty():
+                    return
+                else:
+                    self._admit(block=True)
+        except Exception as error:  # the model failed: fail every request
+            self.error = error
+            for i, request in enumerate(self.slots):
+                if request is not None:
+                    self._finish(i, f"error: {error}")
+            while not self._waiting.empty():
+                request = self._waiting.get()
+                if request is not None:
+                    request.on_finish(f"error: {error}")
+            raise
+
+    def _finish(self, slot, reason):
+        request, self.slots[slot] = self.slots[slot], None
+        request.on_finish(reason)
+
+    def _free_cancelled(self):
+        for i, request in enumerate(self.slots):
+            if request is not None and request.cancelled.is_set():
+                self._finish(i, "cancelled")
+
+    def _admit(self, block=False):
+        while None in self.slots:
+            try:
+                request = self._waiting.get(block=block, timeout=0.5)
+            except queue.Empty:
+                return
+            block = False
+            if request is None or request.cancelled.is_set():
+                if request is not None:
+                    request.on_finish("cancelled")
+                continue
+            slot = self.slots.index(None)
+            first = self.decoder.prefill(
+                slot, request.prompt, request.temperature, request.top_p,
+                request.seed,
+            )  # fmt: skip
+            self.slots[slot] = request
+            self._last[slot], self._position[slot] = first, len(request.prompt)
+            self._deliver(slot, first)
+
+    def _deliver(self, slot, token):
+        """Gives `token` to the slot's request; frees the slot when done."""
+        request = self.slots[slot]
+        request.generated += 1
+        if request.on_token(token):
+            self._finish(slot, "stop")
+        elif request.generated >= request.max_tokens:
+            self._finish(slot, "length")
+
+    def _decode(self):
+        rows = [(i, r) for i, r in enumerate(self.slots) if r is not None]
+        settings = [
+            [getattr(r, name) if r else value for r in self.slots]
+            for name, value in (("temperature", 0.0), ("top_p", 1.0), ("seed", 0))
+        ]
+        positions = [
+            p if r else 0 for p, r in zip(self._position, self.slots, strict=True)
+        ]
+        out = self.decoder.decode(self._last, positions, *settings)
+        for i, request in rows:
+            for token in out[i]:
+                if self.slots[i] is not request or request.cancelled.is_set():
+                    break
+                self._position[i] += 1
+                self._last[i] = int(token)
+                self._deliver(i, int(token))

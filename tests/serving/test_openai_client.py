@@ -1,0 +1,186 @@
+"""The real `openai` client against `keras-tfm serve`'s app on 127.0.0.1.
+
+Each server runs in a thread of the test process (uvicorn on a free port)
+and is stopped by its fixture; every call has a timeout and no retries.
+"""
+
+import concurrent.futures
+import threading
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from keras_tfm.convert import HFBertTokenizer
+from keras_tfm.models import (
+    EncoderBackbone,
+    SentenceEncoder,
+    TextClassifierPreprocessor,
+)
+from keras_tfm.serving.process import free_port
+from keras_tfm.serving.server import ServerThread
+from tests.serving.conftest import MODEL, greedy_reference
+
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(
+        base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT
+    )
+
+
+def expected_answer(model, messages, max_tokens):
+    """The greedy answer's text by full passes, the prompt length, whether it ended."""
+    tokenizer = model.tokenizer
+    prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(messages))]
+    end = tokenizer.end_token_id
+    answer = greedy_reference(model, prompt, max_tokens, end)
+    ended = answer[-1] == end
+    return tokenizer.detokenize(answer[:-1] if ended else answer), len(prompt), ended
+
+
+def chat(client, content, **kwargs):
+    kwargs = dict(dict(max_tokens=8, temperature=0), **kwargs)
+    messages = [{"role": "user", "content": content}]
+    return client.chat.completions.create(model=MODEL, messages=messages, **kwargs)
+
+
+def test_models_and_health(client, server):
+    assert [m.id for m in client.models.list()] == [MODEL]
+    health = httpx.get(server.url + "/health", timeout=TIMEOUT).json()
+    assert health["status"] == "ok" and health["busy"] == 0
+
+
+def test_chat_answer_usage_and_stream_agree_with_generate(client, chat_model):
+    messages = [{"role": "user", "content": "hello world"}]
+    text, prompt_tokens, ended = expected_answer(chat_model, messages, 8)
+    reply = chat(client, "hello world")
+    assert reply.choices[0].message.content == text
+    assert reply.choices[0].finish_reason == ("stop" if ended else "length")
+    assert reply.usage.prompt_tokens == prompt_tokens
+    assert reply.usage.total_tokens == prompt_tokens + reply.usage.completion_tokens
+    chunks = list(chat(client, "hello world", stream=True,
+                       stream_options={"include_usage": True}))  # fmt: skip
+    pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert "".join(pieces) == text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == (
+        reply.choices[0].finish_reason
+    )
+    assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+
+
+def test_completion_and_stop_string(client, chat_model):
+    ids = [int(i) for i in chat_model.preprocessor.generate_preprocess(["hell"])[0]]
+    full = chat_model.tokenizer.detokenize(greedy_reference(chat_model, ids, 6))
+    reply = client.completions.create(
+        model=MODEL, prompt="hell", max_tokens=6, temperature=0
+    )
+    assert reply.choices[0].text == full and reply.choices[0].finish_reason == "length"
+    # A stop string cuts the answer before it, and is not returned.
+    stop = full[2:4]
+    cut = client.completions.create(
+        model=MODEL, prompt="hell", max_tokens=6, temperature=0, stop=[stop]
+    )
+    assert cut.choices[0].text == full[: full.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_eight_concurrent_clients_get_their_sequential_answers(client):
+    contents = ["hello", "world", "or", "hell", "he wor", "ll", "owl", "rho"]
+    alone = [chat(client, c).choices[0].message.content for c in contents]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda c: chat(client, c).choices[0].message.content,
+                                 contents))  # fmt: skip
+    assert together == alone
+    # Seeded sampling too: the answer depends on the seed, not on the batch.
+    sampled = dict(temperature=1.0, seed=5, max_tokens=8)
+    alone = chat(client, "hello", **sampled).choices[0].message.content
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(
+            lambda c: chat(client, c, **sampled).choices[0].message.content,
+            ["hello", "world", "or", "owl"]))  # fmt: skip
+    assert together[0] == alone
+
+
+@pytest.mark.parametrize(
+    "kwargs, status, words",
+    [
+        (dict(model="gpt-4"), 404, "does not exist"),
+        (dict(temperature="hot"), 400, "`temperature` must be a number"),
+        (dict(max_tokens=-3), 400, "`max_tokens` must be an integer"),
+        (dict(max_tokens=10**9), 400, "at most"),
+        (dict(messages="hi"), 400, "`messages` must be a non-empty list"),
+        (dict(extra_body={"logprobs": True, "tools": []}), 400, "logprobs, tools"),
+        (dict(n=2), 400, "`n` must be 1"),
+        (dict(messages=[{"role": "user", "content": "hello " * 30}]), 400,
+         "no room for an answer"),
+        (dict(messages=[{"role": "user", "content": "x" * 5000}]), 413, "4096 bytes"),
+    ],
+)  # fmt: skip
+def test_bad_requests_get_openai_errors(client, kwargs, status, words):
+    request = dict(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                   max_tokens=4)  # fmt: skip
+    request.update(kwargs)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(**request)
+    assert caught.value.status_code == status
+    assert words in caught.value.body["message"]
+    assert caught.value.body["type"] == "invalid_request_error"
+
+
+def test_malformed_json_and_unknown_routes(server):
+    reply = httpx.post(
+        server.url + "/v1/chat/completions", content=b"{not json", timeout=TIMEOUT
+    )
+    assert reply.status_code == 400
+    assert "not valid JSON" in reply.json()["error"]["message"]
+    reply = httpx.get(server.url + "/v1/nothing", timeout=TIMEOUT)
+    assert reply.status_code == 404 and reply.json()["error"]["message"]
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_slot(server):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 40, "temperature": 1.0, "stream": True}  # fmt: skip
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body,
+                      timeout=TIMEOUT) as reply:  # fmt: skip
+        lines = reply.iter_lines()
+        assert next(lines).startswith("data: ")
+    busy = threading.Event()
+    for _ in range(200):  # at most ~10 s
+        if httpx.get(server.url + "/health", timeout=TIMEOUT).json()["busy"] == 0:
+            busy.set()
+            break
+        busy.wait(0.05)
+    assert busy.is_set()
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat", "dog", "sat"]
+    backbone = EncoderBackbone(
+        vocabulary_size=len(words), num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=16,
+    )  # fmt: skip
+    tokenizer = HFBertTokenizer(words, lowercase=True)
+    return SentenceEncoder(backbone, TextClassifierPreprocessor(tokenizer, 16))
+
+
+def test_embeddings_equal_encode(encoder):
+    texts = ["a cat sat", "dog"]
+    expected = encoder.encode(texts)
+    with ServerThread(encoder, "tiny-encoder", port=free_port()) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused",
+                               max_retries=0, timeout=TIMEOUT)  # fmt: skip
+        # Left to itself, the client asks for base64 and decodes it.
+        for encoding in ({}, {"encoding_format": "float"}):
+            reply = client.embeddings.create(
+                model="tiny-encoder", input=texts, **encoding
+            )
+            got = np.array([d.embedding for d in reply.data])
+            np.testing.assert_allclose(got, expected, atol=1e-6)
+        assert reply.usage.prompt_tokens == 3 + 1 + 2 * 2  # words, [CLS], [SEP]
+        with pytest.raises(openai.BadRequestError, match="needs a causal LM"):
+            client.completions.create(model="tiny-encoder", prompt="a")
