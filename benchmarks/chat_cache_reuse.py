@@ -1,6 +1,6 @@
 """SmolLM2-135M: a chat's second turn with its cache kept, against cold.
 
-A conversation of about 1,000 tokens (a system message and three long
+A conversation of about 1,000 tokens (a system message and six long
 exchanges), then a new user message. The time to first token (a call with
 `max_new_tokens=1`, tokenizing and templating included) of that turn:
 
@@ -65,8 +65,49 @@ EXCHANGES = [
         "its length gives their distance, so the other workers can fly "
         "straight to them.",
     ),
+    (
+        "Next, a text about volcanoes. A volcano forms where molten rock, "
+        "called magma, rises through the crust. Where tectonic plates pull "
+        "apart, as in Iceland, runny basalt pours out in long fissures; where "
+        "one plate dives under another, as around the Pacific, the magma is "
+        "thick and full of gas, and the eruptions are explosive. Ash can rise "
+        "twenty kilometres into the air and cool the climate for a year or "
+        "two, as after Tambora in 1815, the year without a summer. Volcanic "
+        "soils are fertile, which is why people farm on the slopes despite "
+        "the danger. Why are some eruptions explosive?",
+        "Eruptions are explosive where one tectonic plate dives under "
+        "another: the magma there is thick and full of gas, so the pressure "
+        "builds until it bursts out, throwing ash high into the air. Where "
+        "plates pull apart, the basalt is runny and flows out quietly.",
+    ),
+    (
+        "Then a text about tea. Tea comes from the leaves of Camellia "
+        "sinensis. Green tea is heated soon after picking, which stops the "
+        "leaves from oxidising; black tea is rolled and left to oxidise "
+        "fully, which darkens it and changes its taste; oolong lies between "
+        "the two. Tea reached Europe in the seventeenth century through Dutch "
+        "and Portuguese traders, and in Britain it became so popular that "
+        "taxes on it led to smuggling. Water just off the boil suits black "
+        "tea, cooler water green tea. How is black tea made?",
+        "Black tea is made by rolling the picked leaves and leaving them to "
+        "oxidise fully, which darkens them and changes their taste. Green "
+        "tea, by contrast, is heated soon after picking to stop oxidation.",
+    ),
+    (
+        "Finally, a text about railways. The first public steam railway, the "
+        "Stockton and Darlington, opened in 1825, and the Liverpool and "
+        "Manchester followed in 1830 with trains on a timetable. Railways "
+        "cut journeys from days to hours, moved coal and goods cheaply and "
+        "made standard time necessary, since every town had kept its own "
+        "local time. Gauges differed at first, so goods had to be moved "
+        "between trains where lines met, until most countries settled on one "
+        "width. Why did railways make standard time necessary?",
+        "Before railways every town kept its own local time, which made "
+        "timetables confusing. Trains running on schedules between many "
+        "towns needed one shared time, so standard time was adopted.",
+    ),
 ]
-NEW_MESSAGE = "Which of the three texts mentions a clockwork?"
+NEW_MESSAGE = "Which of the six texts mentions a clockwork?"
 
 
 def conversation():

@@ -19,13 +19,12 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 
 import httpx
+
+from keras_tfm.serving.process import free_port, start_server
 
 TOPICS = [
     "the moon", "rivers", "bread", "chess", "volcanoes", "bees", "trains",
@@ -39,12 +38,6 @@ def prompts(count):
     return [
         ASKS[i // len(TOPICS) % 2].format(TOPICS[i % len(TOPICS)]) for i in range(count)
     ]
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def one(client, url, model, content, max_tokens):
@@ -126,26 +119,11 @@ def main():
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [
-        sys.executable, "-m", "keras_tfm_launcher", "serve", args.model,
-        "--port", str(port), "--max-batch", str(args.max_batch),
-        "--max-context", str(args.max_context),
-        "--steps-per-call", str(args.steps_per_call),
-    ]  # fmt: skip
-    server = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    server = start_server(
+        args.model, port, "--max-batch", args.max_batch,
+        "--max-context", args.max_context, "--steps-per-call", args.steps_per_call,
+    )  # fmt: skip
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(server.stderr.read().decode()[-2000:])
-            time.sleep(1)
         contents = prompts(args.clients * args.requests)
         # Warm-up: every prompt length bucket the runs use is compiled.
         asyncio.run(run(url, args.model, contents[:2], 1, 4))

@@ -62,7 +62,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--num-draft-tokens", type=int, default=6)
-    parser.add_argument("--draft-layers", type=int, default=8)
+    parser.add_argument(
+        "--draft-layers", type=int, default=8, help="0: no draft-model row"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -77,12 +79,13 @@ def main():
         "prompt lookup": SpeculativeDecoder(
             model, num_draft_tokens=args.num_draft_tokens
         ),
-        f"draft: its first {args.draft_layers} blocks": SpeculativeDecoder(
+    }
+    if args.draft_layers:  # 0: no draft-model row
+        decoders[f"draft: its first {args.draft_layers} blocks"] = SpeculativeDecoder(
             model,
             DecoderSteps(model, num_layers=args.draft_layers),
             num_draft_tokens=args.num_draft_tokens,
-        ),
-    }
+        )
     load = os.getloadavg()[0]
     print(
         f"SmolLM2-135M float32, batch 1, up to {args.max_new_tokens} new tokens, "

@@ -141,6 +141,14 @@ def _store_weights(model, weights):
     return model
 
 
+def _add_decoding_options(parser, temperature):
+    """The options `generate` and `chat` share: sampling and `--weights`."""
+    parser.add_argument("--temperature", type=float, default=temperature)
+    parser.add_argument("--top-p", type=float, default=0.9)
+    parser.add_argument("--seed", type=int)
+    _add_weights_option(parser)
+
+
 def _add_weights_option(parser):
     parser.add_argument(
         "--weights",
@@ -151,6 +159,15 @@ def _add_weights_option(parser):
         "a GGUF file's Q4/Q8 blocks as they are (its float32 logits, a "
         "quarter of the memory)",
     )
+
+
+def _vocabulary_size(text):
+    value = _positive_int(text)
+    if value < 256:
+        raise argparse.ArgumentTypeError(
+            f"must be 256 (bytes) or more (byte-level BPE), got {text}"
+        )
+    return value
 
 
 def _positive_float(text):
@@ -182,13 +199,20 @@ def train(args):
 
     import keras_hub
 
-    from keras_tfm import training, zoo
+    from keras_tfm import data, training, zoo
 
-    def build_model():  # byte-level; keep case (keras-hub lowercases by default)
+    def build_model(train_text):
+        if args.vocabulary_size == 256:  # bytes; keep case (keras-hub lowercases)
+            tokenizer = keras_hub.tokenizers.ByteTokenizer(lowercase=False)
+        else:  # byte-level BPE learned on the training text: lossless too
+            tokenizer = data.train_byte_pair_tokenizer(
+                train_text.splitlines(keepends=True), args.vocabulary_size,
+                name="tokenizer",
+            )  # fmt: skip
         return zoo.from_preset(
-            args.preset, vocabulary_size=256, dropout=args.dropout,
-            max_sequence_length=args.sequence_length,
-            tokenizer=keras_hub.tokenizers.ByteTokenizer(lowercase=False),
+            args.preset, vocabulary_size=tokenizer.vocabulary_size(),
+            dropout=args.dropout, max_sequence_length=args.sequence_length,
+            tokenizer=tokenizer,
         )  # fmt: skip
 
     text, source, stem = _read_corpus(args.data)
@@ -308,6 +332,15 @@ def cache(args):
         print(f"{name}: {entries} entries, {size / 1e6:.1f} MB")
 
 
+def export(args):
+    from keras_tfm.export.command import run_export
+
+    model = resolve_model(args.model)
+    if not args.litert:  # LiteRT quantizes in its converter
+        model = _store_weights(model, args.weights)
+    run_export(model, args)
+
+
 def classify(args):
     model = _language_model(args.model, needs="classify")
     for text, label in zip(args.text, model.classify(args.text), strict=True):
@@ -387,11 +420,18 @@ def build_parser():
     )
     p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
     p.add_argument("--preset", default="gpt_micro")
-    p.add_argument("--epochs", type=_positive_int, default=8)
+    p.add_argument(
+        "--vocabulary-size",
+        type=_vocabulary_size,
+        default=1024,
+        help="tokens of the byte-level BPE learned on the training text "
+        "(default 1024); 256: one token a byte",
+    )
+    p.add_argument("--epochs", type=_positive_int, default=24)  # 50 BPE steps each
     p.add_argument("--batch-size", type=_positive_int, default=16)
     p.add_argument("--sequence-length", type=_positive_int, default=128)
     p.add_argument("--learning-rate", type=_positive_float, default=3e-3)
-    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument(
         "--dtype-policy",
         default="auto",
@@ -458,11 +498,8 @@ def build_parser():
         help="default: top_k where the model's generate has it, else its own",
     )
     p.add_argument("--top-k", type=_positive_int, default=10)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--num-beams", type=_positive_int, default=1)
-    p.add_argument("--seed", type=int)
-    _add_weights_option(p)
+    _add_decoding_options(p, temperature=0.8)
     p.set_defaults(run=generate)
 
     p = commands.add_parser(
@@ -491,10 +528,7 @@ def build_parser():
     )
     p.add_argument("--max-new-tokens", type=_positive_int, default=256)
     p.add_argument("--sampler", default="greedy", choices=["greedy", "top_p"])
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--seed", type=int)
-    _add_weights_option(p)
+    _add_decoding_options(p, temperature=1.0)
     p.set_defaults(run=chat)
 
     p = commands.add_parser(
@@ -521,6 +555,23 @@ def build_parser():
     )
     p.add_argument("action", choices=["info", "clear"])
     p.set_defaults(run=cache)
+
+    p = commands.add_parser(
+        "export",
+        parents=[common],
+        help="write a SavedModel whose signatures take strings (docs/deployment.md)",
+    )
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("directory", help="the SavedModel folder to write")
+    p.add_argument("--overwrite", action="store_true", help="replace a folder")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=32, help="the answers' length"
+    )
+    p.add_argument(
+        "--litert", action="store_true", help="an encoder task as model.tflite"
+    )
+    _add_weights_option(p)
+    p.set_defaults(run=export)
 
     p = commands.add_parser(
         "presets",

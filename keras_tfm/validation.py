@@ -19,6 +19,14 @@ def check_positive_int(name, value):
     return value
 
 
+def check_int_at_least(name, value, minimum, requirement):
+    """Raises unless `value` is an int (not a bool) of at least `minimum`;
+    `requirement` says so in words ("an integer >= 3 (room for ...)")."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be {requirement}. Received: {name}={value!r}")
+    return value
+
+
 def check_heads(num_heads, head_dim, num_key_value_heads):
     """Validates the head layout; returns `(head_dim, num_key_value_heads)`."""
     check_positive_int("num_heads", num_heads)

@@ -21,6 +21,7 @@ SUBPACKAGES = [
     "data",
     "datasets",
     "convert",
+    "export",
     "tokenizers",
     "zoo",
     "distribute",

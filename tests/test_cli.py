@@ -33,6 +33,7 @@ def trained(tmp_path_factory):
                 # 6 epochs (400 steps of 6 ms): past the plateau of a model
                 # that knows only the bytes' frequencies (about 300 steps).
                 "train", "--data", str(text), "--preset", "gpt_tiny", "--epochs", "6",
+                "--vocabulary-size", "256",  # one token a byte: the tests below
                 "--batch-size", "8", "--sequence-length", "32", "--output",
                 str(model), "--max-new-tokens", "8", "--prompt", "And",
                 "--prompt", "Moses",
@@ -56,11 +57,12 @@ def test_train_learns_more_than_byte_frequencies(trained):
     """The validation loss beats a unigram model of the training bytes (their
     frequencies, add-one smoothed) scored on the same validation bytes."""
     _, text, printed = trained
-    data = np.frombuffer(text.read_bytes(), np.uint8)
-    windows = len(data) // 33  # --sequence-length 32, plus one
-    train_end = 33 * (windows - round(0.1 * windows))
-    validation = data[train_end : 33 * windows].reshape(-1, 33)[:, 1:]
-    counts = np.bincount(data[:train_end], minlength=256) + 1.0
+    train, held_out = language_model_recipe.text_split(text.read_text("utf-8"))
+    train = np.frombuffer(train.encode(), np.uint8)
+    held_out = np.frombuffer(held_out.encode(), np.uint8)
+    windows = len(held_out) // 33  # --sequence-length 32, plus one
+    validation = held_out[: 33 * windows].reshape(-1, 33)[:, 1:]
+    counts = np.bincount(train, minlength=256) + 1.0
     unigram = -np.log(counts / counts.sum())[validation].mean()
     loss = float(re.search(r"validation loss ([\d.]+) nats/byte", printed)[1])
     assert 2.5 < unigram < 3.5  # English bytes: about 4 bits each
@@ -200,7 +202,7 @@ def test_the_default_output_is_named_for_the_preset_and_text(monkeypatch):
 
     monkeypatch.setattr(language_model_recipe, "train_language_model", compile_only)
     monkeypatch.setattr(
-        "keras_tfm.saving.atomic_save", lambda model, path: written.append(path)
+        language_model_recipe, "atomic_save", lambda model, path: written.append(path)
     )
     monkeypatch.setattr(language_model_recipe, "_peak_flops", lambda *a: (1.0, "test"))
     with contextlib.redirect_stdout(io.StringIO()):
@@ -256,6 +258,7 @@ def test_train_prints_no_tensorflow_logs(tmp_path):
     # A peak far below this model's rate: MFU must be refused, not > 100%.
     out = run_command(
         "train", "--data", str(text), "--preset", "gpt_tiny", "--epochs", "2",
+        "--vocabulary-size", "256",
         "--batch-size", "8", "--sequence-length", "32", "--peak-flops", "1000",
         "--output", str(tmp_path / "m.keras"), "--max-new-tokens", "4",
         "--prompt", "And",
@@ -270,13 +273,13 @@ def test_train_prints_no_tensorflow_logs(tmp_path):
     )
     assert not re.search(r"MFU \d+\.\d+%", out)
     assert "\n>>> And" in out
-    # The bzip2 anchor on the validation windows: the last round(10%) of the
-    # 4,000 // 33 windows of 32 + 1 bytes, coded after the training windows.
-    data = text.read_bytes()
-    windows = len(data) // 33
-    train_end, end = 33 * (windows - round(0.1 * windows)), 33 * windows
-    extra = len(bz2.compress(data[:end], 9)) - len(bz2.compress(data[:train_end], 9))
-    anchor = extra * 8 * math.log(2) / (end - train_end)
+    # The bzip2 anchor: the held-out windows of 32 + 1 bytes (every tenth
+    # block, `text_split`), coded after the training text.
+    train, held_out = language_model_recipe.text_split(text.read_text("utf-8"))
+    train, held_out = train.encode(), held_out.encode()
+    held_out = held_out[: 33 * (len(held_out) // 33)]
+    extra = len(bz2.compress(train + held_out, 9)) - len(bz2.compress(train, 9))
+    anchor = extra * 8 * math.log(2) / len(held_out)
     loss = float(re.search(r"validation loss ([\d.]+) nats/byte", out)[1])
     model_row = re.search(r"^model \(gpt_tiny\) +([\d.]+)$", out, re.M)
     assert float(model_row[1]) == pytest.approx(loss, abs=1e-3)

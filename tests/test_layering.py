@@ -12,7 +12,8 @@
                                                  the model-free baselines
     models                                       backbones, tasks, preprocessors
     training                                     losses, callbacks, LoRA, distillation
-    convert                                      checkpoint converters
+    convert, export                              checkpoint converters; SavedModels
+                                                 with string signatures, LiteRT
     zoo, serving, interactive_chat               the presets; the HTTP server;
                                                  the chat REPL
     cli, keras_tfm/__init__.py                   the entry points
@@ -52,6 +53,7 @@ RANKS = {
     "models": 5,
     "training": 6,
     "convert": 7,
+    "export": 7,
     "zoo": 8,
     "serving": 8,
     "interactive_chat": 8,

@@ -28,6 +28,7 @@ does not render stays plain code).
 
 import ast
 import re
+from pathlib import Path
 
 import griffe
 
@@ -148,10 +149,11 @@ def annotation(name, default):
 
 
 # The subpackages that docs/api/ renders, one page each.
-API_PACKAGES = (
-    "layers", "models", "generation", "training", "data", "datasets", "convert",
-    "tokenizers", "zoo", "distribute", "saving", "baselines",
-)  # fmt: skip
+API_PACKAGES = tuple(
+    sorted(
+        page.stem for page in (Path(__file__).parents[1] / "docs" / "api").glob("*.md")
+    )
+)
 _CODE = re.compile(r"`(?P<name>[A-Za-z_][\w.]*)(?P<call>\(\))?`")
 
 

@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from keras_tfm.convert.config_checks import (
+    check_attributes,
     check_format_settings,
     check_model_class,
     check_model_type,
+    check_tokenizer_kind,
     check_vocabulary_size,
     config_choice,
     plain_attention_settings,
@@ -261,20 +263,16 @@ def load_hf_bert(directory):
 
 def _check_saveable(backbone, tokenizer):
     check_model_class(backbone, EncoderBackbone, "backbone")
-    if not isinstance(tokenizer, HFBertTokenizer):
-        raise ValueError(
-            "`tokenizer` must be an HFBertTokenizer (e.g. from load_hf_bert). "
-            f"Received: tokenizer={type(tokenizer).__name__}"
-        )
-    # name: (what BERT needs, what the backbone has).
-    checks = {
-        "normalize_first": (False, backbone.normalize_first),
-        "normalization": ("layer_norm", backbone.normalization),
-        "position_encoding": ("learned", backbone.position_encoding),
-        "use_bias": (True, backbone.use_bias),
-        **plain_attention_settings(backbone),
-    }
-    check_format_settings("BERT", checks)
+    check_tokenizer_kind(
+        tokenizer,
+        isinstance(tokenizer, HFBertTokenizer),
+        "an HFBertTokenizer (e.g. from load_hf_bert)",
+    )
+    check_attributes(
+        "BERT", backbone, normalize_first=False, normalization="layer_norm",
+        position_encoding="learned", use_bias=True,
+    )  # fmt: skip
+    check_format_settings("BERT", plain_attention_settings(backbone))
     if backbone.activation not in ACTIVATIONS.values():
         raise ValueError(
             f"A BERT checkpoint needs activation in {list(ACTIVATIONS)}. Received: "
@@ -302,13 +300,11 @@ def save_hf_bert(backbone, tokenizer, directory, overwrite=False):
             positions, "gelu" or "relu" and at least one segment.
         tokenizer: the `HFBertTokenizer` whose vocabulary the ids come from.
         directory: the folder to write (created, or empty).
-
-        overwrite: whether to replace a `directory` that holds files. The
-            files are written to a sibling folder first, which replaces
-            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
+        overwrite: replace a `directory` that holds files, atomically
+            (`keras_tfm.saving.atomic_directory`).
 
     Returns:
-        The folder, as a `pathlib.Path`.
+        The BERT checkpoint's folder, as a `pathlib.Path`.
 
     Example:
     >>> import tempfile

@@ -52,12 +52,29 @@ def check_format_settings(format_name, checks):
             )
 
 
+def check_attributes(format_name, model, **wanted):
+    """`check_format_settings` of each `name=value` in `wanted` against
+    `model.<name>`, in order: e.g. `normalization="rms_norm"`."""
+    checks = {name: (value, getattr(model, name)) for name, value in wanted.items()}
+    check_format_settings(format_name, checks)
+
+
 def check_model_class(model, model_class, argument="model"):
     """Raises unless `model` is a `model_class` (our class, to be saved)."""
     if not isinstance(model, model_class):
         raise ValueError(
             f"`{argument}` must be a keras_tfm {model_class.__name__}. Received: "
             f"{argument}={type(model).__name__}"
+        )
+
+
+def check_tokenizer_kind(tokenizer, accepted, kind):
+    """Raises unless `accepted` (whether `tokenizer` is of the kind a format
+    writes), naming the `kind` wanted and the class received."""
+    if not accepted:
+        raise ValueError(
+            f"`tokenizer` must be {kind}. Received: "
+            f"tokenizer={type(tokenizer).__name__}"
         )
 
 

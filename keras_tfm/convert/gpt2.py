@@ -12,9 +12,11 @@ projections side by side, and the key and value part is our fused
 import numpy as np
 
 from keras_tfm.convert.config_checks import (
+    check_attributes,
     check_format_settings,
     check_model_class,
     check_model_type,
+    check_tokenizer_kind,
     check_vocabulary_size,
     config_choice,
     plain_attention_settings,
@@ -33,7 +35,7 @@ from keras_tfm.convert.hf_tokenizer_files import (
     write_vocab_and_merges,
 )
 from keras_tfm.convert.weights import (
-    assign_weights,
+    built_with_weights,
     model_weights,
     refuse_unknown_tensors,
     require_tensors,
@@ -238,33 +240,27 @@ def load_hf_gpt2(directory, max_sequence_length=None):
         table = weights["position_embedding/embeddings"]
         weights["position_embedding/embeddings"] = table[:max_sequence_length]
     tokenizer = convert_tokenizer(directory, hf_config)
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
-    assign_weights(model, weights)
-    return model
+    return built_with_weights(CausalLM, config, weights, tokenizer=tokenizer)
 
 
 def _check_saveable(model, tokenizer):
     check_model_class(model, CausalLM)
-    checks = {
-        "normalize_first": (True, model.normalize_first),
-        "normalization": ("layer_norm", model.normalization),
-        "position_encoding": ("learned", model.position_encoding),
-        "use_bias": (True, model.use_bias),
-        "tie_word_embeddings": (True, model.tie_word_embeddings),
-        **plain_attention_settings(model.backbone),
-    }
-    check_format_settings("GPT-2", checks)
+    check_attributes(
+        "GPT-2", model, normalize_first=True, normalization="layer_norm",
+        position_encoding="learned", use_bias=True, tie_word_embeddings=True,
+    )  # fmt: skip
+    check_format_settings("GPT-2", plain_attention_settings(model.backbone))
     if model.activation not in ACTIVATIONS.values():
         raise ValueError(
             "A GPT-2 checkpoint needs activation 'gelu_approximate', 'gelu' or "
             f"'relu'. Received: activation={model.activation!r}"
         )
-    if tokenizer is None or not hasattr(tokenizer, "merges"):
-        raise ValueError(
-            "`tokenizer` must be a keras-hub byte-pair tokenizer (e.g. "
-            "GPT2Tokenizer), or the model must have one attached. Received: "
-            f"tokenizer={type(tokenizer).__name__}"
-        )
+    check_tokenizer_kind(
+        tokenizer,
+        hasattr(tokenizer, "merges"),
+        "a keras-hub byte-pair tokenizer (e.g. GPT2Tokenizer), or the model "
+        "must have one attached",
+    )
     check_vocabulary_size(tokenizer, model)
     if END_OF_TEXT not in tokenizer.vocabulary:
         raise ValueError(f"A GPT-2 vocabulary needs the {END_OF_TEXT!r} token.")
@@ -295,13 +291,11 @@ def save_hf_gpt2(model, directory, tokenizer=None, overwrite=False):
         tokenizer: a keras-hub byte-level `BytePairTokenizer` (such as
             `GPT2Tokenizer` or `ByteLevelBPETokenizer`) with an
             "<|endoftext|>" token; by default the model's attached tokenizer.
-
-        overwrite: whether to replace a `directory` that holds files. The
-            files are written to a sibling folder first, which replaces
-            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
+        overwrite: replace a `directory` that holds files, atomically
+            (`keras_tfm.saving.atomic_directory`).
 
     Returns:
-        The folder, as a `pathlib.Path`.
+        The GPT-2 checkpoint's folder, as a `pathlib.Path`.
 
     Example:
     >>> import tempfile

@@ -26,9 +26,10 @@ import numpy as np
 
 from keras_tfm.convert import converted_cache, gguf_blocks
 from keras_tfm.convert.config_checks import (
-    check_format_settings,
+    check_attributes,
     check_model_class,
     check_model_type,
+    check_tokenizer_kind,
     check_vocabulary_size,
 )
 from keras_tfm.convert.gguf_names import (
@@ -57,7 +58,7 @@ from keras_tfm.convert.hf_tokenizer_files import (
 )
 from keras_tfm.convert.installed_packages import checkpoint_path
 from keras_tfm.convert.weights import (
-    assign_weights,
+    built_with_weights,
     model_weights,
     refuse_unknown_tensors,
     require_tensors,
@@ -465,26 +466,21 @@ def load_hf_llama(directory, max_sequence_length=None):
     tensors = _add_zero_biases(tensors, config, projections, who)
     weights = convert_weights(tensors, config, str(directory))
     tokenizer = convert_tokenizer(directory, hf_config)
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
-    assign_weights(model, weights)
-    return model
+    return built_with_weights(CausalLM, config, weights, tokenizer=tokenizer)
 
 
 def _saveable_config(model, tokenizer):
     check_model_class(model, CausalLM)
-    checks = {
-        "normalize_first": (True, model.normalize_first),
-        "normalization": ("rms_norm", model.normalization),
-        "position_encoding": ("rotary", model.position_encoding),
-        "activation": ("swiglu", model.activation),
-    }
-    check_format_settings("Llama", checks)
-    if not isinstance(tokenizer, ByteLevelBPETokenizer):
-        raise ValueError(
-            "`tokenizer` must be a ByteLevelBPETokenizer (as load_hf_llama "
-            "attaches), or the model must have one attached. Received: "
-            f"tokenizer={type(tokenizer).__name__}"
-        )
+    check_attributes(
+        "Llama", model, normalize_first=True, normalization="rms_norm",
+        position_encoding="rotary", activation="swiglu",
+    )  # fmt: skip
+    check_tokenizer_kind(
+        tokenizer,
+        isinstance(tokenizer, ByteLevelBPETokenizer),
+        "a ByteLevelBPETokenizer (as load_hf_llama attaches), or the model "
+        "must have one attached",
+    )
     check_vocabulary_size(tokenizer, model)
     attention = model.backbone.transformer_layers[0].self_attention
     config = flat_arguments(model)
@@ -510,13 +506,11 @@ def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
         directory: the folder to write (created, or empty).
         tokenizer: a `ByteLevelBPETokenizer`; by default the model's
             attached tokenizer.
-
-        overwrite: whether to replace a `directory` that holds files. The
-            files are written to a sibling folder first, which replaces
-            `directory` only once complete (`keras_tfm.saving.atomic_directory`).
+        overwrite: replace a `directory` that holds files, atomically
+            (`keras_tfm.saving.atomic_directory`).
 
     Returns:
-        The folder, as a `pathlib.Path`.
+        The Llama checkpoint's folder, as a `pathlib.Path`.
 
     Example:
     >>> import tempfile
@@ -816,10 +810,9 @@ def load_gguf_llama(path, max_sequence_length=None, weights="float32"):
             f"`weights` must be one of {WEIGHT_MODES}. Received: {weights=}"
         )
     config, tokenizer, arrays = converted_gguf(path, max_sequence_length, weights)
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     if weights == "float32":
-        assign_weights(model, arrays)
-        return model
+        return built_with_weights(CausalLM, config, arrays, tokenizer=tokenizer)
+    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     blocks = {}
     for name, value in arrays.items():
         layer, _, part = name.rpartition(":")

@@ -49,6 +49,15 @@ def assign_weights(model, weights):
         ours[path].assign(np.asarray(value, "float32"))
 
 
+def built_with_weights(cls, config, weights, **arguments):
+    """`cls.from_config` of `config` and `arguments` in float32, with every
+    weight assigned from `weights` (as `assign_weights`): what each loader
+    returns."""
+    model = cls.from_config({**config, **arguments, "dtype": "float32"})
+    assign_weights(model, weights)
+    return model
+
+
 def model_weights(model):
     """Our weight path -> float32 NumPy array."""
     return {w.path: np.asarray(w.numpy(), "float32") for w in model.weights}

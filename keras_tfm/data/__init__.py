@@ -8,6 +8,7 @@ from keras_tfm.data.byte_pair_tokenizer import train_byte_pair_tokenizer
 from keras_tfm.data.classification import classification_dataset
 from keras_tfm.data.detokenization import detokenize, join_word_pieces
 from keras_tfm.data.language_modeling import (
+    interleaved_split,
     language_model_datasets,
     next_token_windows,
     split_at_line,
@@ -27,6 +28,7 @@ __all__ = [
     "classification_dataset",
     "detokenize",
     "encode_for_classification",
+    "interleaved_split",
     "join_word_pieces",
     "language_model_datasets",
     "length_buckets",

@@ -3,6 +3,8 @@
 import numpy as np
 import tensorflow as tf
 
+from keras_tfm.validation import check_positive_int
+
 
 def length_buckets(max_sequence_length, smallest=16):
     """Bucket lengths doubling from `smallest` up to `max_sequence_length`.
@@ -87,15 +89,7 @@ def batch_by_length(
     >>> [b.shape[1] for b in batch_by_length(ds, 2, [8, 32])]
     [8, 32]
     """
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, int)
-        or batch_size < 1
-    ):
-        raise ValueError(
-            "`batch_size` must be a positive integer. "
-            f"Received: batch_size={batch_size!r}"
-        )
+    check_positive_int("batch_size", batch_size)
     lengths = list(bucket_lengths)
     if (
         not lengths

@@ -4,6 +4,8 @@ import json
 
 import keras_hub
 
+from keras_tfm.validation import check_int_at_least
+
 END_OF_TEXT = "<|endoftext|>"
 
 
@@ -41,16 +43,12 @@ def train_byte_pair_tokenizer(
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    if (
-        isinstance(vocabulary_size, bool)
-        or not isinstance(vocabulary_size, int)
-        or vocabulary_size < len(alphabet) + len(special_tokens)
-    ):
-        raise ValueError(
-            "`vocabulary_size` must be an integer of at least 256 + the number "
-            f"of special tokens ({len(alphabet) + len(special_tokens)}): every "
-            f"byte is a token. Received: vocabulary_size={vocabulary_size!r}"
-        )
+    smallest = len(alphabet) + len(special_tokens)
+    check_int_at_least(
+        "vocabulary_size", vocabulary_size, smallest,
+        "an integer of at least 256 + the number of special tokens "
+        f"({smallest}): every byte is a token",
+    )  # fmt: skip
     if isinstance(texts, str):
         raise ValueError(
             "`texts` must be a list of strings, not one string. "

@@ -4,6 +4,8 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
+from keras_tfm.validation import check_int_at_least
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -46,16 +48,11 @@ def train_word_piece_tokenizer(
     >>> tokenizer.detokenize(tokenizer("the cat"))
     'the cat'
     """
-    if (
-        isinstance(vocabulary_size, bool)
-        or not isinstance(vocabulary_size, int)
-        or vocabulary_size <= len(reserved_tokens)
-    ):
-        raise ValueError(
-            "`vocabulary_size` must be an integer larger than the number of "
-            f"reserved tokens ({len(reserved_tokens)}). "
-            f"Received: vocabulary_size={vocabulary_size!r}"
-        )
+    check_int_at_least(
+        "vocabulary_size", vocabulary_size, len(reserved_tokens) + 1,
+        "an integer larger than the number of reserved tokens "
+        f"({len(reserved_tokens)})",
+    )  # fmt: skip
     if "[UNK]" not in reserved_tokens:
         raise ValueError(
             "`reserved_tokens` must contain the out-of-vocabulary token '[UNK]'. "
@@ -111,15 +108,11 @@ def encode_for_classification(tokenizer, texts, sequence_length=None):
         raise ValueError(
             f"`texts` must be a list of strings. Received: texts={texts[:40]!r}"
         )
-    if sequence_length is not None and (
-        isinstance(sequence_length, bool)
-        or not isinstance(sequence_length, int)
-        or sequence_length < 3
-    ):
-        raise ValueError(
-            "`sequence_length` must be None or an integer >= 3 (room for "
-            f"[CLS], a token and [SEP]). Received: sequence_length={sequence_length!r}"
-        )
+    if sequence_length is not None:
+        check_int_at_least(
+            "sequence_length", sequence_length, 3,
+            "None or an integer >= 3 (room for [CLS], a token and [SEP])",
+        )  # fmt: skip
     cls_id = tokenizer.token_to_id("[CLS]")
     sep_id = tokenizer.token_to_id("[SEP]")
     pad_id = tokenizer.token_to_id("[PAD]")

@@ -10,6 +10,7 @@ import tensorflow as tf
 from keras_tfm.data.bucketing import bucket_batch_sizes
 from keras_tfm.data.detokenization import join_word_pieces
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer
+from keras_tfm.validation import check_positive_int
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")  # ids 0, 1, 2, 3
 
@@ -105,11 +106,8 @@ def translation_dataset(
     pairs = list(pairs)
     if not pairs:
         raise ValueError("`pairs` is empty. Received: pairs=[]")
-    for name, value in (("batch_size", batch_size), ("max_length", max_length)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(
-                f"`{name}` must be a positive integer. Received: {value!r}"
-            )
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("max_length", max_length)
     start = tokenizer.token_to_id("[START]")
     end = tokenizer.token_to_id("[END]")
     german = _token_lists(tokenizer([de for de, _ in pairs]))

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_tfm.validation import check_positive_int
+
 TRANS_DE_EN_PATH = "/usr/share/trans/de-en"
 
 _LABEL = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|\([^()]*\)|<[^<>]*>")
@@ -124,10 +126,7 @@ def load_translation_pairs(path=None, sentence_like=True, min_words=3):
     >>> ("Das ist doch nicht möglich.", "That really isn't possible.") in pairs
     True
     """
-    if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 1:
-        raise ValueError(
-            f"`min_words` must be a positive integer. Received: min_words={min_words!r}"
-        )
+    check_positive_int("min_words", min_words)
     file, stamp = _file_version(path)
     if not sentence_like:
         return list(_read_pairs(file, stamp, False, min_words))

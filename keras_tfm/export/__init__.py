@@ -1,9 +1,9 @@
 """Models that leave Python: SavedModels with string signatures, and LiteRT.
 
 Example:
->>> from keras_tfm import export
->>> sorted(name for name in dir(export) if not name.startswith("_"))[:2]
-['export_litert', 'export_saved_model']
+>>> from keras_tfm import export, zoo
+>>> sorted(export.signatures_of(zoo.from_preset("kjv_gpt")))
+['generate', 'generate_with_options', 'score']
 """
 
 from keras_tfm.export.litert import export_litert

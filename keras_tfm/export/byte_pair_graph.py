@@ -34,8 +34,10 @@ MARK = "\uffff"
 # GPT-2's byte-level pattern (`tokenizers`' ByteLevel regex) without its
 # `\s+(?!\S)` alternative, and where that alternative would cut.
 GPT2_PIECES = (
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+"
-).replace(r"[^\s", r"[^\t\n\x0B\f\r\x{85}\p{Z}").replace(r"\s+", WS + "+")
+    (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+")
+    .replace(r"[^\s", r"[^\t\n\x0B\f\r\x{85}\p{Z}")
+    .replace(r"\s+", WS + "+")
+)
 GPT2_CUT = (f"({WS})({WS}{NOT_WS})", f"\\1{MARK}\\2")
 
 # Llama 3's (keras-hub's `SPLIT_PATTERN_TOKENIZERS`), likewise.
@@ -121,7 +123,9 @@ def split_words(tokenizer, texts):
         words = tf.RaggedTensor.from_row_lengths(flat, tf.ones_like(flat, tf.int64))
     elif parts is not None:
         words = _split_flat(parts.flat_values, pattern, cut)
-        words = tf.RaggedTensor.from_row_splits(words, parts.row_splits).merge_dims(1, 2)
+        words = tf.RaggedTensor.from_row_splits(words, parts.row_splits).merge_dims(
+            1, 2
+        )
     else:
         words = _split_flat(flat, pattern, cut)
     if specials:
@@ -134,7 +138,9 @@ def split_words(tokenizer, texts):
         )
         keep = tf.ragged.boolean_mask(words, ~is_special)
         # Interleave: special rows where is_special, split rows elsewhere.
-        order = tf.argsort(tf.concat([tf.where(~is_special)[:, 0], tf.where(is_special)[:, 0]], 0))
+        order = tf.argsort(
+            tf.concat([tf.where(~is_special)[:, 0], tf.where(is_special)[:, 0]], 0)
+        )
         both = tf.concat(
             [keep, tf.ragged.boolean_mask(special_rows, is_special)], axis=0
         )

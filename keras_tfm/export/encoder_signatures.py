@@ -34,7 +34,9 @@ def classify_signature(model):
 
     @tf.function(input_signature=[TEXTS])
     def classify(texts):
-        logits = tf.cast(model(_packed(model.preprocessor, texts), training=False), tf.float32)
+        logits = tf.cast(
+            model(_packed(model.preprocessor, texts), training=False), tf.float32
+        )
         probabilities = tf.nn.softmax(logits, axis=-1)
         return {
             "labels": tf.gather(names, tf.argmax(probabilities, axis=-1)),

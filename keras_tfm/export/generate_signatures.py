@@ -15,10 +15,6 @@ from keras_tfm.tokenizers.chat_template import IM_END, IM_START, parse_chatml_te
 PROMPTS = tf.TensorSpec([None], tf.string, name="prompts")
 
 
-def _bucket(length):
-    return (length + 7) // 8 * 8
-
-
 def greedy_decoder(model, stop_token_ids):
     """`decode(ids: ragged int32, max_new_tokens) -> ragged int32` (prompt + new).
 
@@ -58,12 +54,12 @@ def greedy_decoder(model, stop_token_ids):
             message=f"A prompt plus max_new_tokens exceeds max_sequence_length="
             f"{maximum} (the exported loop does not slide its window)",
         )
-        length = tf.minimum(_bucket(longest + max_new_tokens), maximum)
+        length = tf.minimum(gen.bucket_length(longest + max_new_tokens), maximum)
         tokens = ids.to_tensor(default_value=model.fill_id, shape=[None, None])
         tokens = tf.pad(tokens, [[0, 0], [0, length - tf.shape(tokens)[1]]],
                         constant_values=model.fill_id)  # fmt: skip
         mask = tf.sequence_mask(lengths, length)
-        prefill = tf.minimum(_bucket(shortest), length)
+        prefill = tf.minimum(gen.bucket_length(shortest), length)
         out = loop(tokens, mask, shortest, longest + max_new_tokens, prefill)
         # Each row: its prompt and max_new_tokens, cut after a stop id.
         keep = tf.sequence_mask(lengths + max_new_tokens, length)
@@ -88,37 +84,42 @@ def _drop(ids, stop_token_ids):
     return tf.ragged.boolean_mask(ids, ~ids.with_flat_values(is_stop))
 
 
-def generate_signature(model, max_new_tokens):
-    """`generate(prompts) -> {"texts"}`: greedy, prompt and continuation."""
-    tokenizer = model.preprocessor.tokenizer
-    stops = tuple(gen.check_stop_token_ids(
-        model.default_stop_token_ids(), model.backbone.vocabulary_size) or ())  # fmt: skip
-    decode = greedy_decoder(model, stops)
-
-    @tf.function(input_signature=[PROMPTS])
-    def generate(prompts):
-        ids = decode(graph_text.tokenize(tokenizer, prompts), max_new_tokens)
-        return {"texts": graph_text.detokenize(tokenizer, _drop(ids, stops))}
-
-    return generate
+def _default_stops(model):
+    stops = model.default_stop_token_ids()
+    return tuple(gen.check_stop_token_ids(stops, model.backbone.vocabulary_size) or ())
 
 
 def generate_with_options_signature(model):
     """`generate_with_options(prompts, max_new_tokens: int32) -> {"texts"}`."""
     tokenizer = model.preprocessor.tokenizer
-    stops = tuple(gen.check_stop_token_ids(
-        model.default_stop_token_ids(), model.backbone.vocabulary_size) or ())  # fmt: skip
+    stops = _default_stops(model)
     decode = greedy_decoder(model, stops)
 
     @tf.function(
         input_signature=[PROMPTS, tf.TensorSpec([], tf.int32, name="max_new_tokens")]
     )
     def generate_with_options(prompts, max_new_tokens):
-        tf.debugging.assert_positive(max_new_tokens, message="max_new_tokens must be positive")
+        tf.debugging.assert_positive(
+            max_new_tokens, message="max_new_tokens must be positive"
+        )
         ids = decode(graph_text.tokenize(tokenizer, prompts), max_new_tokens)
         return {"texts": graph_text.detokenize(tokenizer, _drop(ids, stops))}
 
     return generate_with_options
+
+
+def generate_signature(with_options, max_new_tokens):
+    """`generate(prompts) -> {"texts"}`: greedy, prompt and continuation.
+
+    `with_options` with the export's `max_new_tokens`: one traced loop
+    serves both signatures.
+    """
+
+    @tf.function(input_signature=[PROMPTS])
+    def generate(prompts):
+        return with_options(prompts, tf.constant(max_new_tokens, tf.int32))
+
+    return generate
 
 
 def chat_signature(model, max_new_tokens):

@@ -6,7 +6,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_tfm.export import encoder_signatures, generate_signatures
-from keras_tfm.models import CausalLM, EncoderClassifier, Seq2SeqLM, SentenceEncoder
+from keras_tfm.models import CausalLM, EncoderClassifier, SentenceEncoder, Seq2SeqLM
 from keras_tfm.saving import atomic_directory
 
 
@@ -44,11 +44,12 @@ def signatures_of(model, max_new_tokens=32):
             f"Received: a {type(model).__name__}"
         )
     if isinstance(model, CausalLM):
+        with_options = generate_signatures.generate_with_options_signature(model)
         signatures = {
-            "generate": generate_signatures.generate_signature(model, max_new_tokens),
-            "generate_with_options": (
-                generate_signatures.generate_with_options_signature(model)
+            "generate": generate_signatures.generate_signature(
+                with_options, max_new_tokens
             ),
+            "generate_with_options": with_options,
             "score": generate_signatures.score_signature(model),
         }
         if getattr(model.preprocessor.tokenizer, "chat_template", None):
@@ -104,7 +105,8 @@ def export_saved_model(model, directory, overwrite=False, max_new_tokens=32):
     module = tf.Module()
     module.model = model
     module.tokenizer = model.preprocessor.tokenizer
-    concrete = {name: f.get_concrete_function() for name, f in signatures.items()}
+    # A non-empty `directory` is refused here, before the slow tracing.
     with atomic_directory(Path(directory), overwrite=overwrite) as folder:
+        concrete = {name: f.get_concrete_function() for name, f in signatures.items()}
         tf.saved_model.save(module, str(folder), signatures=concrete)
     return _folder_bytes(directory)

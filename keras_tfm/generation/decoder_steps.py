@@ -10,8 +10,8 @@ operations on a key/value cache that outlives one call:
 `steps(...)` writes the keys and values of `token_ids` (positions
 `index ... index + seq - 1`) into `caches` and returns the next-token
 logits; `extend` fills positions `start ... stop - 1` of a (batch, length)
-token buffer in chunks of `chunk_length` tokens inside one `while` loop, so a
-prompt of any length compiles once per buffer length.
+token buffer in chunks of 64 tokens inside one `while` loop, so a prompt of
+any length compiles once per buffer length.
 
 The caches are a tuple with one tensor (batch, 2, max_length, kv_heads,
 head_dim) per block, as `DecoderBackbone.call_with_cache` takes them.
@@ -21,8 +21,11 @@ from keras import ops
 
 from keras_tfm.validation import check_positive_int
 
-EXTEND_CHUNK = 64
-"""Tokens written per pass by `DecoderSteps.extend`."""
+EXTEND_CHUNKS = (64, 64)
+"""Tokens written per pass by `DecoderSteps.extend`: the large chunk while at
+least half of it is needed, then the small one. One size by default: with
+two, XLA compiles a conditional around two copies of the model in the loop,
+and a warm chat turn measured slower (benchmarks/chat_cache_reuse.py)."""
 
 
 class DecoderSteps:
@@ -112,11 +115,12 @@ class DecoderSteps:
     def padding_mask_of(self, tokens):
         return self.backbone.padding_mask_of(tokens)
 
-    def extend(self, tokens, caches, start, stop, chunk_length=EXTEND_CHUNK):
+    def extend(self, tokens, caches, start, stop, chunk_lengths=EXTEND_CHUNKS):
         """`caches` with the keys and values of `tokens[:, start:stop]` written.
 
-        Runs in chunks of `chunk_length` tokens inside one loop (`start` and
-        `stop` may be tensors). The last chunk may cover positions past
+        Runs in chunks inside one loop (`start` and `stop` may be tensors):
+        the first of `chunk_lengths` while at least half of it is still
+        needed, else the second. The last chunk may cover positions past
         `stop`: their keys are written too and are overwritten, unread, by
         the decoding that follows (a query never sees a later position). A
         chunk that would run past the buffer starts earlier instead,
@@ -127,21 +131,31 @@ class DecoderSteps:
                 are masked out of attention, as in `generate`).
             caches: see `empty_cache`, `length` positions each.
             start, stop: the positions to fill.
-            chunk_length: tokens per pass.
+            chunk_lengths: (large, small) tokens per pass.
 
         Returns:
             The updated caches.
         """
         length = tokens.shape[1]
-        chunk_length = min(chunk_length, length)
+        large, small = (min(size, length) for size in chunk_lengths)
         padding_mask = self.padding_mask_of(tokens)
-        offsets = ops.arange(chunk_length, dtype="int32")
+
+        def chunk(caches, position, size):
+            first = ops.minimum(position, length - size)
+            token_ids = ops.take(
+                tokens, first + ops.arange(size, dtype="int32"), axis=1
+            )
+            _, caches = self.hidden(token_ids, caches, first, padding_mask)
+            return caches, position + size
 
         def body(caches, position):
-            first = ops.minimum(position, length - chunk_length)
-            chunk = ops.take(tokens, first + offsets, axis=1)
-            _, caches = self.hidden(chunk, caches, first, padding_mask)
-            return caches, position + chunk_length
+            if large == small:
+                return chunk(caches, position, small)
+            return ops.cond(
+                2 * (stop - position) >= large,
+                lambda: chunk(caches, position, large),
+                lambda: chunk(caches, position, small),
+            )
 
         caches, _ = ops.while_loop(
             lambda caches, position: position < stop,

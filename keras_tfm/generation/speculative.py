@@ -21,7 +21,8 @@ Two proposers:
 - prompt lookup (Saxena, 2023): copy the tokens that followed the latest
   earlier occurrence of the last `ngram_size` tokens (trying shorter n-grams
   down to one token). No second model; it wins where the output repeats its
-  input (editing, summarising, extracting, code).
+  input (editing, summarising, extracting, code). Where nothing matches,
+  the round is one plain greedy step (no k + 1 pass for guesses it lacks).
 - a draft model sharing the tokenizer, decoding greedily with its own cache:
   another `CausalLM`, or `DecoderSteps(model, num_layers=...)`, the target's
   own first blocks and head (no extra weights).
@@ -50,7 +51,8 @@ def lookup_drafts(tokens, length, num_draft_tokens, ngram_size):
     For n = `ngram_size` down to 1, the latest start p < length - n with
     `tokens[p : p + n] == tokens[length - n : length]` gives the guesses
     `tokens[p + n :]`, continued periodically past `length` (a repeating
-    pattern repeats); with no match at all, the last token repeated.
+    pattern repeats); with no match at all, the last token repeated (and
+    `found` is False).
 
     Args:
         tokens: int (1, buffer), the first `length` entries valid.
@@ -58,12 +60,13 @@ def lookup_drafts(tokens, length, num_draft_tokens, ngram_size):
         num_draft_tokens, ngram_size: Python ints.
 
     Returns:
-        int32 (num_draft_tokens,).
+        `(drafts, found)`: int32 (num_draft_tokens,) and a scalar bool.
 
     Example:
     >>> tokens = np.array([[7, 8, 9, 4, 7, 8, 0, 0]], "int32")
-    >>> ops.convert_to_numpy(lookup_drafts(tokens, 6, 3, 2)).tolist()
-    [9, 4, 7]
+    >>> drafts, found = lookup_drafts(tokens, 6, 3, 2)
+    >>> ops.convert_to_numpy(drafts).tolist(), bool(found)
+    ([9, 4, 7], True)
     """
     row = ops.cast(tokens[0], "int32")
     size = row.shape[0]
@@ -79,10 +82,11 @@ def lookup_drafts(tokens, length, num_draft_tokens, ngram_size):
             )
         latest = ops.max(ops.where(match, positions, -1))
         start = ops.where(start >= 0, start, ops.where(latest >= 0, latest + n, -1))
-    start = ops.where(start >= 0, start, length - 1)
+    found = start >= 0
+    start = ops.where(found, start, length - 1)
     period = length - start
     steps = ops.arange(num_draft_tokens, dtype="int32")
-    return ops.take(row, start + steps % period)
+    return ops.take(row, start + steps % period), found
 
 
 class SpeculativeDecoder:
@@ -91,8 +95,10 @@ class SpeculativeDecoder:
     `decoder.generate(inputs, max_new_tokens)` returns exactly what
     `model.generate(inputs, max_new_tokens)` returns with the greedy
     sampler (see the module docstring for how), usually in fewer forward
-    passes of `model`. `decoder.stats` tells how the guesses fared in the
-    last call.
+    passes of `model`. `decoder.stats` tells how the last call went:
+    `rounds` (forward passes of `model` after the prefill), `drafted` and
+    `accepted` guesses, `acceptance_rate` (accepted / drafted) and
+    `new_tokens`.
 
     Args:
         model: the target, a decoder-only `keras_tfm.models.CausalLM`.
@@ -199,7 +205,7 @@ class SpeculativeDecoder:
                 self._loop(stop_token_ids), jit_compile=self.jit_compile
             ),
         )
-        totals = dict.fromkeys(("rounds", "accepted", "new_tokens"), 0)
+        totals = dict.fromkeys(("rounds", "guessed", "accepted", "new_tokens"), 0)
         results = []
         for row in rows:
             end = len(row) + max_new_tokens
@@ -207,17 +213,19 @@ class SpeculativeDecoder:
                 gen.bucket_length(end + k, BUFFER_BUCKET), backbone.max_sequence_length
             )
             tokens, _ = gen.pad_rows([row], length, model.fill_id)
-            tokens, index, rounds, accepted = function(
+            tokens, index, counts = function(
                 tokens, ops.convert_to_tensor(len(row), "int32"),
                 ops.convert_to_tensor(end, "int32"),
             )  # fmt: skip
             tokens = ops.convert_to_numpy(tokens)[0, : min(int(index), end)]
             result = gen.truncate_at_stop(tokens, len(row), stop_token_ids)
             results.append(result)
-            totals["rounds"] += int(rounds)
-            totals["accepted"] += int(accepted)
+            for name, count in zip(
+                ("rounds", "guessed", "accepted"), counts, strict=True
+            ):
+                totals[name] += int(count)
             totals["new_tokens"] += len(result) - len(row)
-        drafted = totals["rounds"] * k
+        drafted = totals.pop("guessed") * k
         self.stats = dict(
             totals,
             drafted=drafted,
@@ -230,10 +238,12 @@ class SpeculativeDecoder:
         return gen.format_outputs(results, kind, None, stop_token_ids)
 
     def _propose(self, tokens, length, caches, valid):
-        """`(drafts, caches)`: k guesses for positions `length ...`."""
+        """`(drafts, found, caches)`: k guesses for positions `length ...`,
+        and whether there are any (prompt lookup may find none)."""
         k = self.num_draft_tokens
         if self.draft is None:
-            return lookup_drafts(tokens, length, k, self.ngram_size), caches
+            drafts, found = lookup_drafts(tokens, length, k, self.ngram_size)
+            return drafts, found, caches
         draft = self.draft
 
         # Feed positions valid ... length + k - 2 one by one: the draft's
@@ -256,10 +266,11 @@ class SpeculativeDecoder:
             body,
             (tokens, caches, valid),
         )
-        return ops.take(buffer[0], length + ops.arange(k, dtype="int32")), caches
+        drafts = ops.take(buffer[0], length + ops.arange(k, dtype="int32"))
+        return drafts, ops.convert_to_tensor(True), caches
 
     def _loop(self, stop_token_ids):
-        """The compiled loop: `(tokens, index, rounds, accepted)`."""
+        """The compiled loop: `(tokens, index, (rounds, guessed, accepted))`."""
         target, draft, k = self.target, self.draft, self.num_draft_tokens
         stops = ops.convert_to_tensor(list(stop_token_ids or [-1]), "int32")
 
@@ -274,14 +285,13 @@ class SpeculativeDecoder:
                     tokens, draft.empty_cache(1, size), 0, prompt_length - 1
                 )
 
-            def body(tokens, caches, draft_caches, length, valid, rounds, accepted, _):
-                drafts, draft_caches = self._propose(
-                    tokens, length, draft_caches, valid
-                )
-                drafts = ops.cast(drafts, tokens.dtype)
-                proposed = ops.slice_update(tokens, [0, length], drafts[None])
+            def check(tokens, caches, length, guesses):
+                """The target's greedy tokens for `length ...` (k + 1 of
+                them, padded with zeros past `guesses`' length + 1)."""
+                width = guesses.shape[0] + 1
+                proposed = ops.slice_update(tokens, [0, length], guesses[None])
                 chunk = ops.take(
-                    proposed, length - 1 + ops.arange(k + 1, dtype="int32"), axis=1
+                    proposed, length - 1 + ops.arange(width, dtype="int32"), axis=1
                 )
                 logits, caches = target(
                     chunk, caches, length - 1, target.padding_mask_of(proposed)
@@ -289,9 +299,23 @@ class SpeculativeDecoder:
                 # The greedy sampler's choice: argmax of the probabilities.
                 predictions = ops.cast(
                     ops.argmax(ops.softmax(logits[0], axis=-1), axis=-1), tokens.dtype
+                )
+                return ops.pad(predictions, [(0, k + 1 - width)]), caches
+
+            def body(tokens, caches, draft_caches, length, valid, *counts):
+                rounds, guessed, accepted, _ = counts
+                drafts, found, draft_caches = self._propose(
+                    tokens, length, draft_caches, valid
+                )
+                drafts = ops.cast(drafts, tokens.dtype)
+                # Without guesses (no n-gram matched), one plain greedy step.
+                predictions, caches = ops.cond(
+                    found,
+                    lambda: check(tokens, caches, length, drafts),
+                    lambda: check(tokens, caches, length, drafts[:0]),
                 )  # (k + 1,)
                 agree = ops.cast(ops.equal(drafts, predictions[:k]), "int32")
-                count = ops.sum(ops.cumprod(agree))  # a
+                count = ops.sum(ops.cumprod(agree)) * ops.cast(found, "int32")  # a
                 tokens = ops.slice_update(tokens, [0, length], predictions[None])
                 new = ops.arange(k + 1, dtype="int32") <= count
                 is_stop = ops.any(
@@ -302,19 +326,19 @@ class SpeculativeDecoder:
                 return (
                     tokens, caches, draft_caches, length + count + 1,
                     length + ops.minimum(count, k - 1), rounds + 1,
-                    accepted + count, done,
+                    guessed + ops.cast(found, "int32"), accepted + count, done,
                 )  # fmt: skip
 
+            zero = ops.convert_to_tensor(0, "int32")
             state = (
                 tokens, caches, draft_caches, prompt_length, prompt_length - 1,
-                ops.convert_to_tensor(0, "int32"), ops.convert_to_tensor(0, "int32"),
-                ops.convert_to_tensor(False),
+                zero, zero, zero, ops.convert_to_tensor(False),
             )  # fmt: skip
             state = ops.while_loop(
                 lambda *s: ops.logical_and(ops.logical_not(s[-1]), s[3] < end),
                 body,
                 state,
             )
-            return state[0], state[3], state[5], state[6]
+            return state[0], state[3], state[5:8]
 
         return loop

@@ -2,8 +2,13 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.generation import decode_loop, logit_processors, sliding_window
+from keras_tfm.generation import (
+    decode_loop,
+    logit_processors,
+    sliding_window,
+)
 from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import stop_strings as stop_text
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.chat_pieces import answer_pieces
 from keras_tfm.generation.compiled_loops import CompiledLoops
@@ -21,9 +26,9 @@ from keras_tfm.validation import check_positive_int, check_rank
 
 
 def first(outputs):
-    """The tokens of a compiled loop's outputs (the built-in loop also
-    returns log-probabilities)."""
-    return outputs[0] if isinstance(outputs, tuple) else outputs
+    """The tokens of a compiled loop's outputs (the built-in loop returns a
+    dict, see `decode_loop.decode`)."""
+    return outputs["tokens"] if isinstance(outputs, dict) else outputs
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -245,7 +250,10 @@ class CausalLM(QuantizationMixin, Task):
                 return gen.run_sampler(
                     sampler, next, tokens, cache, start, mask, stop_token_ids, end
                 )
-            repeated = {k: ops.repeat(v, beams, axis=0) for k, v in settings.items()}
+            repeated = {
+                k: v if k == "token_bytes" else ops.repeat(v, beams, axis=0)
+                for k, v in settings.items()
+            }
 
             def process(logits, prompt, index, mask):
                 return logit_processors.process_logits(
@@ -330,6 +338,7 @@ class CausalLM(QuantizationMixin, Task):
         frequency_penalty=None,
         no_repeat_ngram_size=None,
         bad_words_ids=None,
+        stop_strings=None,
         return_scores=False,
         generation_config=None,
     ):
@@ -400,6 +409,11 @@ class CausalLM(QuantizationMixin, Task):
                 tokens generated so far (0: off).
             no_repeat_ngram_size: forbid repeating any n-gram of this size.
             bad_words_ids: token sequences never to generate.
+            stop_strings: a row ends when its new text ends with one of
+                these (checked in the loop on the tokens' bytes, across token
+                boundaries); strings are cut before it, ids end with the
+                token that completed it. Needs a tokenizer; built-in
+                samplers only, not streamed.
             return_scores: also return, per input, the model's
                 log-probability of each new token (before processors and
                 temperature): `(outputs, scores)`. Built-in samplers only,
@@ -436,6 +450,7 @@ class CausalLM(QuantizationMixin, Task):
             repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
+            stop_strings=stop_strings,
         )  # fmt: skip
         configs, instance = configs_for(sampler, settings, generation_config, len(rows))
         if stop_token_ids is None:
@@ -450,14 +465,20 @@ class CausalLM(QuantizationMixin, Task):
                 f"max_new_tokens={max_new_tokens} past max_sequence_length="
                 f"{self.backbone.max_sequence_length}"
             )
-        if return_scores and (instance is not None or beam or stream or slides):
-            raise ValueError(
-                "`return_scores` is given by the built-in samplers' loop over "
-                "one buffer: not with beam search, a sampler object, streaming "
-                "or a sliding window. Received: return_scores=True with "
-                f"sampler={sampler!r}, stream={stream}, sliding={slides}"
-            )
+        for name, wanted in (
+            ("return_scores", return_scores),
+            ("stop_strings", any(c.stop_strings for c in configs)),
+        ):
+            if wanted and (instance is not None or beam or stream or slides):
+                raise ValueError(
+                    f"`{name}` is given by the built-in samplers' loop over one "
+                    "buffer: not with beam search, a sampler object, streaming "
+                    f"or a sliding window. Received: {name} with sampler="
+                    f"{sampler!r}, stream={stream}, sliding window={slides}"
+                )
         tensors = settings_tensors(configs, stop_token_ids)
+        strings = [config.stop_strings for config in configs]
+        tensors.update(self._stop_string_tensors(strings))
         if instance is not None or beam:
             if instance is None:
                 instance, key = gen.make_sampler(
@@ -500,7 +521,8 @@ class CausalLM(QuantizationMixin, Task):
                 stop_token_ids, beam_buffer=key != ("tensor",),
             )  # fmt: skip
         results = [row[skip:] for row in results]
-        outputs = self._format(results, kind, stop_token_ids)
+        prompts = [[int(t) for t in row[skip:]] for row in decoder_rows]
+        outputs = self._format(results, kind, stop_token_ids, strings, prompts)
         if not return_scores:
             return outputs
         scores = [s for s in scores]
@@ -529,24 +551,64 @@ class CausalLM(QuantizationMixin, Task):
             ops.convert_to_tensor(longest + max_new_tokens, "int32"),
             settings,
         )
-        log_probabilities = None
-        if isinstance(outputs, tuple):
-            outputs, log_probabilities = map(ops.convert_to_numpy, outputs)
-        outputs = ops.convert_to_numpy(outputs)
+        ends, log_probabilities = None, None
+        if isinstance(outputs, dict):
+            ends = ops.convert_to_numpy(outputs["ends"])
+            log_probabilities = ops.convert_to_numpy(outputs["log_probabilities"])
+        outputs = ops.convert_to_numpy(first(outputs))
         results, scores = [], []
         for i, row in enumerate(rows):
-            kept = gen.truncate_at_stop(
-                outputs[i, : len(row) + max_new_tokens], len(row), stop_token_ids
-            )
+            stop = len(row) + max_new_tokens
+            if ends is not None:  # the loop says where each row stopped
+                kept = [int(t) for t in outputs[i, : min(stop, ends[i])]]
+            else:
+                kept = gen.truncate_at_stop(outputs[i, :stop], len(row), stop_token_ids)
             results.append(kept)
             if log_probabilities is not None:
                 scores.append(log_probabilities[i, len(row) : len(kept)].tolist())
         return results, scores
 
-    def _format(self, rows, kind, stop_token_ids):
-        if kind in ("string", "strings"):
-            return self.preprocessor.generate_postprocess(rows, kind, stop_token_ids)
-        return gen.format_outputs(rows, kind, None, stop_token_ids)
+    def _format(self, rows, kind, stop_token_ids, strings=None, prompts=None):
+        if kind not in ("string", "strings"):
+            return gen.format_outputs(rows, kind, None, stop_token_ids)
+        texts = self.preprocessor.generate_postprocess(rows, "strings", stop_token_ids)
+        if strings and any(strings):
+            # Cut before the stop string, searched in the new text only.
+            starts = [0] * len(rows)
+            if prompts is not None:
+                starts = [
+                    len(p) if t.startswith(p) else 0
+                    for t, p in zip(texts, self._format(prompts, "strings", ()),
+                                    strict=True)
+                ]  # fmt: skip
+            texts = [
+                stop_text.cut_at_stop_strings(text, row_strings, start)
+                for text, row_strings, start in zip(texts, strings, starts, strict=True)
+            ]
+        return texts[0] if kind == "string" else texts
+
+    def _stop_string_tensors(self, strings):
+        """The loop's "stop_strings" and "token_bytes" entries: always there
+        when the model has a tokenizer (one program with or without stop
+        strings); refused without one."""
+        tokenizer = None if self.preprocessor is None else self.tokenizer
+        if tokenizer is None:
+            if any(strings):
+                raise ValueError(
+                    "`stop_strings` needs the model's tokenizer to read the "
+                    "text: build the model with a preprocessor, or pass "
+                    f"stop_token_ids. Received: stop_strings={strings[0]!r}"
+                )
+            return {}
+        table = self.__dict__.get("_token_byte_table")
+        if table is None:
+            pieces = stop_text.token_bytes(tokenizer, self.backbone.vocabulary_size)
+            table = stop_text.byte_table(pieces)
+            object.__setattr__(self, "_token_byte_table", table)
+        return {
+            "stop_strings": stop_text.string_table(strings),
+            "token_bytes": table,
+        }
 
     def _stream(
         self,

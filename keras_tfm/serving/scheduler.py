@@ -90,11 +90,13 @@ class Scheduler:
         )
         self.error = None
 
-    def start(self):
-        """Compiles the decoding (a short prefill, one call), then runs."""
-        self.decoder.prefill(0, [self.decoder.model.fill_id], 0.0, 1.0, 0)
-        n = len(self.slots)
-        self.decoder.decode([0] * n, [0] * n, [0.0] * n, [1.0] * n, [0] * n)
+    def start(self, warm_up=True):
+        """Starts the worker; first compiles the decoding call and the
+        shortest prompts' prefill, unless `warm_up=False`."""
+        if warm_up:
+            self.decoder.prefill(0, [self.decoder.model.fill_id], 0.0, 1.0, 0)
+            n = len(self.slots)
+            self.decoder.decode([0] * n, [0] * n, [0.0] * n, [1.0] * n, [0] * n)
         self._thread.start()
 
     def submit(self, request):

@@ -1,6 +1,7 @@
 """Running the app: `serve` (the command, in the foreground) and
 `ServerThread` (in a thread of this process: tests and notebooks)."""
 
+import signal
 import threading
 import time
 
@@ -32,7 +33,18 @@ def serve(
     service = Service(
         model, model_id, max_batch, max_length, steps_per_call, max_body_bytes
     )
-    uvicorn.Server(_config(service, host, port, log_level)).run()
+    # uvicorn shuts down gracefully on SIGTERM / SIGINT, then raises the
+    # signal again under the handler it found: with these, that second
+    # raise does nothing and a finished shutdown exits with status 0.
+    handlers = {
+        sig: signal.signal(sig, lambda *_: None)
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        uvicorn.Server(_config(service, host, port, log_level)).run()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 class ServerThread:

@@ -18,7 +18,7 @@ import numpy as np
 from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
-from keras_tfm.serving.slot_sampler import sample_tokens
+from keras_tfm.serving.slot_sampler import row_seed, sample_tokens
 from keras_tfm.validation import check_positive_int
 
 
@@ -146,5 +146,5 @@ def _settings(temperature, top_p, seed):
     return (
         np.asarray(temperature, "float32"),
         np.asarray(top_p, "float32"),
-        np.asarray(seed, "int32"),
+        np.array([row_seed(s) for s in seed], "int32"),
     )

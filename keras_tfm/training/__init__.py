@@ -33,7 +33,9 @@ from keras_tfm.training.flops import (
 )
 from keras_tfm.training.language_model_recipe import (
     held_out_batches,
+    held_out_comparison,
     language_model_splits,
+    text_split,
     train_on_text,
     use_device_settings,
 )
@@ -73,6 +75,7 @@ __all__ = [
     "format_mfu",
     "head_importance",
     "held_out_batches",
+    "held_out_comparison",
     "language_model_splits",
     "least_important",
     "measure_peak_flops",
@@ -83,6 +86,7 @@ __all__ = [
     "prune_ffn",
     "prune_heads",
     "train_language_model",
+    "text_split",
     "train_on_text",
     "training_flops_per_token",
     "use_device_settings",

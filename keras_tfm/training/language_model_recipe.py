@@ -1,9 +1,11 @@
 """The recipe of `keras-tfm train`: a causal LM trained on one text.
 
     seed -> dtype policy and XLA (device defaults unless given) -> peak FLOP/s
-    -> the model, built by the caller -> windows of the text (the last tenth held
-    out, in order) -> `train_language_model` with throughput/MFU and best-
-    model callbacks -> the `.keras` file -> validation loss beside bzip2's
+    -> the text split (`interleaved_split`: every tenth block of about a
+    chapter held out) -> the model, built by the caller from the training
+    text -> windows of each part -> `train_language_model` with
+    throughput/MFU and best-model callbacks -> the `.keras` file ->
+    validation loss in nats per byte beside bzip2's on the same bytes
     -> samples
 
 `keras_tfm.cli` parses the flags and calls `train_on_text` with a zoo
@@ -20,6 +22,9 @@ from pathlib import Path
 
 import keras
 
+from keras_tfm.baselines import compression_nats_per_byte
+from keras_tfm.distribute import is_chief, task_id
+from keras_tfm.saving import atomic_save
 from keras_tfm.training.callbacks import BestModelCheckpoint
 from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.flops import (
@@ -33,7 +38,9 @@ from keras_tfm.training.language_model_training import (
 )
 from keras_tfm.training.throughput_callback import ThroughputCallback
 
-VALIDATION_FRACTION = 0.1  # the last 10% of the text, in order
+# The held-out part: one block in HELD_OUT_EVERY of NUM_BLOCKS blocks of whole
+# lines (`keras_tfm.data.interleaved_split`), about a tenth of the text.
+NUM_BLOCKS, HELD_OUT_EVERY = 100, 10
 
 
 def use_device_settings(dtype_policy="auto", jit_compile=None):
@@ -59,33 +66,80 @@ def use_device_settings(dtype_policy="auto", jit_compile=None):
     return DeviceDefaults(policy, jit, defaults.reason)
 
 
-def held_out_batches(model, text, sequence_length, batch_size, seed=0):
-    """The validation batches of `text`: its last `VALIDATION_FRACTION`,
-    tokenized by `model.tokenizer`, in `(inputs, labels)` windows."""
-    from keras_tfm.data import language_model_datasets
+def text_split(text):
+    """`(train_text, held_out_text)` of `keras-tfm train` and `evaluate`.
 
-    _, validation = language_model_datasets(
-        text,
-        model.tokenizer,
-        sequence_length=sequence_length,
-        batch_size=batch_size,
-        validation_fraction=VALIDATION_FRACTION,
-        seed=seed,
-    )
-    return validation
+    Every tenth of 100 blocks of whole lines is held out (a block of the
+    shipped Genesis and Exodus is about a chapter): chapters from all
+    through both books, not the end of Exodus, whose last chapters repeat
+    earlier ones almost word for word (`keras_tfm.data.interleaved_split`).
+
+    Example:
+    >>> train, held_out = text_split("".join(f"{i:03d}\\n" for i in range(1000)))
+    >>> held_out.splitlines()[:3], len(held_out.splitlines())
+    (['090', '091', '092'], 100)
+    """
+    from keras_tfm.data import interleaved_split
+
+    return interleaved_split(text, NUM_BLOCKS, HELD_OUT_EVERY)
+
+
+def _windows(tokenizer, text, sequence_length):
+    from keras_tfm.data import next_token_windows
+
+    return next_token_windows(tokenizer(text), sequence_length)
+
+
+def held_out_batches(model, text, sequence_length, batch_size, seed=0):
+    """The validation batches of `text`: its held-out part (`text_split`),
+    tokenized by `model.tokenizer`, in disjoint `(inputs, labels)` windows
+    of `sequence_length + 1` tokens. (`seed` is unused: kept for callers.)"""
+    windows = _windows(model.tokenizer, text_split(text)[1], sequence_length)
+    return next_token_pairs(windows).batch(batch_size)
 
 
 def language_model_splits(model, text, sequence_length, batch_size, seed=0):
     """The training windows (tf.data, one example each, in text order), the
     validation batches (`held_out_batches`) and the number of training
     windows, tokenized by `model.tokenizer`."""
-    from keras_tfm.data.language_modeling import next_token_windows, split_offsets
-
     validation = held_out_batches(model, text, sequence_length, batch_size, seed)
-    ids = model.tokenizer(text)
-    train_end, _ = split_offsets(len(ids), sequence_length, VALIDATION_FRACTION)
-    windows = next_token_windows(ids[:train_end], sequence_length)
+    windows = _windows(model.tokenizer, text_split(text)[0], sequence_length)
     return next_token_pairs(windows), validation, len(windows)
+
+
+def held_out_comparison(model, text, sequence_length, compressor="bzip2"):
+    """`(bytes_per_token, compressor_nats_per_byte)` on the validation windows.
+
+    The validation loss is averaged over the windows' label tokens; their
+    UTF-8 bytes (the tokens detokenized) divided by their number convert it
+    into nats per byte (1 for a byte-level tokenizer). The compressor codes
+    the windows' text after the training text
+    (`keras_tfm.baselines.compression_nats_per_byte`): the held-out text
+    but its tail shorter than a window.
+
+    Example:
+    >>> import keras_hub
+    >>> class Model:
+    ...     tokenizer = keras_hub.tokenizers.ByteTokenizer(lowercase=False)
+    >>> text = "".join(f"In the beginning {i}.\\n" for i in range(400))
+    >>> per_token, bzip2 = held_out_comparison(Model(), text, 31)
+    >>> per_token, bzip2 < 1.0  # numbered lines: easy to code
+    (1.0, True)
+    """
+    train_text, held_out_text = text_split(text)
+    windows = _windows(model.tokenizer, held_out_text, sequence_length)
+
+    def utf8(ids):
+        text = model.tokenizer.detokenize(ids.reshape(1, -1))[0]
+        text = text.numpy() if hasattr(text, "numpy") else text
+        return text if isinstance(text, bytes) else text.encode("utf-8")
+
+    bytes_per_token = len(utf8(windows[:, 1:])) / windows[:, 1:].size
+    # The windows' text, contiguous: no seams where first tokens are cut out.
+    anchor = compression_nats_per_byte(
+        train_text, utf8(windows), compressor
+    )
+    return bytes_per_token, anchor
 
 
 def train_on_text(
@@ -109,7 +163,7 @@ def train_on_text(
     prompts=None,
     max_new_tokens=120,
 ):
-    """Trains the model `build_model()` returns on `text`; saves it to `output`.
+    """Trains the model `build_model(train_text)` returns; saves it to `output`.
 
     Prints the settings, Keras' progress, tokens/s and MFU, the validation
     loss in nats per byte beside bzip2's on the same held-out bytes, and a
@@ -118,10 +172,11 @@ def train_on_text(
     `checkpoint_dir` (default `<output>.checkpoints`).
 
     Args:
-        build_model: a function of no arguments that returns the causal LM,
-            with its tokenizer; called after the seed and the dtype policy
-            are set, under `strategy`'s scope.
-        text: the training text; its last tenth is the validation split.
+        build_model: a function of the training text (`text_split(text)[0]`,
+            for a tokenizer learned on it) that returns the causal LM with
+            its tokenizer; called after the seed and the dtype policy are
+            set, under `strategy`'s scope.
+        text: the text; `text_split` holds a tenth of it out for validation.
         name: the model's name in the printed table, e.g. the preset's.
         source: where the text comes from, in words (printed).
         output: the `.keras` file to write.
@@ -133,15 +188,13 @@ def train_on_text(
     Returns:
         `(model, validation_loss)`, the loss in nats per byte.
     """
-    from keras_tfm import baselines, distribute, saving
-
     keras.utils.set_random_seed(seed)
     policy, jit, reason = use_device_settings(dtype_policy, jit_compile)
     print(f"{policy}, XLA {'on' if jit else 'off'} (device defaults: {reason})")
     peak_flops, peak_source = _peak_flops(peak_flops, strategy)
     print(f"Peak for MFU: {peak_flops:.3g} FLOP/s ({peak_source}).")
     with strategy.scope():
-        model = build_model()
+        model = build_model(text_split(text)[0])
     examples, validation, count = language_model_splits(
         model, text, sequence_length, batch_size, seed
     )
@@ -150,14 +203,15 @@ def train_on_text(
               f"{strategy.num_replicas_in_sync} replicas.")  # fmt: skip
     steps = epochs * math.ceil(count / batch_size)
     print(
-        f"Training '{name}' ({model.count_params():,} parameters) on "
+        f"Training '{name}' ({model.count_params():,} parameters, "
+        f"{model.vocabulary_size:,} tokens) on "
         f"{source}: {len(text):,} characters, {steps} steps."
     )
     flops_per_token = training_flops_per_token(
         model.count_params(), model.num_layers, model.hidden_dim, sequence_length
     )
     checkpoints = Path(checkpoint_dir or f"{output}.checkpoints")
-    backup = checkpoints / f"backup-{distribute.task_id()}"
+    backup = checkpoints / f"backup-{task_id()}"
     started = time.perf_counter()
     history = train_language_model(
         model, examples, validation, epochs=epochs, batch_size=batch_size,
@@ -170,7 +224,7 @@ def train_on_text(
                 tokens_per_step=batch_size * sequence_length,
                 flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=0,
             ),
-            BestModelCheckpoint(checkpoints, enabled=distribute.is_chief()),
+            BestModelCheckpoint(checkpoints, enabled=is_chief()),
         ],
     )  # fmt: skip
     minutes = (time.perf_counter() - started) / 60
@@ -182,16 +236,16 @@ def train_on_text(
     else:
         validation_loss = model.evaluate(validation, verbose=0, return_dict=True)
         validation_loss = validation_loss["loss"]
-    if distribute.is_chief():
-        saving.atomic_save(model, output)
+    if is_chief():
+        atomic_save(model, output)
     shutil.rmtree(backup, ignore_errors=True)
+    # The anchor: bzip2 -9 coding the same held-out bytes after the training text.
+    bytes_per_token, anchor = held_out_comparison(model, text, sequence_length)
+    validation_loss /= bytes_per_token
     print(
         f"Saved {output} after {minutes:.1f} min: validation loss "
-        f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}."
-    )
-    # The anchor: bzip2 -9 coding the same held-out bytes after the training ones.
-    anchor = baselines.held_out_nats_per_byte(
-        text, sequence_length, VALIDATION_FRACTION
+        f"{validation_loss:.3f} nats/byte, perplexity {math.exp(validation_loss):.2f}"
+        f" a byte ({bytes_per_token:.2f} bytes a token)."
     )
     print(f"{'validation bytes, model vs baseline':<36} nats/byte")
     print(f"{'model (' + name + ')':<36} {validation_loss:9.4f}")

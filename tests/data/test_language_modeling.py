@@ -1,7 +1,12 @@
 import numpy as np
 import pytest
 
-from keras_tfm.data import next_token_windows, split_at_line, window_dataset
+from keras_tfm.data import (
+    interleaved_split,
+    next_token_windows,
+    split_at_line,
+    window_dataset,
+)
 
 
 @pytest.mark.parametrize("num_tokens,sequence_length", [(7, 2), (100, 9), (101, 10)])
@@ -50,3 +55,34 @@ def test_window_dataset_shuffles_whole_windows():
     labels = np.concatenate([y.numpy() for _, y in batches])
     assert sorted(inputs[:, 0].tolist()) == list(range(0, 40, 5))
     np.testing.assert_array_equal(labels, inputs + 1)
+
+
+def test_interleaved_split_holds_out_every_tenth_block_of_whole_lines():
+    lines = [f"verse {i} " + "x" * (i % 7) + "\n" for i in range(1000)]
+    text = "".join(lines)
+    train, held_out = interleaved_split(text)
+    # Whole lines, none lost or repeated, each on one side.
+    assert sorted(train.splitlines(True) + held_out.splitlines(True)) == sorted(lines)
+    assert len(held_out) == pytest.approx(len(text) / 10, rel=0.05)
+    # Spread through the text: one held-out run of lines in each tenth.
+    positions = [i for i, line in enumerate(lines) if line in set(
+        held_out.splitlines(True))]  # fmt: skip
+    runs = np.split(positions, np.flatnonzero(np.diff(positions) > 1) + 1)
+    assert len(runs) == 10
+    # (10% of the characters ends near line 100: later lines are longer.)
+    assert [round(run.mean() / 100) for run in runs] == list(range(1, 11))
+    assert all(len(run) == pytest.approx(100 / 10, abs=2) for run in runs)
+
+
+def test_interleaved_split_cuts_inside_a_line_only_when_it_must():
+    text = "a" * 1000  # no line break: cut at the characters
+    train, held_out = interleaved_split(text, num_blocks=10, held_out_every=5)
+    assert (len(train), len(held_out)) == (800, 200)
+
+
+@pytest.mark.parametrize("every", [1, 101, 2.5, True])
+def test_interleaved_split_refuses_bad_settings(every):
+    with pytest.raises(ValueError, match="Received: held_out_every"):
+        interleaved_split("a\nb\n" * 100, held_out_every=every)
+    with pytest.raises(ValueError, match="too short"):
+        interleaved_split("ab", num_blocks=100, held_out_every=10)

@@ -43,14 +43,15 @@ def test_lookup_drafts_by_hand():
     tokens = np.array([[1, 2, 3, 9, 1, 2, 3, 4, 5, 1, 2, 3, 0, 0]], "int32")
 
     def drafts(length, k=4, n=3):
-        return ops.convert_to_numpy(lookup_drafts(tokens, length, k, n)).tolist()
+        guesses, found = lookup_drafts(tokens, length, k, n)
+        return ops.convert_to_numpy(guesses).tolist(), bool(found)
 
     # "1 2 3" last matched at 4: what followed (4 5), then periodically.
-    assert drafts(12) == [4, 5, 1, 2]
+    assert drafts(12) == ([4, 5, 1, 2], True)
     # "9 1" never occurred before; "1" did, latest at 0: 2 3 9, then 1.
-    assert drafts(5, n=2) == [2, 3, 9, 1]
-    # No match at all: the last token repeated.
-    assert drafts(3) == [3, 3, 3, 3]
+    assert drafts(5, n=2) == ([2, 3, 9, 1], True)
+    # No match at all: the last token repeated, and not found.
+    assert drafts(3) == ([3, 3, 3, 3], False)
 
 
 def test_all_drafts_accepted_equals_greedy(target, lookup):
@@ -64,11 +65,27 @@ def test_all_drafts_accepted_equals_greedy(target, lookup):
     assert lookup.stats["rounds"] == 3  # 4 tokens a round for one pass each
 
 
-def test_all_drafts_rejected_equals_greedy(target, lookup):
-    prompt = [3]  # nothing to look up: every guess repeats the last token
+def test_no_lookup_match_decodes_one_token_a_round(target, lookup):
+    prompt = [3]  # nothing to look up: plain greedy steps
     output = lookup.generate(prompt, 6)
     assert output == greedy_uncached(target, prompt, 6)
-    assert lookup.stats["accepted"] == 0 and lookup.stats["rounds"] == 6
+    assert lookup.stats["drafted"] == 0 and lookup.stats["rounds"] == 6
+
+
+def test_all_drafts_rejected_equals_greedy(target):
+    # With a zero feed-forward the draft's next token is the last one, never
+    # the target's successor: every guess is rejected.
+    wrong = causal_lm(
+        vocabulary_size=VOCAB, num_layers=1, num_heads=2, hidden_dim=WIDTH,
+        intermediate_dim=WIDTH, max_sequence_length=64, position_encoding="rotary",
+    )  # fmt: skip
+    inject(wrong, VOCAB, gain=0.0)
+    decoder = SpeculativeDecoder(target, wrong, num_draft_tokens=K, jit_compile=False)
+    prompt = [3, 4]
+    assert decoder.generate(prompt, 6) == greedy_uncached(target, prompt, 6)
+    assert decoder.stats == dict(
+        rounds=6, accepted=0, new_tokens=6, drafted=18, acceptance_rate=0.0
+    )
 
 
 def test_draft_models_partial_full_and_truncated(target):
@@ -138,3 +155,22 @@ def test_docstring_examples(module):
         module, extraglobs={"np": np, "ops": ops, "keras_tfm": keras_tfm}
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("chunk_lengths", [(4, 4), (8, 2)])
+def test_extend_in_chunks_equals_one_pass(chunk_lengths):
+    keras.utils.set_random_seed(5)
+    model = causal_lm(
+        vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=16, position_encoding="rotary",
+    )  # fmt: skip
+    steps = DecoderSteps(model)
+    tokens = np.random.default_rng(0).integers(1, 30, size=(1, 16))
+    _, expected = steps(tokens[:, :13], steps.empty_cache(1, 16), 0)
+    caches = steps.extend(tokens, steps.empty_cache(1, 16), 0, 13, chunk_lengths)
+    for cache, reference in zip(caches, expected, strict=True):
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(cache)[:, :, :13],
+            ops.convert_to_numpy(reference)[:, :, :13],
+            atol=1e-5,
+        )

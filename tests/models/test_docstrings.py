@@ -8,6 +8,7 @@ from keras import ops
 
 import keras_tfm
 from keras_tfm import datasets
+from keras_tfm.datasets import digits
 from keras_tfm.generation import (
     chat_pieces,
     compiled_loops,
@@ -33,6 +34,7 @@ from keras_tfm.models import (
     seq2seq_lm_preprocessor,
     text_classifier_preprocessor,
     text_inputs,
+    vision_transformer,
 )
 
 MODULES = [
@@ -43,6 +45,7 @@ MODULES = [
     compiled_loops,
     datasets,
     decoder_backbone,
+    digits,
     encoder_backbone,
     encoder_classifier,
     generation_config,
@@ -59,6 +62,7 @@ MODULES = [
     seq2seq_lm_preprocessor,
     text_classifier_preprocessor,
     text_inputs,
+    vision_transformer,
 ]
 
 

@@ -1,6 +1,5 @@
 """Tiny served models and a server on a free loopback port."""
 
-import socket
 import threading
 
 import numpy as np
@@ -8,15 +7,10 @@ import pytest
 
 from keras_tfm.convert import GGUFBytePairTokenizer
 from keras_tfm.serving import SlotRequest
+from keras_tfm.serving.process import free_port
 from keras_tfm.serving.server import ServerThread
 from tests.builders import causal_lm
 from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="package")
@@ -62,7 +56,7 @@ def greedy_reference(model, ids, max_tokens, end_token_id=None):
     return new
 
 
-def run(scheduler, prompts, max_tokens, **settings):
+def run(scheduler, prompts, max_tokens, timeout=TIMEOUT, **settings):
     """Submits every prompt at once; the new tokens of each, and why it ended."""
     tokens = [[] for _ in prompts]
     reasons = [None] * len(prompts)
@@ -79,5 +73,5 @@ def run(scheduler, prompts, max_tokens, **settings):
         )  # fmt: skip
         scheduler.submit(request)
     for event in done:
-        assert event.wait(TIMEOUT)
+        assert event.wait(timeout)
     return tokens, reasons

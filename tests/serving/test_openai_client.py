@@ -18,8 +18,9 @@ from keras_tfm.models import (
     SentenceEncoder,
     TextClassifierPreprocessor,
 )
+from keras_tfm.serving.process import free_port
 from keras_tfm.serving.server import ServerThread
-from tests.serving.conftest import MODEL, free_port, greedy_reference
+from tests.serving.conftest import MODEL, greedy_reference
 
 TIMEOUT = 60
 

