@@ -13,6 +13,7 @@ from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.chat_pieces import answer_pieces
 from keras_tfm.generation.compiled_loops import CompiledLoops
 from keras_tfm.generation.generation_config import configs_for, settings_tensors
+from keras_tfm.generation.speculative import SpeculativeDecoder
 from keras_tfm.models._common import make_lm_head
 from keras_tfm.models.causal_lm_preprocessor import CausalLMPreprocessor
 from keras_tfm.models.decoder_backbone import DecoderBackbone
@@ -341,6 +342,7 @@ class CausalLM(QuantizationMixin, Task):
         stop_strings=None,
         return_scores=False,
         generation_config=None,
+        draft=None,
     ):
         """Continues each input by up to `max_new_tokens` tokens.
 
@@ -420,6 +422,13 @@ class CausalLM(QuantizationMixin, Task):
                 without streaming or a sliding window.
             generation_config: a `keras_tfm.generation.GenerationConfig` (or
                 one per input) whose settings the arguments above override.
+            draft: speculative decoding of plain greedy output (the same
+                tokens, fewer passes of this model): "prompt_lookup" (guesses
+                copied from the prompt), a smaller `CausalLM` sharing the
+                tokenizer, a `keras_tfm.generation.DecoderSteps`, or a
+                `keras_tfm.generation.SpeculativeDecoder` (its `stats` then
+                tell the acceptance rate). Decoder-only models, greedy
+                without processors, not streamed.
 
         Returns:
             Per input, the decoder prompt followed by the new tokens (see the
@@ -476,6 +485,27 @@ class CausalLM(QuantizationMixin, Task):
                     f"or a sliding window. Received: {name} with sampler="
                     f"{sampler!r}, stream={stream}, sliding window={slides}"
                 )
+        if draft is not None:
+            plain_greedy = instance is None and all(
+                c.sampler == "greedy" and not c.uses_processors() and not c.stop_strings
+                for c in configs
+            )
+            decoder_only = type(self).generation_inputs is CausalLM.generation_inputs
+            if not (plain_greedy and decoder_only) or stream or return_scores:
+                raise ValueError(
+                    "Speculative decoding (`draft`) reproduces plain greedy "
+                    "decoding of a decoder-only model: no sampler settings, "
+                    "processors, stop strings, streaming or scores. Received: "
+                    f"draft={draft!r} with sampler={sampler!r}, stream={stream}, "
+                    f"return_scores={return_scores}, model {type(self).__name__}"
+                )
+            if not isinstance(draft, SpeculativeDecoder):
+                draft = self.compiled_loops.get(
+                    ("speculative decoder", draft),
+                    lambda: SpeculativeDecoder(self, draft),
+                )
+            results = draft.decode(decoder_rows, max_new_tokens, stop_token_ids)
+            return self._format(results, kind, stop_token_ids)
         tensors = settings_tensors(configs, stop_token_ids)
         strings = [config.stop_strings for config in configs]
         tensors.update(self._stop_string_tensors(strings))
