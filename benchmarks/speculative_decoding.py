@@ -97,9 +97,7 @@ def main():
         prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(message))]
         runs = {
             name: functools.partial(
-                model.generate if decoder is None else decoder.generate,
-                prompt,
-                args.max_new_tokens,
+                model.generate, prompt, args.max_new_tokens, draft=decoder
             )
             for name, decoder in decoders.items()
         }

@@ -7,7 +7,8 @@ unit is measured on training examples (`keras_tfm.training.head_importance`
 and `ffn_importance`: the gradient of the loss by a gate on each output,
 Michel et al., 2019), the least important are removed across layers
 (`least_important`: every layer keeps a head), the smaller dense model is
-built (`prune_heads`, `prune_ffn`), then fine-tuned for a few epochs,
+built (`prune_heads`, `prune_ffn`), then fine-tuned for a few epochs (with
+--distill also towards the unpruned model's softened logits),
 keeping its epoch of best validation accuracy (or no fine-tuning, if none
 beats the pruned model as it was). Every variant is measured on the same
 test split (`fortune_splits(seed=0)`, the zoo card's): accuracy,
@@ -21,6 +22,7 @@ preset.
 
     python examples/prune_classifier.py              # ~20 min on 2 cores
     python examples/prune_classifier.py --save-preset zoo/fortunes_classifier_pruned
+    python examples/prune_classifier.py --distill    # the unpruned model teaches
     python examples/prune_classifier.py --quick      # a minute: slices, 1 step
 """
 
@@ -51,6 +53,10 @@ CONFIG = dict(
     run_eagerly=False,
     distilled="outputs/distill/student_distilled.keras",
     preset_fraction=0.5,  # the step saved by --save-preset
+    # --distill: fine-tune against the unpruned model's softened logits too
+    # (keras_tfm.training.Distiller: alpha on the labels, 1 - alpha on it).
+    alpha=0.5,
+    temperature=2.0,
     seed=0,
 )
 # --quick: slices of the splits, one step, one epoch, few repeats.
@@ -79,6 +85,8 @@ def parse_args(argv=None):
                         help="e.g. zoo/fortunes_classifier_pruned")  # fmt: skip
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--method", choices=["gradient", "magnitude"], default=None)
+    parser.add_argument("--distill", action="store_true",
+                        help="the unpruned model teaches each fine-tuning")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -94,7 +102,7 @@ from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
 from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 from keras_tfm.saving import uncompiled_copy  # noqa: E402
-from keras_tfm.training import pruning  # noqa: E402
+from keras_tfm.training import Distiller, pruning  # noqa: E402
 
 
 def _classify_fortunes():
@@ -155,9 +163,10 @@ def latencies_ms(models, inputs, repeats, jit_compile="auto"):
     return {name: 1000 * statistics.median(t) for name, t in times.items()}
 
 
-def fine_tune(model, train_ds, validation_ds, evaluate, config):
+def fine_tune(model, train_ds, validation_ds, evaluate, config, teacher=None):
     """Fine-tunes `model` in place, keeping the best validation epoch; keeps
-    the model as it was if no epoch beats it. Returns the epoch (0: none)."""
+    the model as it was if no epoch beats it. Returns the epoch (0: none).
+    With a `teacher`, the loss also pulls towards its softened logits."""
     before = evaluate(model, validation_ds)["accuracy"]
     weights = model.get_weights()
     steps = sum(1 for _ in train_ds) * config["fine_tune_epochs"]
@@ -165,19 +174,23 @@ def fine_tune(model, train_ds, validation_ds, evaluate, config):
         0.0, decay_steps=max(1, steps - steps // 10),
         warmup_target=config["learning_rate"], warmup_steps=max(1, steps // 10),
     )  # fmt: skip
-    model.compile(
-        keras.optimizers.AdamW(schedule, weight_decay=config["weight_decay"]),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-        jit_compile=config["jit_compile"],
-        run_eagerly=config["run_eagerly"],
-    )
+    optimizer = keras.optimizers.AdamW(schedule, weight_decay=config["weight_decay"])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    trainer = model if teacher is None else Distiller(teacher, model)
+    if teacher is None:
+        model.compile(optimizer, loss, metrics=["accuracy"],
+                      jit_compile=config["jit_compile"],
+                      run_eagerly=config["run_eagerly"])  # fmt: skip
+    else:
+        trainer.compile(optimizer, metrics=["accuracy"], student_loss_fn=loss,
+                        alpha=config["alpha"], temperature=config["temperature"],
+                        run_eagerly=config["run_eagerly"])  # fmt: skip
     best = keras.callbacks.EarlyStopping(
         "val_accuracy", mode="max", patience=config["fine_tune_epochs"],
         restore_best_weights=True,
     )  # fmt: skip
-    model.fit(train_ds, validation_data=validation_ds, shuffle=False, verbose=2,
-              epochs=config["fine_tune_epochs"], callbacks=[best])  # fmt: skip
+    trainer.fit(train_ds, validation_data=validation_ds, shuffle=False, verbose=2,
+                epochs=config["fine_tune_epochs"], callbacks=[best])  # fmt: skip
     if evaluate(model, validation_ds)["accuracy"] <= before:
         model.set_weights(weights)
         return 0
@@ -270,7 +283,8 @@ def main(argv=None):
                            round(units * (1 - fraction)), importance_ds,
                            config["method"])  # fmt: skip
         before = evaluate(current)
-        epoch = fine_tune(current, train_ds, validation_ds, evaluate, config)
+        epoch = fine_tune(current, train_ds, validation_ds, evaluate, config,
+                          teacher=model if args.distill else None)  # fmt: skip
         name = f"pruned {fraction:.0%}"
         backbone = current.backbone
         rows[name] = dict(
@@ -295,7 +309,7 @@ def main(argv=None):
     print(f"load average {os.getloadavg()[0]:.1f}; inputs: the first 32 test texts, "
           f"{inputs['token_ids'].shape[1]} tokens")  # fmt: skip
     print(table(rows))
-    summary = dict(config=config, results=rows, steps=steps,
+    summary = dict(config=config, distill=args.distill, results=rows, steps=steps,
                    sequence_length=int(inputs["token_ids"].shape[1]),
                    load_average=os.getloadavg()[0],
                    seconds=time.time() - start)  # fmt: skip

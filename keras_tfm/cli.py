@@ -146,6 +146,7 @@ def _add_decoding_options(parser, temperature):
     parser.add_argument("--temperature", type=float, default=temperature)
     parser.add_argument("--top-p", type=float, default=0.9)
     parser.add_argument("--seed", type=int)
+    _add_processor_options(parser)
     _add_weights_option(parser)
 
 
@@ -241,7 +242,23 @@ def _sampler_settings(sampler, args):
         settings[sampler] = getattr(args, sampler)
     if sampler == "beam" or getattr(args, "num_beams", 1) > 1:
         settings["num_beams"] = args.num_beams
+    # Logit processors and stop strings (issue 40 item 8); min-p samples only.
+    if getattr(args, "repetition_penalty", None) is not None:
+        settings["repetition_penalty"] = args.repetition_penalty
+    if getattr(args, "min_p", None) is not None and sampler in SAMPLING:
+        settings["min_p"] = args.min_p
+    if getattr(args, "stop", None):
+        settings["stop_strings"] = args.stop
     return settings
+
+
+SAMPLING = ("random", "top_k", "top_p")
+
+
+def _add_processor_options(p):
+    p.add_argument("--repetition-penalty", type=float, help="HF's (1: off)")
+    p.add_argument("--min-p", type=float, help="with a sampling --sampler")
+    p.add_argument("--stop", action="append", help="a stop string (repeatable)")
 
 
 def _generate_settings(model, args):
@@ -306,12 +323,14 @@ def chat(args):
 
         converse(model, max_new_tokens=args.max_new_tokens, **settings)
         return
+    # Stop strings are checked inside the compiled loop, which does not stream.
     pieces = model.chat(
         args.message,
         max_new_tokens=args.max_new_tokens,
-        stream=True,
+        stream=not args.stop,
         **settings,
     )
+    pieces = [pieces] if args.stop else pieces
     for piece in pieces:
         print(piece, end="", flush=True)
     print()

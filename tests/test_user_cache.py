@@ -220,7 +220,7 @@ def test_a_corrupt_entry_is_converted_again(cache, tiny_gguf, damage):
 
 
 def _settings():
-    return {"loader": "gguf_llama", "max_sequence_length": None}
+    return {"loader": "gguf_llama", "max_sequence_length": None, "weights": "float32"}
 
 
 def test_unwritable_cache_is_not_fatal(tmp_path, tiny_gguf, monkeypatch):

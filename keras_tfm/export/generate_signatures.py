@@ -15,10 +15,6 @@ from keras_tfm.tokenizers.chat_template import IM_END, IM_START, parse_chatml_te
 PROMPTS = tf.TensorSpec([None], tf.string, name="prompts")
 
 
-def _bucket(length):
-    return (length + 7) // 8 * 8
-
-
 def greedy_decoder(model, stop_token_ids):
     """`decode(ids: ragged int32, max_new_tokens) -> ragged int32` (prompt + new).
 
@@ -58,12 +54,12 @@ def greedy_decoder(model, stop_token_ids):
             message=f"A prompt plus max_new_tokens exceeds max_sequence_length="
             f"{maximum} (the exported loop does not slide its window)",
         )
-        length = tf.minimum(_bucket(longest + max_new_tokens), maximum)
+        length = tf.minimum(gen.bucket_length(longest + max_new_tokens), maximum)
         tokens = ids.to_tensor(default_value=model.fill_id, shape=[None, None])
         tokens = tf.pad(tokens, [[0, 0], [0, length - tf.shape(tokens)[1]]],
                         constant_values=model.fill_id)  # fmt: skip
         mask = tf.sequence_mask(lengths, length)
-        prefill = tf.minimum(_bucket(shortest), length)
+        prefill = tf.minimum(gen.bucket_length(shortest), length)
         out = loop(tokens, mask, shortest, longest + max_new_tokens, prefill)
         # Each row: its prompt and max_new_tokens, cut after a stop id.
         keep = tf.sequence_mask(lengths + max_new_tokens, length)

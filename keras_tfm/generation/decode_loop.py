@@ -9,7 +9,7 @@ penalty, seed and stop id without being traced again.
 
 import tensorflow as tf
 
-from keras_tfm.generation import logit_processors, sampling
+from keras_tfm.generation import logit_processors, sampling, stop_strings
 
 MAX_NGRAM_SIZE = 8
 
@@ -53,43 +53,64 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings):
         index: scalar int32, the first position to decode.
         end: scalar int32, the position after the last one to decode.
         prompt_mask: bool (batch, length), True on prompt positions.
-        settings: the dict of `settings_tensors`, as tensors.
+        settings: the dict of `settings_tensors`, as tensors; with
+            "stop_strings" (batch, n, M) and "token_bytes" (V, W) (see
+            `stop_strings`), rows also end on a stop string.
 
     Returns:
-        `(tokens, log_probabilities)`: the buffer with positions
-        `index ... end - 1` decoded, and float32 (batch, length) the
-        model's log-probability of each decoded token (0 elsewhere). The
-        loop ends early when every row has produced one of its stop ids.
+        A dict: "tokens", the buffer with positions `index ... end - 1`
+        decoded; "log_probabilities", float32 (batch, length), the model's
+        log-probability of each decoded token (0 elsewhere); "ends", int32
+        (batch,), the position after each row's stop id or the token that
+        completed a stop string (`length` for a row that did not stop). The
+        loop ends early when every row has stopped.
     """
     tokens = tf.cast(tokens, "int32")
     prompt_mask = tf.cast(prompt_mask, "bool")
     index = tf.cast(index, "int32")
     end = tf.cast(end, "int32")
     stop_token_ids = settings["stop_token_ids"]
+    strings = settings.get("stop_strings")
     batch, length = tf.shape(tokens)[0], tf.shape(tokens)[1]
-    done = tf.zeros((batch,), "bool")
-    log_probabilities = tf.zeros((batch, length), "float32")
+    state = {
+        "tokens": tokens,
+        "log_probabilities": tf.zeros((batch, length), "float32"),
+        "ends": tf.fill((batch,), length),
+    }
+    if strings is not None:
+        table = settings["token_bytes"]
+        tail_size = strings.shape[2] + table.shape[1]
+        state["tail"] = tf.fill([tokens.shape[0], tail_size], -1)
 
-    def cond(tokens, cache, index, done, log_probabilities):
-        return tf.logical_not(tf.reduce_all(done))
+    def cond(state, cache, index):
+        return tf.reduce_any(state["ends"] == length)
 
-    def body(tokens, cache, index, done, log_probabilities):
+    def body(state, cache, index):
+        tokens = state["tokens"]
         logits, cache = next(tokens, cache, index)
         token, forced = step_tokens(logits, tokens, index, prompt_mask, settings)
         column = tf.one_hot(index, length, on_value=True, off_value=False)[None, :]
-        tokens = tf.where(column, token[:, None], tokens)
+        new = dict(state)
+        new["tokens"] = tf.where(column, token[:, None], tokens)
         chosen = tf.where(forced, 0.0, chosen_log_probabilities(logits, token))
-        log_probabilities = tf.where(column, chosen[:, None], log_probabilities)
-        stopped = tf.logical_and(tf.logical_not(forced), is_stop(token, stop_token_ids))
-        return tokens, cache, index + 1, tf.logical_or(done, stopped), log_probabilities
+        new["log_probabilities"] = tf.where(
+            column, chosen[:, None], state["log_probabilities"]
+        )
+        stopped = is_stop(token, stop_token_ids)
+        if strings is not None:
+            added = tf.where(forced[:, None], -1, tf.gather(table, token))
+            new["tail"], count = stop_strings.append_bytes(state["tail"], added)
+            hit = stop_strings.ends_with_stop_string(new["tail"], strings, count)
+            stopped = tf.logical_or(stopped, hit)
+        stopped = stopped & tf.logical_not(forced) & (state["ends"] == length)
+        new["ends"] = tf.where(stopped, index + 1, state["ends"])
+        return new, cache, index + 1
 
-    tokens, _, _, _, log_probabilities = tf.while_loop(
-        cond,
-        body,
-        (tokens, cache, index, done, log_probabilities),
-        maximum_iterations=tf.maximum(end - index, 0),
+    state, _, _ = tf.while_loop(
+        cond, body, (state, cache, index), maximum_iterations=tf.maximum(end - index, 0)
     )
-    return tokens, log_probabilities
+    state.pop("tail", None)
+    return state
 
 
 PREFILL_CHUNKS = (128, 16)

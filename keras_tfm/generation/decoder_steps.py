@@ -10,9 +10,8 @@ operations on a key/value cache that outlives one call:
 `steps(...)` writes the keys and values of `token_ids` (positions
 `index ... index + seq - 1`) into `caches` and returns the next-token
 logits; `extend` fills positions `start ... stop - 1` of a (batch, length)
-token buffer in chunks inside one `while` loop (256 tokens at a time while
-many remain, then 16), so a prompt of any length compiles once per buffer
-length, and a few new tokens cost a small chunk.
+token buffer in chunks of 64 tokens inside one `while` loop, so a prompt of
+any length compiles once per buffer length.
 
 The caches are a tuple with one tensor (batch, 2, max_length, kv_heads,
 head_dim) per block, as `DecoderBackbone.call_with_cache` takes them.
@@ -22,9 +21,11 @@ from keras import ops
 
 from keras_tfm.validation import check_positive_int
 
-EXTEND_CHUNKS = (256, 16)
+EXTEND_CHUNKS = (64, 64)
 """Tokens written per pass by `DecoderSteps.extend`: the large chunk while at
-least half of it is needed, then the small one."""
+least half of it is needed, then the small one. One size by default: with
+two, XLA compiles a conditional around two copies of the model in the loop,
+and a warm chat turn measured slower (benchmarks/chat_cache_reuse.py)."""
 
 
 class DecoderSteps:

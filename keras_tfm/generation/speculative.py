@@ -92,9 +92,9 @@ def lookup_drafts(tokens, length, num_draft_tokens, ngram_size):
 class SpeculativeDecoder:
     """Greedy decoding of `model`, verified k guessed tokens at a time.
 
-    `decoder.generate(inputs, max_new_tokens)` returns exactly what
-    `model.generate(inputs, max_new_tokens)` returns with the greedy
-    sampler (see the module docstring for how), usually in fewer forward
+    `model.generate(inputs, max_new_tokens, draft=decoder)` returns
+    exactly what `model.generate(inputs, max_new_tokens)` returns with the
+    greedy sampler (see the module docstring for how), usually in fewer forward
     passes of `model`. `decoder.stats` tells how the last call went:
     `rounds` (forward passes of `model` after the prefill), `drafted` and
     `accepted` guesses, `acceptance_rate` (accepted / drafted) and
@@ -118,8 +118,9 @@ class SpeculativeDecoder:
     >>> llm = keras_tfm.models.CausalLM(backbone)
     >>> decoder = SpeculativeDecoder(llm, num_draft_tokens=3)
     >>> prompt = [5, 6, 7, 8, 5, 6]
-    >>> len(decoder.generate(prompt, 8))  # as llm.generate(prompt, 8)
-    14
+    >>> out = llm.generate(prompt, 8, draft=decoder)
+    >>> out == llm.generate(prompt, 8)
+    True
     >>> sorted(decoder.stats)
     ['acceptance_rate', 'accepted', 'drafted', 'new_tokens', 'rounds']
 
@@ -160,34 +161,21 @@ class SpeculativeDecoder:
         self.jit_compile = bool(jit_compile)
         self.stats = {}
 
-    def generate(self, inputs, max_new_tokens, stop_token_ids=None):
-        """Greedy continuations of `inputs`, as `model.generate` returns them.
+    def decode(self, rows, max_new_tokens, stop_token_ids=None):
+        """Greedy continuations of token-id `rows`: `model.generate(inputs,
+        max_new_tokens, draft=self)` calls it after checking its inputs.
 
         Args:
-            inputs: as in `CausalLM.generate` (strings with a preprocessor,
-                a list of ids, or a list of id lists).
+            rows: lists of token ids (the prompts, checked).
             max_new_tokens: how many tokens to add at most.
-            stop_token_ids: as in `CausalLM.generate` (None: the
-                preprocessor's end token).
+            stop_token_ids: a tuple of ids that end a row, or None.
 
         Returns:
-            What `model.generate(inputs, max_new_tokens,
-            stop_token_ids=stop_token_ids)` returns.
+            Per row, the prompt followed by its new tokens (ending with the
+            stop id when one was produced): what greedy `generate` returns.
         """
         model = self.model
         backbone = model.backbone
-        tokenize = None
-        if model.preprocessor is not None:
-            tokenize = model.preprocessor.generate_preprocess
-        rows, kind = gen.normalize_token_batch(
-            "inputs", inputs, backbone.vocabulary_size, backbone.padding_id, tokenize
-        )
-        check_positive_int("max_new_tokens", max_new_tokens)
-        if stop_token_ids is None:
-            stop_token_ids = model.default_stop_token_ids()
-        stop_token_ids = gen.check_stop_token_ids(
-            stop_token_ids, backbone.vocabulary_size
-        )
         k = self.num_draft_tokens
         longest = max(len(row) for row in rows) + max_new_tokens + k
         if longest > backbone.max_sequence_length:
@@ -231,11 +219,7 @@ class SpeculativeDecoder:
             drafted=drafted,
             acceptance_rate=totals["accepted"] / drafted if drafted else 0.0,
         )
-        if kind in ("string", "strings"):
-            return model.preprocessor.generate_postprocess(
-                results, kind, stop_token_ids
-            )
-        return gen.format_outputs(results, kind, None, stop_token_ids)
+        return results
 
     def _propose(self, tokens, length, caches, valid):
         """`(drafts, found, caches)`: k guesses for positions `length ...`,

@@ -2,12 +2,18 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.generation import decode_loop, logit_processors, sliding_window
+from keras_tfm.generation import (
+    decode_loop,
+    logit_processors,
+    sliding_window,
+)
 from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import stop_strings as stop_text
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.chat_pieces import answer_pieces
 from keras_tfm.generation.compiled_loops import CompiledLoops
 from keras_tfm.generation.generation_config import configs_for, settings_tensors
+from keras_tfm.generation.speculative import SpeculativeDecoder
 from keras_tfm.models._common import make_lm_head
 from keras_tfm.models.causal_lm_preprocessor import CausalLMPreprocessor
 from keras_tfm.models.decoder_backbone import DecoderBackbone
@@ -21,9 +27,9 @@ from keras_tfm.validation import check_positive_int, check_rank
 
 
 def first(outputs):
-    """The tokens of a compiled loop's outputs (the built-in loop also
-    returns log-probabilities)."""
-    return outputs[0] if isinstance(outputs, tuple) else outputs
+    """The tokens of a compiled loop's outputs (the built-in loop returns a
+    dict, see `decode_loop.decode`)."""
+    return outputs["tokens"] if isinstance(outputs, dict) else outputs
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -245,7 +251,10 @@ class CausalLM(QuantizationMixin, Task):
                 return gen.run_sampler(
                     sampler, next, tokens, cache, start, mask, stop_token_ids, end
                 )
-            repeated = {k: ops.repeat(v, beams, axis=0) for k, v in settings.items()}
+            repeated = {
+                k: v if k == "token_bytes" else ops.repeat(v, beams, axis=0)
+                for k, v in settings.items()
+            }
 
             def process(logits, prompt, index, mask):
                 return logit_processors.process_logits(
@@ -330,8 +339,10 @@ class CausalLM(QuantizationMixin, Task):
         frequency_penalty=None,
         no_repeat_ngram_size=None,
         bad_words_ids=None,
+        stop_strings=None,
         return_scores=False,
         generation_config=None,
+        draft=None,
     ):
         """Continues each input by up to `max_new_tokens` tokens.
 
@@ -400,12 +411,24 @@ class CausalLM(QuantizationMixin, Task):
                 tokens generated so far (0: off).
             no_repeat_ngram_size: forbid repeating any n-gram of this size.
             bad_words_ids: token sequences never to generate.
+            stop_strings: a row ends when its new text ends with one of
+                these (checked in the loop on the tokens' bytes, across token
+                boundaries); strings are cut before it, ids end with the
+                token that completed it. Needs a tokenizer; built-in
+                samplers only, not streamed.
             return_scores: also return, per input, the model's
                 log-probability of each new token (before processors and
                 temperature): `(outputs, scores)`. Built-in samplers only,
                 without streaming or a sliding window.
             generation_config: a `keras_tfm.generation.GenerationConfig` (or
                 one per input) whose settings the arguments above override.
+            draft: speculative decoding of plain greedy output (the same
+                tokens, fewer passes of this model): "prompt_lookup" (guesses
+                copied from the prompt), a smaller `CausalLM` sharing the
+                tokenizer, a `keras_tfm.generation.DecoderSteps`, or a
+                `keras_tfm.generation.SpeculativeDecoder` (its `stats` then
+                tell the acceptance rate). Decoder-only models, greedy
+                without processors, not streamed.
 
         Returns:
             Per input, the decoder prompt followed by the new tokens (see the
@@ -436,6 +459,7 @@ class CausalLM(QuantizationMixin, Task):
             repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
+            stop_strings=stop_strings,
         )  # fmt: skip
         configs, instance = configs_for(sampler, settings, generation_config, len(rows))
         if stop_token_ids is None:
@@ -450,14 +474,41 @@ class CausalLM(QuantizationMixin, Task):
                 f"max_new_tokens={max_new_tokens} past max_sequence_length="
                 f"{self.backbone.max_sequence_length}"
             )
-        if return_scores and (instance is not None or beam or stream or slides):
-            raise ValueError(
-                "`return_scores` is given by the built-in samplers' loop over "
-                "one buffer: not with beam search, a sampler object, streaming "
-                "or a sliding window. Received: return_scores=True with "
-                f"sampler={sampler!r}, stream={stream}, sliding={slides}"
+        for name, wanted in (
+            ("return_scores", return_scores),
+            ("stop_strings", any(c.stop_strings for c in configs)),
+        ):
+            if wanted and (instance is not None or beam or stream or slides):
+                raise ValueError(
+                    f"`{name}` is given by the built-in samplers' loop over one "
+                    "buffer: not with beam search, a sampler object, streaming "
+                    f"or a sliding window. Received: {name} with sampler="
+                    f"{sampler!r}, stream={stream}, sliding window={slides}"
+                )
+        if draft is not None:
+            plain_greedy = instance is None and all(
+                c.sampler == "greedy" and not c.uses_processors() and not c.stop_strings
+                for c in configs
             )
+            decoder_only = type(self).generation_inputs is CausalLM.generation_inputs
+            if not (plain_greedy and decoder_only) or stream or return_scores:
+                raise ValueError(
+                    "Speculative decoding (`draft`) reproduces plain greedy "
+                    "decoding of a decoder-only model: no sampler settings, "
+                    "processors, stop strings, streaming or scores. Received: "
+                    f"draft={draft!r} with sampler={sampler!r}, stream={stream}, "
+                    f"return_scores={return_scores}, model {type(self).__name__}"
+                )
+            if not isinstance(draft, SpeculativeDecoder):
+                draft = self.compiled_loops.get(
+                    ("speculative decoder", draft),
+                    lambda: SpeculativeDecoder(self, draft),
+                )
+            results = draft.decode(decoder_rows, max_new_tokens, stop_token_ids)
+            return self._format(results, kind, stop_token_ids)
         tensors = settings_tensors(configs, stop_token_ids)
+        strings = [config.stop_strings for config in configs]
+        tensors.update(self._stop_string_tensors(strings))
         if instance is not None or beam:
             if instance is None:
                 instance, key = gen.make_sampler(
@@ -500,7 +551,8 @@ class CausalLM(QuantizationMixin, Task):
                 stop_token_ids, beam_buffer=key != ("tensor",),
             )  # fmt: skip
         results = [row[skip:] for row in results]
-        outputs = self._format(results, kind, stop_token_ids)
+        prompts = [[int(t) for t in row[skip:]] for row in decoder_rows]
+        outputs = self._format(results, kind, stop_token_ids, strings, prompts)
         if not return_scores:
             return outputs
         scores = [s for s in scores]
@@ -529,24 +581,60 @@ class CausalLM(QuantizationMixin, Task):
             ops.convert_to_tensor(longest + max_new_tokens, "int32"),
             settings,
         )
-        log_probabilities = None
-        if isinstance(outputs, tuple):
-            outputs, log_probabilities = map(ops.convert_to_numpy, outputs)
-        outputs = ops.convert_to_numpy(outputs)
+        ends, log_probabilities = None, None
+        if isinstance(outputs, dict):
+            ends = ops.convert_to_numpy(outputs["ends"])
+            log_probabilities = ops.convert_to_numpy(outputs["log_probabilities"])
+        outputs = ops.convert_to_numpy(first(outputs))
         results, scores = [], []
         for i, row in enumerate(rows):
-            kept = gen.truncate_at_stop(
-                outputs[i, : len(row) + max_new_tokens], len(row), stop_token_ids
-            )
+            stop = len(row) + max_new_tokens
+            if ends is not None:  # the loop says where each row stopped
+                kept = [int(t) for t in outputs[i, : min(stop, ends[i])]]
+            else:
+                kept = gen.truncate_at_stop(outputs[i, :stop], len(row), stop_token_ids)
             results.append(kept)
             if log_probabilities is not None:
                 scores.append(log_probabilities[i, len(row) : len(kept)].tolist())
         return results, scores
 
-    def _format(self, rows, kind, stop_token_ids):
-        if kind in ("string", "strings"):
-            return self.preprocessor.generate_postprocess(rows, kind, stop_token_ids)
-        return gen.format_outputs(rows, kind, None, stop_token_ids)
+    def _format(self, rows, kind, stop_token_ids, strings=None, prompts=None):
+        if kind not in ("string", "strings"):
+            return gen.format_outputs(rows, kind, None, stop_token_ids)
+        texts = self.preprocessor.generate_postprocess(rows, "strings", stop_token_ids)
+        if strings and any(strings):
+            # Cut before the stop string, searched in the new text only.
+            starts = [0] * len(rows)
+            if prompts is not None:
+                starts = [
+                    len(p) if t.startswith(p) else 0
+                    for t, p in zip(texts, self._format(prompts, "strings", ()),
+                                    strict=True)
+                ]  # fmt: skip
+            texts = [
+                stop_text.cut_at_stop_strings(text, row_strings, start)
+                for text, row_strings, start in zip(texts, strings, starts, strict=True)
+            ]
+        return texts[0] if kind == "string" else texts
+
+    def _stop_string_tensors(self, strings):
+        """The loop's "stop_strings" and "token_bytes" entries: always there
+        when the model has a tokenizer (one program with or without stop
+        strings); refused without one."""
+        tokenizer = None if self.preprocessor is None else self.tokenizer
+        if tokenizer is None:
+            if any(strings):
+                raise ValueError(
+                    "`stop_strings` needs the model's tokenizer to read the "
+                    "text: build the model with a preprocessor, or pass "
+                    f"stop_token_ids. Received: stop_strings={strings[0]!r}"
+                )
+            return {}
+        table = stop_text.cached_byte_table(tokenizer, self.backbone.vocabulary_size)
+        return {
+            "stop_strings": stop_text.string_table(strings),
+            "token_bytes": table,
+        }
 
     def _stream(
         self,
@@ -641,7 +729,10 @@ class CausalLM(QuantizationMixin, Task):
         answer = [int(i) for i in output[len(prompt) :]]
         if end_id in answer:
             answer = answer[: answer.index(end_id)]
-        return tokenizer.detokenize(answer).strip()
+        text = tokenizer.detokenize(answer)
+        stops = generate_kwargs.get("stop_strings") or ()
+        stops = (stops,) if isinstance(stops, str) else stops
+        return stop_text.cut_at_stop_strings(text, stops, 0).strip()
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, then `compiled_loops.invalidate()`.

@@ -59,7 +59,7 @@ def test_all_drafts_accepted_equals_greedy(target, lookup):
     prompt = [1]
     while len(prompt) < VOCAB + 1:  # one full cycle, then it repeats
         prompt.append(follow[prompt[-1]])
-    output = lookup.generate(prompt, 12)
+    output = target.generate(prompt, 12, draft=lookup)
     assert output == greedy_uncached(target, prompt, 12)
     assert lookup.stats["acceptance_rate"] == 1.0
     assert lookup.stats["rounds"] == 3  # 4 tokens a round for one pass each
@@ -67,7 +67,7 @@ def test_all_drafts_accepted_equals_greedy(target, lookup):
 
 def test_no_lookup_match_decodes_one_token_a_round(target, lookup):
     prompt = [3]  # nothing to look up: plain greedy steps
-    output = lookup.generate(prompt, 6)
+    output = target.generate(prompt, 6, draft=lookup)
     assert output == greedy_uncached(target, prompt, 6)
     assert lookup.stats["drafted"] == 0 and lookup.stats["rounds"] == 6
 
@@ -82,7 +82,8 @@ def test_all_drafts_rejected_equals_greedy(target):
     inject(wrong, VOCAB, gain=0.0)
     decoder = SpeculativeDecoder(target, wrong, num_draft_tokens=K, jit_compile=False)
     prompt = [3, 4]
-    assert decoder.generate(prompt, 6) == greedy_uncached(target, prompt, 6)
+    output = target.generate(prompt, 6, draft=decoder)
+    assert output == greedy_uncached(target, prompt, 6)
     assert decoder.stats == dict(
         rounds=6, accepted=0, new_tokens=6, drafted=18, acceptance_rate=0.0
     )
@@ -95,12 +96,14 @@ def test_draft_models_partial_full_and_truncated(target):
         target, draft=injected(VOCAB - 1), num_draft_tokens=K, jit_compile=False
     )
     prompt = [4, 5]
-    assert partial.generate(prompt, 14) == greedy_uncached(target, prompt, 14)
+    output = target.generate(prompt, 14, draft=partial)
+    assert output == greedy_uncached(target, prompt, 14)
     assert 0 < partial.stats["acceptance_rate"] < 1
     itself = SpeculativeDecoder(
         target, draft=DecoderSteps(target), num_draft_tokens=K, jit_compile=False
     )
-    assert itself.generate(prompt, 14) == greedy_uncached(target, prompt, 14)
+    output = target.generate(prompt, 14, draft=itself)
+    assert output == greedy_uncached(target, prompt, 14)
     assert itself.stats["acceptance_rate"] == 1.0
 
 
@@ -114,7 +117,7 @@ def test_random_weights_and_a_truncated_draft_equal_greedy():
     draft = DecoderSteps(model, num_layers=1)  # its first block and head
     decoder = SpeculativeDecoder(model, draft, num_draft_tokens=4, jit_compile=False)
     prompts = [[5, 9, 12, 5, 9, 30, 2, 5, 9], [17, 3]]
-    outputs = decoder.generate(prompts, 20, stop_token_ids=[8])
+    outputs = model.generate(prompts, 20, stop_token_ids=[8], draft=decoder)
     assert outputs == [greedy_uncached(model, p, 20, (8,)) for p in prompts]
     assert decoder.stats["drafted"] == 4 * decoder.stats["rounds"]
 
@@ -122,7 +125,7 @@ def test_random_weights_and_a_truncated_draft_equal_greedy():
 def test_partly_accepted_lookup_stops_at_the_stop_token(target):
     prompt = [1, 2, 3, 4, 1, 2]  # guesses 3 4 1 after "1 2": two accepted
     stopped = SpeculativeDecoder(target, num_draft_tokens=K, jit_compile=False)
-    output = stopped.generate(prompt, 10, stop_token_ids=[5])
+    output = target.generate(prompt, 10, stop_token_ids=[5], draft=stopped)
     assert output == prompt + [3, 4, 5]
     assert stopped.stats == dict(
         rounds=1, accepted=2, new_tokens=3, drafted=3, acceptance_rate=2 / 3
@@ -142,8 +145,10 @@ def test_bad_arguments_are_refused(target):
         SpeculativeDecoder(target, num_draft_tokens=0)
     with pytest.raises(ValueError, match="num_layers=2"):
         DecoderSteps(target, num_layers=2)
+    with pytest.raises(ValueError, match="plain greedy"):
+        target.generate([1, 2], 4, sampler="top_k", draft="prompt_lookup")
     with pytest.raises(ValueError, match="max_sequence_length=64"):
-        SpeculativeDecoder(target).generate([1, 2], 62)
+        target.generate([1, 2], 62, draft=SpeculativeDecoder(target))
 
 
 @pytest.mark.parametrize(
@@ -155,3 +160,22 @@ def test_docstring_examples(module):
         module, extraglobs={"np": np, "ops": ops, "keras_tfm": keras_tfm}
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("chunk_lengths", [(4, 4), (8, 2)])
+def test_extend_in_chunks_equals_one_pass(chunk_lengths):
+    keras.utils.set_random_seed(5)
+    model = causal_lm(
+        vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=16, position_encoding="rotary",
+    )  # fmt: skip
+    steps = DecoderSteps(model)
+    tokens = np.random.default_rng(0).integers(1, 30, size=(1, 16))
+    _, expected = steps(tokens[:, :13], steps.empty_cache(1, 16), 0)
+    caches = steps.extend(tokens, steps.empty_cache(1, 16), 0, 13, chunk_lengths)
+    for cache, reference in zip(caches, expected, strict=True):
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(cache)[:, :, :13],
+            ops.convert_to_numpy(reference)[:, :, :13],
+            atol=1e-5,
+        )

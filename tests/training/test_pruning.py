@@ -260,3 +260,16 @@ def test_docstring_examples():
         pruning, extraglobs={"np": np, "keras": keras, "keras_tfm": keras_tfm}
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_shipped_pruned_preset_is_the_smaller_dense_model():
+    from keras_tfm import zoo
+
+    pruned = zoo.from_preset("fortunes_classifier_pruned")
+    full = zoo.from_preset("fortunes_classifier")
+    backbone = pruned.backbone
+    assert sum(backbone.num_heads_per_layer) == 4  # half of 2 x 4
+    assert sum(backbone.intermediate_dim_per_layer) == 256  # half of 2 x 256
+    assert pruned.count_params() < full.count_params()
+    assert pruned.class_names == full.class_names
+    assert pruned.classify("Real programmers use vi.") in pruned.class_names

@@ -99,6 +99,18 @@ def seq2seq(config):
     )
 
 
+def vision_transformer(config):
+    """ViT: patches p x p x C projected to d, a class token, 1 + N learned
+    positions, pre-LN blocks, a final norm, the head on d."""
+    d, p = config["hidden_dim"], config["patch_size"]
+    height, width, channels = config["image_shape"]
+    patches = (height // p) * (width // p)
+    embedding = p * p * channels * d + d + d + (1 + patches) * d
+    block = attention(config) + feed_forward(config) + 2 * norm(config)
+    head = d * config["num_classes"] + config["num_classes"]
+    return embedding + config["num_layers"] * block + norm(config) + head
+
+
 def parameter_count(spec):
     """The count for a preset's {"class_name", "config"} spec."""
     name, config = spec["class_name"].removeprefix("keras_tfm>"), spec["config"]
@@ -110,4 +122,6 @@ def parameter_count(spec):
         return encoder_classifier(config, config["backbone"]["config"])
     if name in ("Seq2SeqTransformer", "Seq2SeqLM"):
         return seq2seq(config)
+    if name == "VisionTransformer":
+        return vision_transformer(config)
     raise ValueError(f"No parameter formula for {name!r}")

@@ -13,6 +13,7 @@ from keras_tfm.models import (
     EncoderBackbone,
     EncoderClassifier,
     Seq2SeqLM,
+    VisionTransformer,
 )
 from tests.zoo.parameter_count import parameter_count
 
@@ -88,6 +89,14 @@ def test_the_formula_counts_what_keras_builds(cls, config):
     if "backbone" in config:
         config = {**config.pop("backbone")["config"], **config}
     spec = {"class_name": cls.__name__, "config": config}
+    assert parameter_count(spec) == model.count_params()
+
+
+def test_the_formula_counts_a_vision_transformer():
+    config = dict(image_shape=[4, 6, 3], patch_size=2, num_layers=2, num_heads=4,
+                  hidden_dim=16, intermediate_dim=24, num_classes=7)  # fmt: skip
+    model = VisionTransformer(**config)
+    spec = {"class_name": "VisionTransformer", "config": model.get_config()}
     assert parameter_count(spec) == model.count_params()
 
 

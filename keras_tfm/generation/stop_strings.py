@@ -1,0 +1,155 @@
+"""Stop strings, checked inside the compiled loop on the bytes of the text.
+
+Each token's UTF-8 bytes are in a table (vocabulary_size, width) gathered
+in-graph; the loop keeps the last bytes of each row's generated text (its
+"tail") and, after every token, asks whether a stop string ends inside the
+bytes that token added (it may also run past the string's end: a token
+"Paris." completes the stop string "Paris"). A string may span any number of
+tokens. No host round trip per token: the row is marked finished in the loop
+and the host cuts the text before the stop string, which is not returned.
+
+Example:
+>>> import keras_hub
+>>> tokenizer = keras_hub.tokenizers.ByteTokenizer()
+>>> token_bytes(tokenizer, 256)[ord("a")]
+b'a'
+>>> cut_at_stop_strings("Amen. And then", ["And", "."], start=0)
+'Amen'
+"""
+
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+TOKEN_WIDTH = 32
+"""How many trailing bytes of each token the table keeps."""
+
+
+def _byte_level_decoder():
+    from keras_hub.src.tokenizers.byte_pair_tokenizer import bytes_to_unicode
+
+    byte_list, unicode_list = bytes_to_unicode()
+    pairs = zip(byte_list, unicode_list, strict=True)
+    return {u: int.from_bytes(b, "big") for b, u in pairs}
+
+
+def token_bytes(tokenizer, vocabulary_size):
+    """The UTF-8 bytes each token id adds to the text, as a list of bytes.
+
+    Byte-level BPE pieces are mapped back to their bytes (GPT-2's
+    alphabet), SentencePiece's "▁" is a space and "<0xNN>" a byte, a
+    WordPiece "##" piece joins the word before it (others start with a
+    space), a byte tokenizer's id is the byte. Other tokenizers: the text of
+    the id alone.
+    """
+    import keras_hub
+
+    if isinstance(tokenizer, keras_hub.tokenizers.ByteTokenizer):
+        return [bytes([i]) if i < 256 else b"" for i in range(vocabulary_size)]
+    vocabulary = list(tokenizer.get_vocabulary())[:vocabulary_size]
+    vocabulary += [""] * (vocabulary_size - len(vocabulary))
+    if isinstance(tokenizer, keras_hub.tokenizers.BytePairTokenizer):
+        decoder = _byte_level_decoder()
+        special = set(getattr(tokenizer, "unsplittable_tokens", None) or ())
+        return [
+            piece.encode()
+            if piece in special or not all(c in decoder for c in piece)
+            else bytes(decoder[c] for c in piece)
+            for piece in vocabulary
+        ]
+    if isinstance(tokenizer, keras_hub.tokenizers.WordPieceTokenizer):
+        return [
+            b"" if piece.startswith("[") and piece.endswith("]")
+            else piece[2:].encode() if piece.startswith("##")
+            else (" " + piece).encode()
+            for piece in vocabulary
+        ]  # fmt: skip
+    pieces = []
+    for piece in vocabulary:
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            pieces.append(bytes([int(piece[3:5], 16)]))
+        else:
+            pieces.append(piece.replace("\u2581", " ").encode())
+    return pieces
+
+
+def byte_table(pieces, width=TOKEN_WIDTH):
+    """int32 (len(pieces), width): each piece's last `width` bytes,
+    right-aligned, -1 before them."""
+    table = np.full((len(pieces), width), -1, "int32")
+    for i, piece in enumerate(pieces):
+        piece = piece[-width:]
+        if piece:
+            table[i, width - len(piece) :] = list(piece)
+    return table
+
+
+_TABLES = weakref.WeakKeyDictionary()
+
+
+def cached_byte_table(tokenizer, vocabulary_size):
+    """`byte_table(token_bytes(...))`, computed once per tokenizer object."""
+    key = (vocabulary_size, TOKEN_WIDTH)
+    tables = _TABLES.setdefault(tokenizer, {})
+    if key not in tables:
+        tables[key] = byte_table(token_bytes(tokenizer, vocabulary_size))
+    return tables[key]
+
+
+def string_table(rows, smallest=16):
+    """int32 (batch, strings, length) of the rows' stop strings' UTF-8 bytes,
+    right-aligned and padded with -1; sizes rounded up to powers of two
+    (at least 2 strings of `smallest` bytes) so that few shapes compile."""
+
+    def bucket(n, low):
+        return max(low, 1 << max(0, n - 1).bit_length())
+
+    encoded = [[s.encode() for s in row] for row in rows]
+    count = bucket(max(len(row) for row in encoded), 2)
+    length = bucket(max((len(s) for row in encoded for s in row), default=1), smallest)
+    table = np.full((len(rows), count, length), -1, "int32")
+    for i, row in enumerate(encoded):
+        for j, string in enumerate(row):
+            table[i, j, length - len(string) :] = list(string)
+    return table
+
+
+def append_bytes(tail, new):
+    """`tail` (batch, T) shifted left by each row's count of new bytes, with
+    them at its end. `new` (batch, W) is right-aligned, -1 before."""
+    size, width = tail.shape[1], new.shape[1]
+    count = tf.reduce_sum(tf.cast(new >= 0, "int32"), axis=1, keepdims=True)
+    j = tf.range(size)[None, :]
+    kept = tf.gather(tail, tf.minimum(j + count, size - 1), batch_dims=1)
+    positions = np.clip(width - size + np.arange(size), 0, width - 1)
+    added = tf.gather(new, positions, axis=1)
+    return tf.where(j < size - count, kept, added), count[:, 0]
+
+
+def ends_with_stop_string(tail, strings, count):
+    """bool (batch,): whether a stop string ends inside the last `count`
+    bytes of `tail` (or exactly at its end).
+
+    `strings` is (batch, n, M) from `string_table`; `tail` is (batch, T)
+    with T >= M + the largest `count`.
+    """
+    size, length = tail.shape[1], strings.shape[2]
+    overhangs = size - length + 1  # every end position a window can have
+    index = np.arange(length)[None, :] + size - length - np.arange(overhangs)[:, None]
+    windows = tf.gather(tail, index, axis=1)  # (B, D, M): window d ends d early
+    agree = tf.logical_or(
+        strings[:, :, None, :] < 0, tf.equal(windows[:, None], strings[:, :, None])
+    )
+    match = tf.reduce_all(agree, axis=-1)  # (B, n, D)
+    inside = np.arange(overhangs)[None, :] < count[:, None]  # (B, D)
+    real = strings[:, :, -1] >= 0  # (B, n)
+    match = match & inside[:, None, :] & real[:, :, None]
+    return tf.reduce_any(match, axis=[1, 2])
+
+
+def cut_at_stop_strings(text, stop_strings, start):
+    """`text` cut before the first stop string found at or after `start`."""
+    found = [text.find(s, start) for s in stop_strings]
+    found = [i for i in found if i >= 0]
+    return text[: min(found)] if found else text
