@@ -444,8 +444,8 @@ CATALOGUE = [
         lambda d: cli.main(["train", "--data", write(d, "e.txt", b"")])),
     Row("cli", "`train --data` bytes that are not UTF-8", "SystemExit", "not UTF-8",
         lambda d: cli.main(["train", "--data", write(d, "b.txt", b"\xff\xfe\xfa")])),
-    Row("cli", "`train --data` too short for `--sequence-length`", "SystemExit",
-        "too few", lambda d: cli.main(
+    Row("cli", "`train --data` too short to hold out a tenth", "SystemExit",
+        "too short to split", lambda d: cli.main(
             ["train", "--data", write(d, "s.txt", b"hello " * 10)])),
     Row("cli", "`train --epochs 0`", "SystemExit", "2",
         lambda d: cli.main(["train", "--epochs", "0"])),

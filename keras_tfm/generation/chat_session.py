@@ -152,8 +152,12 @@ class ChatSession:
         function, sampler = model.compiled_loops.get(
             ("chat_session", key, end_id, self.jit_compile),
             lambda: (
+                # No autograph: the loop is ops.while_loop already, and
+                # autograph's conversion cache mixed up methods across tests.
                 tf.function(
-                    self._turn_function(sampler, end_id), jit_compile=self.jit_compile
+                    self._turn_function(sampler, end_id),
+                    jit_compile=self.jit_compile,
+                    autograph=False,
                 ),
                 sampler,
             ),

@@ -189,8 +189,10 @@ class SpeculativeDecoder:
         key = (self.draft, k, self.ngram_size, stop_token_ids, self.jit_compile)
         function = model.compiled_loops.get(
             ("speculative", *key),
-            lambda: tf.function(
-                self._loop(stop_token_ids), jit_compile=self.jit_compile
+            lambda: tf.function(  # ops.while_loop already: no autograph
+                self._loop(stop_token_ids),
+                jit_compile=self.jit_compile,
+                autograph=False,
             ),
         )
         totals = dict.fromkeys(("rounds", "guessed", "accepted", "new_tokens"), 0)

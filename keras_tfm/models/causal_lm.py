@@ -487,7 +487,7 @@ class CausalLM(QuantizationMixin, Task):
                 )
         if draft is not None:
             plain_greedy = instance is None and all(
-                c.sampler == "greedy" and not c.uses_processors() and not c.stop_strings
+                c.sampler == "greedy" and not c.uses_processors and not c.stop_strings
                 for c in configs
             )
             decoder_only = type(self).generation_inputs is CausalLM.generation_inputs

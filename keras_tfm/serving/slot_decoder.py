@@ -15,9 +15,9 @@ call amortises it, at the price of a request joining only between calls.
 """
 
 import numpy as np
+import tensorflow as tf
 from keras import ops
 
-from keras_tfm.generation import generation_utils as gen
 from keras_tfm.serving.slot_sampler import row_seed, sample_tokens
 from keras_tfm.validation import check_positive_int
 
@@ -56,8 +56,14 @@ class SlotDecoder:
                 f"({limit}). Received: max_length={max_length}"
             )
         self.caches = model.backbone.empty_cache(num_slots, max_length)
-        self._prefill = gen.compile_loop(self._prefill_function)
-        self._decode = gen.compile_loop(self._decode_function)
+        # No autograph (the loops are ops.while_loop): its conversion cache
+        # gave `logits` another method's converted code in a long test run.
+        self._prefill = tf.function(
+            self._prefill_function, jit_compile=True, autograph=False
+        )
+        self._decode = tf.function(
+            self._decode_function, jit_compile=True, autograph=False
+        )
 
     # === Compiled functions ===
 

@@ -8,6 +8,7 @@ embeddings within 1e-5, log-likelihoods with a NumPy float64 reference.
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,12 @@ FORTUNES = [
 # Text a WordPiece vocabulary cannot spell ([UNK]) and BPE bytes.
 UNSPELLABLE = "日本語のテキスト 😀 ✓"
 MAX_NEW_TOKENS = 4
+# Exporting SmolLM2 (605 MB, four traced XLA loops) takes ~4 minutes on 2
+# cores, past the suite's 10-minute budget: run with KERAS_TFM_EXPORT_SMOLLM2=1.
+EXPORT_SMOLLM2 = os.environ.get("KERAS_TFM_EXPORT_SMOLLM2") == "1"
+needs_smollm2_export = pytest.mark.skipif(
+    not EXPORT_SMOLLM2, reason="set KERAS_TFM_EXPORT_SMOLLM2=1 (~4 min export)"
+)
 
 
 def test_a_model_without_tokenizer_is_refused_with_the_id_signature_offered(tmp_path):
@@ -75,7 +82,8 @@ def exported(tmp_path_factory, smollm2):
         name: zoo.from_preset(name)
         for name in ("fortunes_classifier", "all_minilm_l6_v2", "kjv_gpt")
     }
-    models["smollm2_135m_instruct"] = smollm2  # the session's, loaded once
+    if EXPORT_SMOLLM2:
+        models["smollm2_135m_instruct"] = smollm2  # the session's, loaded once
     for name, model in models.items():
         export.export_saved_model(model, root / name, max_new_tokens=MAX_NEW_TOKENS)
     requests = [
@@ -87,6 +95,7 @@ def exported(tmp_path_factory, smollm2):
         ("smollm2_135m_instruct", "generate_with_options",
          {"prompts": ["Count: 1, 2, 3,", "Grüße aus Köln  "], "max_new_tokens": 3}),
     ]  # fmt: skip
+    requests = [request for request in requests if request[0] in models]
     payload = [
         {"directory": str(root / name), "signature": sig, "inputs": inputs}
         for name, sig, inputs in requests
@@ -149,12 +158,14 @@ def test_score_is_the_log_likelihood_of_the_next_tokens(exported):
     np.testing.assert_allclose(got["log_likelihood"], [expected], rtol=1e-5)
 
 
+@needs_smollm2_export
 def test_chat_gives_the_python_answer(exported):
     model, inputs, got = answer(exported, 4)
     expected = model.chat(inputs["messages"][0], max_new_tokens=MAX_NEW_TOKENS)
     assert got["answers"] == [expected]
 
 
+@needs_smollm2_export
 def test_generate_with_options_takes_the_length(exported):
     model, inputs, got = answer(exported, 5)
     assert got["texts"] == model.generate(inputs["prompts"], inputs["max_new_tokens"])
