@@ -179,3 +179,19 @@ def test_extend_in_chunks_equals_one_pass(chunk_lengths):
             ops.convert_to_numpy(reference)[:, :, :13],
             atol=1e-5,
         )
+
+
+def test_generate_takes_a_draft_by_name_or_model_and_keeps_its_decoder():
+    keras.utils.set_random_seed(3)
+    shape = dict(
+        vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=64,
+    )  # fmt: skip
+    model, other = causal_lm(**shape), causal_lm(**shape)
+    prompt = [1, 2, 3, 4, 1, 2]
+    reference = greedy_uncached(model, prompt, 8)
+    assert model.generate(prompt, 8, draft="prompt_lookup") == reference
+    assert model.generate(prompt, 8, draft=other) == reference
+    loops = len(model.compiled_loops)
+    assert model.generate(prompt, 8, draft=other) == reference
+    assert len(model.compiled_loops) == loops  # the decoder and its loop reused
