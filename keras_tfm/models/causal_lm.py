@@ -5,6 +5,7 @@ from keras import ops
 from keras_tfm.generation import (
     decode_loop,
     logit_processors,
+    scoring,
     sliding_window,
 )
 from keras_tfm.generation import generation_utils as gen
@@ -268,12 +269,13 @@ class CausalLM(QuantizationMixin, Task):
 
         return gen.compile_loop(loop)
 
-    def _decode_function(self):
+    def _decode_function(self, top_logprobs=0):
         """The compiled loop of the built-in samplers: every setting an input.
 
         One program per (batch, buffer length) (and source length for a
         sequence-to-sequence model): prefill by chunks, then
-        `decode_loop.decode`. Returns `(tokens, log_probabilities)`.
+        `decode_loop.decode` (which also records the `top_logprobs` most
+        likely tokens of each step). Returns its dict.
         """
 
         def loop(encoder_inputs, tokens, mask, start, end, settings):
@@ -283,7 +285,9 @@ class CausalLM(QuantizationMixin, Task):
             def next(tokens, cache, index):
                 return self.decode_step(context, tokens, cache, index)
 
-            return decode_loop.decode(next, tokens, cache, start, end, mask, settings)
+            return decode_loop.decode(
+                next, tokens, cache, start, end, mask, settings, top_logprobs
+            )
 
         return gen.compile_loop(loop)
 
@@ -341,6 +345,7 @@ class CausalLM(QuantizationMixin, Task):
         bad_words_ids=None,
         stop_strings=None,
         return_scores=False,
+        top_logprobs=None,
         generation_config=None,
         draft=None,
     ):
@@ -420,6 +425,12 @@ class CausalLM(QuantizationMixin, Task):
                 log-probability of each new token (before processors and
                 temperature): `(outputs, scores)`. Built-in samplers only,
                 without streaming or a sliding window.
+            top_logprobs: with `return_scores`, also return at each new
+                token the n most likely tokens of the model's distribution
+                (OpenAI's name, and its meaning: the distribution before
+                processors and temperature): `(outputs, scores, top)`, `top`
+                per input a list, per new token, of n `(token_id,
+                log_probability)` pairs, most likely first. None or 0: off.
             generation_config: a `keras_tfm.generation.GenerationConfig` (or
                 one per input) whose settings the arguments above override.
             draft: speculative decoding of plain greedy output (the same
@@ -449,6 +460,9 @@ class CausalLM(QuantizationMixin, Task):
             "inputs", inputs, vocabulary_size, self.backbone.padding_id, tokenize
         )
         check_positive_int("max_new_tokens", max_new_tokens)
+        top_logprobs = scoring.check_top_logprobs(
+            top_logprobs, return_scores, vocabulary_size
+        )
         slides = self.check_generation_length(rows, max_new_tokens)
         window_shift = sliding_window.check_window_shift(
             window_shift, self.backbone.max_sequence_length
@@ -526,7 +540,9 @@ class CausalLM(QuantizationMixin, Task):
                 tensors, stop_token_ids, slides, window_shift, skip,
             )  # fmt: skip
         if key == ("tensor",):
-            function = self.compiled_loops.get(key, self._decode_function)
+            function = self.compiled_loops.get(
+                (key, top_logprobs), lambda: self._decode_function(top_logprobs)
+            )
         else:
             function = self.compiled_loops.get(
                 (key, stop_token_ids), lambda: self._loop(instance, stop_token_ids)
@@ -546,7 +562,7 @@ class CausalLM(QuantizationMixin, Task):
             )  # fmt: skip
             scores = None
         else:
-            results, scores = self._generate_in_buffer(
+            results, scores, top = self._generate_in_buffer(
                 function, encoder_inputs, decoder_rows, max_new_tokens, tensors,
                 stop_token_ids, beam_buffer=key != ("tensor",),
             )  # fmt: skip
@@ -555,15 +571,18 @@ class CausalLM(QuantizationMixin, Task):
         outputs = self._format(results, kind, stop_token_ids, strings, prompts)
         if not return_scores:
             return outputs
-        scores = [s for s in scores]
-        return outputs, (scores[0] if kind in ("string", "ids") else scores)
+        one = kind in ("string", "ids")
+        if not top_logprobs:
+            return outputs, (scores[0] if one else scores)
+        return outputs, (scores[0] if one else scores), (top[0] if one else top)
 
     def _generate_in_buffer(
         self, function, encoder_inputs, rows, max_new_tokens, settings,
         stop_token_ids, beam_buffer,
     ):  # fmt: skip
         """Runs `function` over one buffer; returns the rows cut after their
-        stop id, and each row's log-probabilities of its new tokens."""
+        stop id, each row's log-probabilities of its new tokens, and (when
+        the loop recorded them) each new token's most likely alternatives."""
         longest = max(len(row) for row in rows)
         if beam_buffer:
             # Beam search ranks its beams over the whole buffer: it keeps the
@@ -581,12 +600,15 @@ class CausalLM(QuantizationMixin, Task):
             ops.convert_to_tensor(longest + max_new_tokens, "int32"),
             settings,
         )
-        ends, log_probabilities = None, None
+        ends, log_probabilities, top_ids = None, None, None
         if isinstance(outputs, dict):
             ends = ops.convert_to_numpy(outputs["ends"])
             log_probabilities = ops.convert_to_numpy(outputs["log_probabilities"])
+            if "top_ids" in outputs:
+                top_ids = ops.convert_to_numpy(outputs["top_ids"])
+                top_values = ops.convert_to_numpy(outputs["top_log_probabilities"])
         outputs = ops.convert_to_numpy(first(outputs))
-        results, scores = [], []
+        results, scores, top = [], [], []
         for i, row in enumerate(rows):
             stop = len(row) + max_new_tokens
             if ends is not None:  # the loop says where each row stopped
@@ -596,7 +618,10 @@ class CausalLM(QuantizationMixin, Task):
             results.append(kept)
             if log_probabilities is not None:
                 scores.append(log_probabilities[i, len(row) : len(kept)].tolist())
-        return results, scores
+            if top_ids is not None:
+                new = slice(len(row), len(kept))
+                top.append(scoring.alternatives(top_ids[i, new], top_values[i, new]))
+        return results, scores, top
 
     def _format(self, rows, kind, stop_token_ids, strings=None, prompts=None):
         if kind not in ("string", "strings"):
@@ -733,6 +758,34 @@ class CausalLM(QuantizationMixin, Task):
         stops = generate_kwargs.get("stop_strings") or ()
         stops = (stops,) if isinstance(stops, str) else stops
         return stop_text.cut_at_stop_strings(text, stops, 0).strip()
+
+    def score(self, texts):
+        """The model's log-likelihood of each text, and how many tokens it sums.
+
+            log_likelihood = sum_{t >= 1} log p(x_t | x_0 ... x_{t-1})
+
+        over each text's tokens after the first (which has no context), from
+        the float32 logits of one forward pass (`keras_tfm.generation.scoring`);
+        the perplexity is exp(-log_likelihood / count).
+
+        Args:
+            texts: what `generate` takes: a string or a list of strings (with
+                a preprocessor; tokenized as they are, no token added), token
+                ids, a list of token-id lists, or a (batch, seq) array.
+
+        Returns:
+            `(log_likelihood, count)`: NumPy float64 and int64 (batch,).
+
+        Example:
+        >>> backbone = keras_tfm.models.DecoderBackbone(
+        ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+        ...     intermediate_dim=32, max_sequence_length=16)
+        >>> model = keras_tfm.models.CausalLM(backbone)
+        >>> log_likelihood, count = model.score([[5, 6, 7], [8, 9]])
+        >>> count.tolist(), bool(log_likelihood[0] < 0)
+        ([2, 1], True)
+        """
+        return scoring.score_causal(self, texts)
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, then `compiled_loops.invalidate()`.
