@@ -13,7 +13,11 @@ from keras_tfm.generation import stop_strings as stop_text
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.chat_pieces import answer_pieces
 from keras_tfm.generation.compiled_loops import CompiledLoops
-from keras_tfm.generation.generation_config import configs_for, settings_tensors
+from keras_tfm.generation.generation_config import (
+    configs_for,
+    request_base,
+    settings_tensors,
+)
 from keras_tfm.generation.speculative import SpeculativeDecoder
 from keras_tfm.models._common import make_lm_head
 from keras_tfm.models.causal_lm_preprocessor import CausalLMPreprocessor
@@ -81,6 +85,11 @@ class CausalLM(QuantizationMixin, Task):
     backbone_class = DecoderBackbone
     preprocessor_class = CausalLMPreprocessor
     label_kind = "token"
+    generation_config = None
+    """The default `GenerationConfig` of `generate` and `chat`: what a preset's
+    `generation_config.json` sets (`keras_tfm.zoo.from_preset`), None for
+    the plain defaults (greedy). Whatever a call sets wins (see
+    `keras_tfm.generation.generation_config.request_base`)."""
 
     def __init__(self, backbone, preprocessor=None, tie_word_embeddings=True, **kwargs):
         if not isinstance(backbone, self.backbone_class):
@@ -432,7 +441,9 @@ class CausalLM(QuantizationMixin, Task):
                 per input a list, per new token, of n `(token_id,
                 log_probability)` pairs, most likely first. None or 0: off.
             generation_config: a `keras_tfm.generation.GenerationConfig` (or
-                one per input) whose settings the arguments above override.
+                one per input) whose settings the arguments above override;
+                None: the model's `generation_config` (a preset's defaults,
+                e.g. SmolLM2's), under the arguments given.
             draft: speculative decoding of plain greedy output (the same
                 tokens, fewer passes of this model): "prompt_lookup" (guesses
                 copied from the prompt), a smaller `CausalLM` sharing the
@@ -475,6 +486,10 @@ class CausalLM(QuantizationMixin, Task):
             no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
             stop_strings=stop_strings,
         )  # fmt: skip
+        if generation_config is None:
+            generation_config = request_base(
+                self.generation_config, sampler, num_beams, draft
+            )
         configs, instance = configs_for(sampler, settings, generation_config, len(rows))
         if stop_token_ids is None:
             stop_token_ids = self.default_stop_token_ids()
