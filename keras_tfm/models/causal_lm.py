@@ -429,7 +429,9 @@ class CausalLM(QuantizationMixin, Task):
                 these (checked in the loop on the tokens' bytes, across token
                 boundaries); strings are cut before it, ids end with the
                 token that completed it. Needs a tokenizer; built-in
-                samplers only, not streamed.
+                samplers only. Streamed (also past the context window),
+                checked on the host on the same bytes; no piece of a stop
+                string is shown.
             return_scores: also return, per input, the model's
                 log-probability of each new token (before processors and
                 temperature): `(outputs, scores)`. Built-in samplers only,
@@ -503,17 +505,23 @@ class CausalLM(QuantizationMixin, Task):
                 f"max_new_tokens={max_new_tokens} past max_sequence_length="
                 f"{self.backbone.max_sequence_length}"
             )
-        for name, wanted in (
-            ("return_scores", return_scores),
-            ("stop_strings", any(c.stop_strings for c in configs)),
+        if return_scores and (instance is not None or beam or stream or slides):
+            raise ValueError(
+                "`return_scores` is given by the built-in samplers' loop over "
+                "one buffer: not with beam search, a sampler object, streaming "
+                "or a sliding window. Received: return_scores with sampler="
+                f"{sampler!r}, stream={stream}, sliding window={slides}"
+            )
+        if any(c.stop_strings for c in configs) and (
+            instance is not None or beam or (slides and not stream)
         ):
-            if wanted and (instance is not None or beam or stream or slides):
-                raise ValueError(
-                    f"`{name}` is given by the built-in samplers' loop over one "
-                    "buffer: not with beam search, a sampler object, streaming "
-                    f"or a sliding window. Received: {name} with sampler="
-                    f"{sampler!r}, stream={stream}, sliding window={slides}"
-                )
+            raise ValueError(
+                "`stop_strings` are checked by the built-in samplers' loop (or, "
+                "streaming, on the host): not with beam search or a sampler "
+                "object, and past the context window only with stream=True. "
+                f"Received: stop_strings with sampler={sampler!r}, "
+                f"stream={stream}, sliding window={slides}"
+            )
         if draft is not None:
             plain_greedy = instance is None and all(
                 c.sampler == "greedy" and not c.uses_processors and not c.stop_strings
@@ -552,7 +560,7 @@ class CausalLM(QuantizationMixin, Task):
         if stream:
             return self._stream(
                 encoder_inputs, decoder_rows, kind, max_new_tokens, instance, key,
-                tensors, stop_token_ids, slides, window_shift, skip,
+                tensors, stop_token_ids, slides, window_shift, skip, strings,
             )  # fmt: skip
         if key == ("tensor",):
             function = self.compiled_loops.get(
@@ -689,8 +697,10 @@ class CausalLM(QuantizationMixin, Task):
         slides,
         window_shift,
         skip,
+        strings,
     ):
-        """`generate(stream=True)`: the generator of new pieces."""
+        """`generate(stream=True)`: the generator of new pieces; rows end on
+        their stop `strings` on the host (`stop_strings.stop_at_strings`)."""
         prefill, step = self.compiled_loops.get(
             ("stream", key), lambda: self._stream_steps(sampler)
         )
@@ -717,11 +727,14 @@ class CausalLM(QuantizationMixin, Task):
             self.fill_id,
             stop_token_ids,
         )
+        if any(strings):
+            steps = stop_text.stop_at_strings(steps, strings, settings["token_bytes"])
         return sliding_window.stream_pieces(
             steps,
             [row[skip:] for row in rows],
             kind,
             lambda ids: self._format([ids], "string", stop_token_ids),
+            strings,
         )
 
     def chat(self, messages, max_new_tokens=256, stream=False, **generate_kwargs):
@@ -762,16 +775,16 @@ class CausalLM(QuantizationMixin, Task):
         end_id = tokenizer.end_token_id
         prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(messages))]
         kwargs = dict(stop_token_ids=(end_id,), **generate_kwargs)
+        stops = generate_kwargs.get("stop_strings") or ()
+        stops = (stops,) if isinstance(stops, str) else stops
         if stream:
             steps = self.generate(prompt, max_new_tokens, stream=True, **kwargs)
-            return answer_pieces(tokenizer, steps, end_id)
+            return answer_pieces(tokenizer, steps, end_id, stops)
         output = self.generate(prompt, max_new_tokens, **kwargs)
         answer = [int(i) for i in output[len(prompt) :]]
         if end_id in answer:
             answer = answer[: answer.index(end_id)]
         text = tokenizer.detokenize(answer)
-        stops = generate_kwargs.get("stop_strings") or ()
-        stops = (stops,) if isinstance(stops, str) else stops
         return stop_text.cut_at_stop_strings(text, stops, 0).strip()
 
     def score(self, texts):
