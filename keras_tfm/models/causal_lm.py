@@ -743,7 +743,19 @@ class CausalLM(QuantizationMixin, Task):
         The conversation is formatted by the tokenizer's chat template (with
         the opening of the assistant's turn), generated from until the
         tokenizer's end token (the end of the turn), and only the new tokens
-        are decoded.
+        are decoded. The settings are the model's `generation_config` (a
+        preset's defaults: SmolLM2's model card samples with top-p 0.9 at
+        temperature 0.2) under any given here.
+
+        What to expect of a 135M model (smollm2_135m_instruct, tried with
+        the questions a new user asks): a list of five fruits and the
+        capital of France come out right; asked how many legs a spider has,
+        it talks of "two pairs of legs" before it says 8; its steps for
+        making tea repeat "kettle" and put the kettle into the pot; in a
+        second turn it has forgotten the name the user gave in the first;
+        a 200-token story repeats its sentences, which
+        `repetition_penalty=1.2` prevented there. Short factual answers,
+        yes; reasoning, counting and memory across turns, no.
 
         Args:
             messages: a string (one user message) or a list of
