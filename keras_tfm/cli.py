@@ -545,8 +545,8 @@ def build_parser():
     p.add_argument(
         "--sampler",
         choices=["greedy", "top_p"],
-        help="default: the preset's settings (SmolLM2: its card's top-p 0.9 at "
-        "temperature 0.2)",
+        help="default: the preset's settings (greedy unless its "
+        "generation_config.json says otherwise)",
     )
     _add_decoding_options(p, temperature=1.0)
     p.set_defaults(run=chat)

@@ -444,8 +444,8 @@ class CausalLM(QuantizationMixin, Task):
                 log_probability)` pairs, most likely first. None or 0: off.
             generation_config: a `keras_tfm.generation.GenerationConfig` (or
                 one per input) whose settings the arguments above override;
-                None: the model's `generation_config` (a preset's defaults,
-                e.g. SmolLM2's), under the arguments given.
+                None: the model's `generation_config` (a preset's
+                defaults), under the arguments given.
             draft: speculative decoding of plain greedy output (the same
                 tokens, fewer passes of this model): "prompt_lookup" (guesses
                 copied from the prompt), a smaller `CausalLM` sharing the
@@ -744,8 +744,7 @@ class CausalLM(QuantizationMixin, Task):
         the opening of the assistant's turn), generated from until the
         tokenizer's end token (the end of the turn), and only the new tokens
         are decoded. The settings are the model's `generation_config` (a
-        preset's defaults: SmolLM2's model card samples with top-p 0.9 at
-        temperature 0.2) under any given here.
+        preset's defaults; greedy without one) under any given here.
 
         What to expect of a 135M model (smollm2_135m_instruct, tried with
         the questions a new user asks): a list of five fruits and the

@@ -2,7 +2,6 @@
 argument a call sets overrides."""
 
 import json
-from pathlib import Path
 
 import pytest
 from keras_hub.samplers import GreedySampler
@@ -12,8 +11,6 @@ from keras_tfm.generation.generation_config import request_base
 from keras_tfm.zoo.catalogue import GENERATION_FILE, with_generation_defaults
 from tests.builders import causal_lm
 from tests.models.test_causal_lm import follow, injected
-
-ZOO = Path(__file__).parents[2] / "zoo"
 
 
 def test_generate_uses_the_preset_defaults_unless_the_call_sets_them(tmp_path):
@@ -49,14 +46,3 @@ def test_a_bad_generation_config_file_is_refused(tmp_path):
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"GenerationConfig fields.*\['temprature'\]"):
         with_generation_defaults(model, tmp_path)
-
-
-def test_every_shipped_generation_config_is_valid_and_cites_its_source():
-    files = sorted(ZOO.glob(f"*/{GENERATION_FILE}"))
-    assert files, "smollm2_135m_instruct ships one"
-    for path in files:
-        values = json.loads(path.read_text(encoding="utf-8"))
-        assert values.get("_source"), f"{path} says where its values come from"
-        GenerationConfig.from_dict(
-            {k: v for k, v in values.items() if not k.startswith("_")}
-        )

@@ -123,17 +123,11 @@ def test_sentence_encoder_without_preprocessor_says_so():
 
 def test_smollm2_answers_a_question_in_one_call(smollm2):
     assert isinstance(smollm2, CausalLM)
-    # transformers' greedy answer to the same ChatML prompt (the fixture);
-    # greedy by name, the preset's default being its card's top-p sampling.
-    answer = smollm2.chat(
-        "What is the capital of France?", max_new_tokens=16, sampler="greedy"
-    )
+    answer = smollm2.chat("What is the capital of France?", max_new_tokens=16)
+    # transformers' greedy answer to the same ChatML prompt (the fixture).
     reference = json.loads((FIXTURES / "smollm2_reference.json").read_text("utf-8"))
     assert answer == reference["chat_answer"]["text"]
-    pieces = smollm2.chat(
-        "What is the capital of France?", 16, stream=True, sampler="greedy"
-    )
-    pieces = list(pieces)
+    pieces = list(smollm2.chat("What is the capital of France?", 16, stream=True))
     assert len(pieces) > 3 and "".join(pieces) == answer
 
 
