@@ -51,7 +51,7 @@ class Service:
     """
 
     def __init__(
-        self, model, model_id, max_batch=8, max_length=None, steps_per_call=4,
+        self, model, model_id, max_batch=8, max_length=None, steps_per_call=1,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES,
     ):  # fmt: skip
         self.model = model
