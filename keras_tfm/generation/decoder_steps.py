@@ -19,6 +19,7 @@ head_dim) per block, as `DecoderBackbone.call_with_cache` takes them.
 
 from keras import ops
 
+from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.validation import check_positive_int
 
 EXTEND_CHUNKS = (64, 64)
@@ -100,7 +101,7 @@ class DecoderSteps:
         updated = []
         for block, cache in zip(self.blocks, caches, strict=True):
             x, cache = block(
-                x, padding_mask=padding_mask, cache=cache, cache_update_index=index
+                x, padding_mask=padding_mask, cache=AttentionCache(cache, index)
             )
             updated.append(cache)
         if self.backbone.final_norm is not None:
