@@ -5,7 +5,12 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from keras_tfm.export import encoder_signatures, generate_signatures
+from keras_tfm.export import (
+    decoding,
+    encoder_signatures,
+    generate_signatures,
+    translate_signatures,
+)
 from keras_tfm.models import CausalLM, EncoderClassifier, SentenceEncoder, Seq2SeqLM
 from keras_tfm.saving import atomic_directory
 
@@ -18,7 +23,7 @@ def _folder_bytes(directory):
     )
 
 
-def signatures_of(model, max_new_tokens=32):
+def signatures_of(model, max_new_tokens=32, num_beams=1, length_penalty=0.0):
     """The string signatures of `model`, by name (tf.functions).
 
     Raises:
@@ -38,13 +43,14 @@ def signatures_of(model, max_new_tokens=32):
     if isinstance(model, SentenceEncoder):
         return {"embed": encoder_signatures.embed_signature(model)}
     if isinstance(model, Seq2SeqLM):
-        raise ValueError(
-            "A sequence-to-sequence model's `translate` signature is not "
-            "exported yet (its WordPiece output is rejoined by Python rules). "
-            f"Received: a {type(model).__name__}"
+        return translate_signatures.translate_signatures(
+            model, max_new_tokens, num_beams, length_penalty
         )
     if isinstance(model, CausalLM):
-        with_options = generate_signatures.generate_with_options_signature(model)
+        decoder = decoding.Decoder(model)
+        with_options = generate_signatures.generate_with_options_signature(
+            model, decoder
+        )
         signatures = {
             "generate": generate_signatures.generate_signature(
                 with_options, max_new_tokens
@@ -54,11 +60,12 @@ def signatures_of(model, max_new_tokens=32):
         }
         if getattr(model.preprocessor.tokenizer, "chat_template", None):
             signatures["chat"] = generate_signatures.chat_signature(
-                model, max_new_tokens
+                model, decoder, max_new_tokens
             )
         return signatures
     raise ValueError(
-        "Only an EncoderClassifier, a SentenceEncoder or a CausalLM exports "
+        "Only an EncoderClassifier, a SentenceEncoder, a CausalLM or a "
+        "Seq2SeqLM exports "
         f"string signatures. Received: a {type(model).__name__}"
     )
 
