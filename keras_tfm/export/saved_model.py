@@ -1,6 +1,7 @@
 """`export_saved_model`: a task as a SavedModel whose signatures take strings."""
 
 import os
+import time
 from pathlib import Path
 
 import tensorflow as tf
@@ -70,7 +71,15 @@ def signatures_of(model, max_new_tokens=32, num_beams=1, length_penalty=0.0):
     )
 
 
-def export_saved_model(model, directory, overwrite=False, max_new_tokens=32):
+def export_saved_model(
+    model,
+    directory,
+    overwrite=False,
+    max_new_tokens=32,
+    num_beams=1,
+    length_penalty=0.0,
+    timings=None,
+):
     """Writes `model` as a SavedModel with its tokenizer inside the graph.
 
     Signatures (each takes and returns tensors keyed by name):
@@ -81,7 +90,15 @@ def export_saved_model(model, directory, overwrite=False, max_new_tokens=32):
       new tokens at most, the prompt and its continuation as
       `model.generate` returns them), `generate_with_options(prompts,
       max_new_tokens)`, `score(texts) -> log_likelihood`, and with a chat
-      template `chat(messages) -> answers` (one user message a row).
+      template `chat(messages) -> answers` (one user message a row);
+      `generate_with_options(prompts, max_new_tokens, temperature, top_k,
+      top_p, seed)` samples as `model.generate(..., sampler="top_p")` with
+      the same seed (temperature 0: greedy);
+    - `Seq2SeqLM`: `translate(sources) -> texts` (`num_beams` and
+      `length_penalty` of the export) and `translate_with_options(sources,
+      max_new_tokens, num_beams, length_penalty)`.
+
+    The generative signatures share one traced decoding loop.
 
     Loading needs TensorFlow and tensorflow-text (the tokenizers' ops), not
     Keras or keras-tfm: `tf.saved_model.load(directory).signatures[...]`.
@@ -92,6 +109,11 @@ def export_saved_model(model, directory, overwrite=False, max_new_tokens=32):
         directory: the folder to write.
         overwrite: whether an existing non-empty `directory` may be replaced.
         max_new_tokens: the generative signatures' answer length.
+        num_beams, length_penalty: `translate`'s beam search (1: greedy, as
+            `generate`'s default); `translate_with_options` takes 1 or this
+            width (4 when it is 1).
+        timings: a dict that receives the seconds each step took (each
+            signature's tracing, "save"), or None.
 
     Returns:
         The size of the written folder, in bytes.
@@ -108,12 +130,19 @@ def export_saved_model(model, directory, overwrite=False, max_new_tokens=32):
     >>> sorted(out), out["probabilities"].shape
     (['labels', 'probabilities'], TensorShape([1, 27]))
     """
-    signatures = signatures_of(model, max_new_tokens)
+    signatures = signatures_of(model, max_new_tokens, num_beams, length_penalty)
     module = tf.Module()
     module.model = model
     module.tokenizer = model.preprocessor.tokenizer
+    timings = {} if timings is None else timings
     # A non-empty `directory` is refused here, before the slow tracing.
     with atomic_directory(Path(directory), overwrite=overwrite) as folder:
-        concrete = {name: f.get_concrete_function() for name, f in signatures.items()}
+        concrete = {}
+        for name, function in signatures.items():
+            start = time.perf_counter()
+            concrete[name] = function.get_concrete_function()
+            timings[name] = time.perf_counter() - start
+        start = time.perf_counter()
         tf.saved_model.save(module, str(folder), signatures=concrete)
+        timings["save"] = time.perf_counter() - start
     return _folder_bytes(directory)
