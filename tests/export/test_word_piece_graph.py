@@ -69,3 +69,13 @@ def test_the_spacing_rules_equal_python_on_edge_cases():
     ]  # fmt: skip
     texts = word_piece_graph.join_words(words).numpy()
     assert [t.decode() for t in texts] == [join_word_pieces(t) for t in EDGE_TOKENS]
+
+
+def test_the_export_helpers_docstring_examples_run():
+    import doctest
+
+    from keras_tfm.export import decoding
+
+    for module in (decoding, word_piece_graph):
+        result = doctest.testmod(module, extraglobs={"tf": tf})
+        assert result.attempted > 0 and result.failed == 0, module.__name__
