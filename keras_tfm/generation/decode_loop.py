@@ -155,7 +155,8 @@ def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
     Args:
         step: `step(chunk_tokens, cache, begin) -> cache`, the model's cached
             forward pass over the tokens at positions `begin ...`.
-        tokens: int (batch, length), `length` static.
+        tokens: int (batch, length); `length` static, or known when XLA
+            compiles the loop.
         cache: the empty cache.
         start: scalar int32 (a tensor: any value, one program).
         chunks: the chunk sizes, largest first.
@@ -163,11 +164,15 @@ def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
     Returns:
         The filled cache.
     """
-    length = int(tokens.shape[1])
+    length = tokens.shape[1]
+    if length is None:  # traced for any length (an exported graph): XLA
+        length = tf.shape(tokens)[1]  # still compiles it as a constant
     start = tf.cast(start, "int32")
     begin = tf.constant(0, "int32")
     for position, size in enumerate(chunks):
-        size = min(size, length)
+        size = (
+            min(size, length) if isinstance(length, int) else tf.minimum(size, length)
+        )
         last = position == len(chunks) - 1
 
         def cond(begin, cache, size=size, last=last):
