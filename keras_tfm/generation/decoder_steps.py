@@ -10,8 +10,8 @@ operations on a key/value cache that outlives one call:
 `steps(...)` writes the keys and values of `token_ids` (positions
 `index ... index + seq - 1`) into `caches` and returns the next-token
 logits; `extend` fills positions `start ... stop - 1` of a (batch, length)
-token buffer in chunks of 64 tokens inside one `while` loop, so a prompt of
-any length compiles once per buffer length.
+token buffer in chunks (of 128 tokens, then of 16) inside `while` loops, so
+a prompt of any length compiles once per buffer length.
 
 The caches are a tuple with one tensor (batch, 2, max_length, kv_heads,
 head_dim) per block, as `DecoderBackbone.call_with_cache` takes them.
@@ -22,11 +22,12 @@ from keras import ops
 from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.validation import check_positive_int
 
-EXTEND_CHUNKS = (64, 64)
-"""Tokens written per pass by `DecoderSteps.extend`: the large chunk while at
-least half of it is needed, then the small one. One size by default: with
-two, XLA compiles a conditional around two copies of the model in the loop,
-and a warm chat turn measured slower (benchmarks/chat_cache_reuse.py)."""
+EXTEND_CHUNKS = (128, 16)
+"""Tokens written per pass by `DecoderSteps.extend`, as `generate`'s prefill
+does: whole chunks of 128 while they fit, then chunks of 16, in two loops
+one after the other (no conditional: XLA compiled one around two copies of
+the model, and a warm chat turn measured slower). A warm chat turn of 22
+new tokens computes 32 positions; a cold one of 1,049 computes 1,056."""
 
 
 class DecoderSteps:
@@ -119,48 +120,42 @@ class DecoderSteps:
     def extend(self, tokens, caches, start, stop, chunk_lengths=EXTEND_CHUNKS):
         """`caches` with the keys and values of `tokens[:, start:stop]` written.
 
-        Runs in chunks inside one loop (`start` and `stop` may be tensors):
-        the first of `chunk_lengths` while at least half of it is still
-        needed, else the second. The last chunk may cover positions past
-        `stop`: their keys are written too and are overwritten, unread, by
-        the decoding that follows (a query never sees a later position). A
-        chunk that would run past the buffer starts earlier instead,
-        recomputing keys it already holds, which equal the ones it writes.
+        Runs in chunks, one loop per size of `chunk_lengths` (largest
+        first; `start` and `stop` may be tensors): each size while whole
+        chunks of it fit before `stop`, the last size until `stop` is
+        covered. The last chunk may cover positions past `stop`: their
+        keys are written too and are overwritten, unread, by the decoding
+        that follows (a query never sees a later position). A chunk that
+        would run past the buffer starts earlier instead, recomputing keys
+        it already holds, which equal the ones it writes.
 
         Args:
             tokens: int (batch, length), the token buffer (its padding ids
                 are masked out of attention, as in `generate`).
             caches: see `empty_cache`, `length` positions each.
             start, stop: the positions to fill.
-            chunk_lengths: (large, small) tokens per pass.
+            chunk_lengths: tokens per pass, largest first.
 
         Returns:
             The updated caches.
         """
         length = tokens.shape[1]
-        large, small = (min(size, length) for size in chunk_lengths)
         padding_mask = self.padding_mask_of(tokens)
+        position = ops.cast(start, "int32")
+        for order, size in enumerate(chunk_lengths):
+            size = min(size, length)
+            last = order == len(chunk_lengths) - 1
 
-        def chunk(caches, position, size):
-            first = ops.minimum(position, length - size)
-            token_ids = ops.take(
-                tokens, first + ops.arange(size, dtype="int32"), axis=1
-            )
-            _, caches = self.hidden(token_ids, caches, first, padding_mask)
-            return caches, position + size
+            def cond(caches, position, size=size, last=last):
+                return position < stop if last else position + size <= stop
 
-        def body(caches, position):
-            if large == small:
-                return chunk(caches, position, small)
-            return ops.cond(
-                2 * (stop - position) >= large,
-                lambda: chunk(caches, position, large),
-                lambda: chunk(caches, position, small),
-            )
+            def body(caches, position, size=size):
+                first = ops.minimum(position, length - size)
+                token_ids = ops.take(
+                    tokens, first + ops.arange(size, dtype="int32"), axis=1
+                )
+                _, caches = self.hidden(token_ids, caches, first, padding_mask)
+                return caches, position + size
 
-        caches, _ = ops.while_loop(
-            lambda caches, position: position < stop,
-            body,
-            (caches, ops.cast(start, "int32")),
-        )
+            caches, position = ops.while_loop(cond, body, (caches, position))
         return caches

@@ -5,7 +5,7 @@ import keras
 import pytest
 
 from keras_tfm.convert import GGUFBytePairTokenizer
-from keras_tfm.generation import ChatSession, set_kv_cache_dtype
+from keras_tfm.generation import ChatSession, chat_session, set_kv_cache_dtype
 from keras_tfm.generation.chat_session import common_prefix_length
 from tests.builders import causal_lm
 from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
@@ -80,6 +80,22 @@ def test_an_edited_history_keeps_the_common_prefix_only(llm):
     # The same conversation again reuses all but its last token.
     session.chat(edited, max_new_tokens=6)
     assert session.reused_length == len(new) - 1
+
+
+def test_a_turn_traces_once_per_cache_length(llm, monkeypatch):
+    # The cache doubles from 16 positions (256 for real models): a growing
+    # conversation traces (and XLA compiles) once per length, not per turn.
+    monkeypatch.setattr(chat_session, "CACHE_BUCKET", 16)
+    llm.compiled_loops.invalidate()
+    session = ChatSession(llm, jit_compile=False)
+    lengths = []
+    for message in ["hello", "or", "world hello", "hello world " * 6, "or"]:
+        session.send(message, max_new_tokens=4)
+        lengths.append(int(session._caches[0].shape[2]))
+    ((function, _),) = llm.compiled_loops.values()
+    assert len(set(lengths)) < len(lengths)  # some turns share a length
+    assert all(length in (16, 32, 64, 128, 256) for length in lengths)
+    assert function.experimental_get_tracing_count() == len(set(lengths))
 
 
 def test_send_keeps_the_conversation(llm):
