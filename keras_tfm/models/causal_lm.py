@@ -190,7 +190,7 @@ class CausalLM(QuantizationMixin, Task):
         backbone = self.backbone
         batch_size, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
         cache = backbone.empty_cache(batch_size, length)
-        padding_mask = backbone.padding_mask_of(tokens)
+        padding_mask = gen.cache_padding_mask(backbone, tokens)
 
         def step(chunk, cache, begin):
             return backbone.call_with_cache(chunk, cache, begin, padding_mask)[1]
@@ -201,7 +201,7 @@ class CausalLM(QuantizationMixin, Task):
         """Logits (batch, vocabulary_size) for position `index` from the one before."""
         token = gen.previous_token(tokens, index)
         hidden, cache = self.backbone.call_with_cache(
-            token, cache, index - 1, self.backbone.padding_mask_of(tokens)
+            token, cache, index - 1, gen.cache_padding_mask(self.backbone, tokens)
         )
         return self.logits(hidden)[:, 0, :], cache
 
