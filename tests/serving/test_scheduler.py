@@ -66,8 +66,10 @@ def test_seeded_sampling_alone_equals_beside_others(scheduler):
 
 def test_penalties_and_logprobs_follow_full_passes_row_by_row(chat_model, scheduler):
     # One penalized row beside two plain ones: the penalty stays in its row.
+    # Negative penalties (+3 to a token already chosen) make the random
+    # model repeat itself, so they change its answer whatever its weights.
     batch = prompts(3, seed=4)
-    settings = [dict(presence_penalty=0.5, frequency_penalty=2.0), {}, {}]
+    settings = [dict(presence_penalty=-1.0, frequency_penalty=-2.0), {}, {}]
     tokens = [[] for _ in batch]
     done = [threading.Event() for _ in batch]
     requests = [
@@ -81,7 +83,7 @@ def test_penalties_and_logprobs_follow_full_passes_row_by_row(chat_model, schedu
         assert event.wait(TIMEOUT)
     expected = []
     assert tokens[0] == greedy_reference(
-        chat_model, batch[0], 8, presence=0.5, frequency=2.0, logprobs=expected
+        chat_model, batch[0], 8, presence=-1.0, frequency=-2.0, logprobs=expected
     )
     assert tokens[0] != greedy_reference(chat_model, batch[0], 8)
     np.testing.assert_allclose(requests[0].logprobs, expected, atol=1e-4)
