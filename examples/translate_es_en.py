@@ -5,19 +5,23 @@ SWORD modules read with `pysword` (`keras_tfm.datasets.sword_parallel`:
 markup cleaned, verses aligned by reference). Whole books are held out:
 test Ruth, Jonah, Philippians, James and 1 John (449 verses), validation
 Esther, Micah and Colossians (367); the other 30,249 pairs train. A shared
-Spanish+English WordPiece vocabulary is learned on the training verses and
-attached to the model. After each epoch the run records the validation
-loss and the greedy BLEU of the first validation verses (the learning
-curves, plotted to docs/images/translator_es_en_curves.png) and keeps the
-lowest-loss model in the run folder (`best.keras`), so a run stopped early
-still leaves its best model. The test books are then translated greedily
-and scored with sacrebleu beside the baseline on the same verses: IBM Model
-1 (`keras_tfm.baselines.ibm_model1_translator`) learned on the same training
+Spanish+English WordPiece vocabulary is learned on the training verses (by
+HuggingFace's trainer: seconds) and attached to the model. After each epoch
+the run records the validation loss and the greedy BLEU of the first
+validation verses (the learning curves, plotted to
+docs/images/translator_es_en_curves.png) and keeps the lowest-loss model in
+the run folder (`best.keras`), so a run stopped early still leaves its best
+model. The test books are then translated greedily and scored with sacrebleu
+beside the baseline on the same verses: IBM Model 1
+(`keras_tfm.baselines.ibm_model1_translator`) learned on the same training
 verses, translating word by word.
 
     apt-get install -y sword-text-sparv sword-text-web
     pip install pysword sacrebleu
-    python examples/translate_es_en.py --max-minutes 60     # writes runs/es_en
+    python examples/translate_es_en.py --steps 1000 --epochs 10 \\
+        --max-minutes 68                                    # writes runs/es_en
+    python examples/translate_es_en.py --init runs/es_en --run-dir runs/es_en2 \\
+        --steps 500 --epochs 5 --learning-rate 1e-3 --warmup-steps 50  # more
     python examples/translate_es_en.py --checkpoint runs/es_en \\
         --save zoo/translator_es_en    # score the best model, write the preset
     python examples/translate_es_en.py --quick      # a small slice, < 1 minute
