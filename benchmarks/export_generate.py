@@ -6,7 +6,8 @@ generation of `--max-new-tokens` tokens for the same prompts through the
 SavedModel's `generate` signature and through `model.generate`, each after
 a warm-up call (which compiles), the median of `--repeats` calls. Both give
 the same texts (checked), so they do the same work; tokens/s counts
-rows x max_new_tokens.
+rows x max_new_tokens. It prints where the export's time went (each
+signature's tracing, then writing the SavedModel).
 
     nice -n 10 python benchmarks/export_generate.py [--max-new-tokens 32] [--repeats 3]
 """
@@ -49,9 +50,12 @@ def main():
     args = parser.parse_args()
     model = zoo.from_preset("smollm2_135m_instruct")
     folder = tempfile.mkdtemp() + "/smollm2"
-    start = time.perf_counter()
-    size = export.export_saved_model(model, folder, max_new_tokens=args.max_new_tokens)
-    print(f"export: {time.perf_counter() - start:.0f} s, {size / 1e6:.0f} MB")
+    start, steps = time.perf_counter(), {}
+    size = export.export_saved_model(
+        model, folder, max_new_tokens=args.max_new_tokens, timings=steps
+    )
+    print(f"export: {time.perf_counter() - start:.0f} s, {size / 1e6:.0f} MB; "
+          + ", ".join(f"{name} {s:.0f} s" for name, s in steps.items()))  # fmt: skip
     generate = tf.saved_model.load(folder).signatures["generate"]
     print("| batch | model.generate tokens/s | exported generate tokens/s | ratio |")
     print("|---|---|---|---|")

@@ -1,9 +1,10 @@
 """Load on `keras-tfm serve`: concurrent chat clients against one at a time.
 
 Starts `keras-tfm serve MODEL` as a subprocess on a free 127.0.0.1 port,
-waits for it, then sends the same fixed set of greedy chat requests twice:
-one at a time (the sequential baseline), and from `--clients` concurrent
-clients each sending `--requests` of them in turn. Every request streams
+waits for it, then sends the same fixed set of greedy chat requests
+(`--requests` per client of the largest `--clients`): one at a time (the
+sequential baseline), then from each number of `--clients` concurrent
+clients, each client sending its share in turn. Every request streams
 (server-sent events), so each one's time to first token and per-token
 latency are measured on the client. Prints a Markdown table and checks
 that every request was answered exactly once (one [DONE] each) and that
@@ -11,7 +12,14 @@ each concurrent answer equals its sequential one. Bounded: clients x
 requests requests of at most `--max-tokens` tokens, loopback only, and
 every HTTP call has a timeout.
 
-    nice -n 10 python benchmarks/serve_load.py --clients 16 --requests 2
+    nice -n 10 python benchmarks/serve_load.py --clients 16 8 --requests 2
+
+With 16 closed-loop clients on 8 slots, half the clients always wait for a
+slot: a request's time to first token is then about one answer's
+duration (each client's cycle is a wait and an answer, and 8 slots serve
+16 clients, so the wait equals the answer). With 8 clients no one queues,
+and the time to first token is the join (one decoding step) plus the
+prefill.
 """
 
 import argparse
@@ -109,12 +117,15 @@ def summary(name, results, seconds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2_135m_instruct")
-    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument(
+        "--clients", type=int, nargs="+", default=[16, 8],
+        help="numbers of concurrent clients, one run each",
+    )  # fmt: skip
     parser.add_argument("--requests", type=int, default=2, help="per client")
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--max-context", type=int, default=512)
-    parser.add_argument("--steps-per-call", type=int, default=4)
+    parser.add_argument("--steps-per-call", type=int, default=1)
     args = parser.parse_args()
 
     port = free_port()
@@ -124,27 +135,34 @@ def main():
         "--max-context", args.max_context, "--steps-per-call", args.steps_per_call,
     )  # fmt: skip
     try:
-        contents = prompts(args.clients * args.requests)
+        load_at_start = os.getloadavg()[0]
+        contents = prompts(max(args.clients) * args.requests)
         # Warm-up: every prompt length bucket the runs use is compiled.
         asyncio.run(run(url, args.model, contents[:2], 1, 4))
         sequential, seq_time = asyncio.run(
             run(url, args.model, contents, 1, args.max_tokens)
         )
-        together, con_time = asyncio.run(
-            run(url, args.model, contents, args.clients, args.max_tokens)
-        )
+        concurrent = [
+            asyncio.run(run(url, args.model, contents, clients, args.max_tokens))
+            for clients in args.clients
+        ]
     finally:
         server.send_signal(signal.SIGTERM)
         code = server.wait(120)
-    answered_once = all(r["done"] == 1 for r in sequential + together)
-    equal = sum(
-        a["text"] == b["text"] for a, b in zip(sequential, together, strict=True)
+    answered_once = all(
+        r["done"] == 1 for r in sequential + [r for c in concurrent for r in c[0]]
     )
-    rows = [
-        summary("one at a time", sequential, seq_time),
-        summary(f"{args.clients} concurrent clients", together, con_time),
+    equal = sum(
+        a["text"] == b["text"]
+        for together, _ in concurrent
+        for a, b in zip(sequential, together, strict=True)
+    )
+    rows = [summary("one at a time", sequential, seq_time)] + [
+        summary(f"{clients} concurrent clients", together, seconds)
+        for clients, (together, seconds) in zip(args.clients, concurrent, strict=True)
     ]
-    print(f"\nload: {os.getloadavg()[0]:.1f} (1-min average at the end)")
+    print(f"\nload (1-min average): {load_at_start:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end")  # fmt: skip
     print(
         f"server: --max-batch {args.max_batch} --max-context {args.max_context} "
         f"--steps-per-call {args.steps_per_call}; {len(contents)} greedy chat "
@@ -159,11 +177,13 @@ def main():
             f"{r['ttft_p50']:.2f} s | {r['ttft_p95']:.2f} s | "
             f"{1000 * r['token_p50']:.0f} ms | {1000 * r['token_p95']:.0f} ms |"
         )
-    speedup = rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
-    print(f"\naggregate tokens/s: {speedup:.2f}x sequential; every request answered "
-          f"exactly once: {answered_once}; concurrent answers equal to sequential: "
-          f"{equal}/{len(contents)}")  # fmt: skip
-    if not answered_once or equal != len(contents) or code != 0:
+    for row in rows[1:]:
+        speedup = row["tokens_per_s"] / rows[0]["tokens_per_s"]
+        print(f"\n{row['name']}: aggregate tokens/s {speedup:.2f}x sequential")
+    expected = len(contents) * len(concurrent)
+    print(f"every request answered exactly once: {answered_once}; concurrent "
+          f"answers equal to sequential: {equal}/{expected}")  # fmt: skip
+    if not answered_once or equal != expected or code != 0:
         raise SystemExit(1)
 
 

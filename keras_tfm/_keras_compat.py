@@ -113,3 +113,40 @@ def one_garbage_collection():
     finally:
         gc.collect = collect
         gc.collect()
+
+
+_UNINITIALIZED = "uninitialized_variables"
+
+
+@contextlib.contextmanager
+def deferred_variables():
+    """Variables created inside the block are left uninitialised; the list
+    it yields holds them after the block (`initialize_deferred` fills each).
+
+    Why private: `keras.StatelessScope(initialize_variables=False)` defers
+    them (public), but they wait in Keras's global list of uninitialised
+    variables, which the next stateless scope would initialise with their
+    random initializers; they are taken out of it here, and given values
+    through the variable's deferred initializer.
+    """
+    import keras
+    from keras.src.backend.common import global_state
+
+    before = list(global_state.get_global_attribute(_UNINITIALIZED, None) or [])
+    created = []
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            yield created
+    finally:
+        pending = global_state.get_global_attribute(_UNINITIALIZED, None) or []
+        known = {id(v) for v in before}
+        created.extend(v for v in pending if id(v) not in known)
+        global_state.set_global_attribute(_UNINITIALIZED, before)
+
+
+def initialize_deferred(variable, value=None):
+    """Initialises a variable of `deferred_variables` with `value` (an array
+    of its shape), or with its own initializer when `value` is None."""
+    if value is not None:
+        variable._initializer = lambda shape, dtype: value
+    variable._deferred_initialize()

@@ -323,14 +323,10 @@ def chat(args):
 
         converse(model, max_new_tokens=args.max_new_tokens, **settings)
         return
-    # Stop strings are checked inside the compiled loop, which does not stream.
+    # Streamed, stop strings included (checked on the host, never shown).
     pieces = model.chat(
-        args.message,
-        max_new_tokens=args.max_new_tokens,
-        stream=not args.stop,
-        **settings,
+        args.message, max_new_tokens=args.max_new_tokens, stream=True, **settings
     )
-    pieces = [pieces] if args.stop else pieces
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
@@ -546,7 +542,12 @@ def build_parser():
         help=MODEL_HELP + " (default: %(default)s)",
     )
     p.add_argument("--max-new-tokens", type=_positive_int, default=256)
-    p.add_argument("--sampler", default="greedy", choices=["greedy", "top_p"])
+    p.add_argument(
+        "--sampler",
+        choices=["greedy", "top_p"],
+        help="default: the preset's settings (greedy unless its "
+        "generation_config.json says otherwise)",
+    )
     _add_decoding_options(p, temperature=1.0)
     p.set_defaults(run=chat)
 

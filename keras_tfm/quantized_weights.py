@@ -313,11 +313,17 @@ class QuantizableDense(keras.layers.Dense):
             for i, variable in enumerate(self._block_variables()):
                 store[str(i)] = ops.convert_to_numpy(variable)
             return None
-        if not self.output_major:
-            return super().save_own_variables(store)
         own = {}
         super().save_own_variables(own)
-        own["0"] = np.transpose(ops.convert_to_numpy(self._kernel))
+        if self.output_major:
+            own["0"] = np.transpose(ops.convert_to_numpy(self._kernel))
+        elif self.lora_enabled and self.quantization_mode is None:
+            # Keras saves W + (alpha/rank) A B and zeroes A and B on load: the
+            # reloaded adapters could never train again (both zero), and the
+            # merged sum rounds differently. Keep the three apart.
+            own["0"] = ops.convert_to_numpy(self._kernel)
+            own["lora_kernel_a"] = ops.convert_to_numpy(self.lora_kernel_a)
+            own["lora_kernel_b"] = ops.convert_to_numpy(self.lora_kernel_b)
         for key, value in own.items():
             store[key] = value
 
@@ -331,7 +337,11 @@ class QuantizableDense(keras.layers.Dense):
                 variable.assign(store[str(i)])
             return None
         if not self.output_major:
-            return super().load_own_variables(store)
+            super().load_own_variables(store)
+            if self.lora_enabled and "lora_kernel_a" in store:
+                self.lora_kernel_a.assign(store["lora_kernel_a"])
+                self.lora_kernel_b.assign(store["lora_kernel_b"])
+            return None
         own = {key: store[key] for key in store.keys()}
         own["0"] = np.transpose(np.asarray(own["0"]))
         super().load_own_variables(own)

@@ -131,3 +131,27 @@ def test_one_garbage_collection_collects_once_on_leaving():
         assert gc.collect() == 0 and alive() is not None  # deferred
     assert alive() is None  # collected on leaving
     assert gc.collect is collect
+
+
+def test_deferred_variables_wait_for_their_values_and_leave_no_trace():
+    from keras.src.backend.common import global_state
+
+    calls = []
+
+    def initializer(shape, dtype=None):
+        calls.append(shape)
+        return np.full(shape, 7.0, "float32")
+
+    before = list(global_state.get_global_attribute("uninitialized_variables", []))
+    with compat.deferred_variables() as created:
+        dense = keras.layers.Dense(3, kernel_initializer=initializer)
+        dense.build((None, 2))
+    assert [v.path for v in created] == [w.path for w in dense.weights]
+    assert calls == []  # no value computed yet
+    pending = global_state.get_global_attribute("uninitialized_variables", [])
+    assert [id(v) for v in pending] == [id(v) for v in before]
+    values = np.arange(6, dtype="float32").reshape(2, 3)
+    compat.initialize_deferred(dense.kernel, values)
+    compat.initialize_deferred(dense.bias)  # its own initializer: zeros
+    assert calls == []  # the kernel's initializer never ran
+    np.testing.assert_array_equal(dense(np.ones((1, 2), "float32")), [[3, 5, 7]])

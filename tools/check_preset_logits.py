@@ -73,11 +73,11 @@ def tiled(out, length=1100):
     from keras_tfm import models
 
     for activation in ("relu", "gelu", "gelu_approximate", "silu", "swiglu"):
-        model = models.CausalLM(
+        model = models.CausalLM(models.DecoderBackbone(
             vocabulary_size=50, num_layers=1, num_heads=4, num_key_value_heads=2,
             hidden_dim=16, intermediate_dim=32, max_sequence_length=length + 8,
             activation=activation, position_encoding="rotary", dropout=0.0,
-        )  # fmt: skip
+        ))  # fmt: skip
         ids = _ids(5, 2, length, 50, length - 100)
         model(ids[:, :4])
         _random_weights(model)
@@ -94,11 +94,11 @@ def tiled(out, length=1100):
             out[f"{prefix}/grad/{weight.path}"] = grad
         if activation == "swiglu":
             _causal_lm(model, ids, out, prefix + "_cached")
-    model = models.Seq2SeqTransformer(
+    model = models.Seq2SeqLM(models.Seq2SeqBackbone(
         vocabulary_size=50, num_encoder_layers=1, num_decoder_layers=1,
         num_heads=2, hidden_dim=16, intermediate_dim=32,
         max_sequence_length=length + 8, activation="gelu",
-    )  # fmt: skip
+    ))  # fmt: skip
     source, target = _ids(7, 2, length, 50, 900), _ids(8, 2, 30, 50)
     _seq2seq(model, source[:, :4], target[:, :4], {}, "build")
     _random_weights(model)

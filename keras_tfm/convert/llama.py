@@ -812,18 +812,16 @@ def load_gguf_llama(path, max_sequence_length=None, weights="float32"):
     config, tokenizer, arrays = converted_gguf(path, max_sequence_length, weights)
     if weights == "float32":
         return built_with_weights(CausalLM, config, arrays, tokenizer=tokenizer)
-    model = CausalLM.from_config({**config, "tokenizer": tokenizer, "dtype": "float32"})
     blocks = {}
-    for name, value in arrays.items():
+    for name in [name for name in arrays if ":" in name]:
         layer, _, part = name.rpartition(":")
-        if layer:
-            blocks.setdefault(layer, [None] * 3)[BLOCK_PARTS.index(part)] = value
-    model.hold_blocks(blocks)
-    floats = {name: value for name, value in arrays.items() if ":" not in name}
-    ours = {w.path: w for w in model.weights}
-    for name, value in floats.items():
-        ours[name].assign(np.asarray(value, "float32"))
-    return model
+        parts = blocks.setdefault(layer, [None] * 3)
+        parts[BLOCK_PARTS.index(part)] = arrays.pop(name)
+    # The float matrices the blocks replace are never created.
+    return built_with_weights(
+        CausalLM, config, arrays, prepare=lambda m: m.hold_blocks(blocks),
+        tokenizer=tokenizer,
+    )  # fmt: skip
 
 
 def converted_gguf(path, max_sequence_length=None, weights="float32", mark=None):

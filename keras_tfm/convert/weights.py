@@ -7,6 +7,8 @@ checks that it covers every weight with its shape and assigns it.
 
 import numpy as np
 
+from keras_tfm._keras_compat import deferred_variables, initialize_deferred
+
 
 def require_tensors(tensors, names, what, directory):
     """Raises naming the first missing HuggingFace tensors."""
@@ -49,12 +51,65 @@ def assign_weights(model, weights):
         ours[path].assign(np.asarray(value, "float32"))
 
 
-def built_with_weights(cls, config, weights, **arguments):
-    """`cls.from_config` of `config` and `arguments` in float32, with every
-    weight assigned from `weights` (as `assign_weights`): what each loader
-    returns."""
-    model = cls.from_config({**config, **arguments, "dtype": "float32"})
-    assign_weights(model, weights)
+def built_with_weights(cls, config, weights, prepare=None, **arguments):
+    """`cls.from_config` of `config` and `arguments` in float32, each weight
+    created with its value from `weights` (our weight path -> array).
+
+    No weight is randomly initialised first: the model is built with its
+    variables deferred (`_keras_compat.deferred_variables`), then each is
+    created from its array, which is dropped from `weights` once copied (a
+    memory-mapped array is then unmapped). Loading SmolLM2 so no longer
+    holds its 540 MB of float32 weights two or three times at the peak.
+
+    Args:
+        cls: the model class.
+        config: its arguments.
+        weights: our weight path -> array, for every weight the model still
+            has uninitialised after `prepare` (checked as `assign_weights`
+            checks); consumed.
+        prepare: optional `prepare(model)`, called before the weights are
+            created, e.g. to replace float matrices by int8 blocks
+            (`hold_blocks`): a replaced variable is never created.
+        **arguments: more `from_config` arguments (e.g. `tokenizer`).
+
+    Returns:
+        The model.
+
+    Example:
+    >>> from keras_tfm.models import CausalLM
+    >>> config = dict(vocabulary_size=8, num_layers=1, num_heads=1,
+    ...               hidden_dim=4, intermediate_dim=8, max_sequence_length=4)
+    >>> values = model_weights(CausalLM.from_config(config))
+    >>> model = built_with_weights(CausalLM, config, dict(values))
+    >>> all(np.array_equal(w.numpy(), values[w.path]) for w in model.weights)
+    True
+    """
+    with deferred_variables() as created:
+        model = cls.from_config({**config, **arguments, "dtype": "float32"})
+    if prepare is not None:
+        prepare(model)
+    live = {id(v) for v in model.variables}
+    created = [v for v in created if id(v) in live]
+    weight_ids = {id(w) for w in model.weights}
+    deferred = {v.path: v for v in created if id(v) in weight_ids}
+    if set(deferred) != set(weights):
+        raise ValueError(
+            "The model's weights do not match the mapping. Unmapped: "
+            f"{sorted(set(deferred) - set(weights))[:4]}; unknown: "
+            f"{sorted(set(weights) - set(deferred))[:4]}"
+        )
+    for path, variable in deferred.items():
+        if tuple(variable.shape) != tuple(weights[path].shape):
+            raise ValueError(
+                f"Weight {path} has shape {tuple(variable.shape)} but the "
+                f"checkpoint's has {tuple(weights[path].shape)}"
+            )
+    for variable in created:
+        value = weights.pop(variable.path, None) if id(variable) in weight_ids else None
+        if value is not None:
+            value = np.asarray(value, variable.dtype)
+        initialize_deferred(variable, value)
+        del value
     return model
 
 

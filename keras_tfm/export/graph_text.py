@@ -2,13 +2,14 @@
 
 WordPiece tokenizers (keras-hub's, and `HFBertTokenizer`) already run in
 TensorFlow inside a `tf.function`, with the ids of their Python calls;
-byte-level BPE goes through `byte_pair_graph`.
+byte-level BPE goes through `byte_pair_graph`. Detokenizing: BPE in
+`byte_pair_graph`, WordPiece's rejoin in `word_piece_graph`.
 """
 
 import keras_hub
 import tensorflow as tf
 
-from keras_tfm.export import byte_pair_graph
+from keras_tfm.export import byte_pair_graph, word_piece_graph
 
 # What Python's str.strip() removes, as RE2 spells it.
 _STRIP = r"^[\t\n\x0B\f\r\x1C-\x1F\x{85}\p{Z}]+|[\t\n\x0B\f\r\x1C-\x1F\x{85}\p{Z}]+$"
@@ -32,10 +33,11 @@ def detokenize(tokenizer, ids):
     """1-D strings of ragged int `ids` (batch, tokens)."""
     if is_byte_pair(tokenizer):
         return byte_pair_graph.detokenize(tokenizer, ids)
+    if isinstance(tokenizer, keras_hub.tokenizers.WordPieceTokenizer):
+        return word_piece_graph.detokenize(tokenizer, ids)
     raise ValueError(
-        "Only byte-level BPE tokenizers detokenize inside an exported graph "
-        "(WordPiece output is rejoined by Python rules, "
-        f"`keras_tfm.data.join_word_pieces`). Received: {type(tokenizer).__name__}"
+        "Only byte-level BPE and WordPiece tokenizers detokenize inside an "
+        f"exported graph. Received: {type(tokenizer).__name__}"
     )
 
 

@@ -35,14 +35,29 @@ def is_stop(token, stop_token_ids):
     return tf.reduce_any(tf.equal(token[:, None], stop_token_ids), axis=-1)
 
 
-def chosen_log_probabilities(logits, token):
+def chosen_log_probabilities(logits, token, top_logprobs=0):
     """float32 (batch,): the model's log-probability of `token` (before any
-    processor or temperature), log_softmax(logits)[token]."""
+    processor or temperature), log_softmax(logits)[token].
+
+    With `top_logprobs` n > 0, also the n most likely tokens of that
+    distribution: `(chosen, top_values, top_ids)`, float32 and int32
+    (batch, n), most likely first (ties: the lower id first).
+
+    Example:
+    >>> logits = tf.math.log(tf.constant([[0.5, 0.2, 0.3]]))
+    >>> chosen, values, ids = chosen_log_probabilities(logits, [2], 2)
+    >>> ids.numpy().tolist(), round(float(tf.exp(values[0, 1])), 3)
+    ([[0, 2]], 0.3)
+    """
     log_probabilities = tf.nn.log_softmax(tf.cast(logits, "float32"), axis=-1)
-    return tf.gather(log_probabilities, token, axis=1, batch_dims=1)
+    chosen = tf.gather(log_probabilities, token, axis=1, batch_dims=1)
+    if not top_logprobs:
+        return chosen
+    values, ids = tf.math.top_k(log_probabilities, k=top_logprobs)
+    return chosen, values, ids
 
 
-def decode(next, tokens, cache, index, end, prompt_mask, settings):
+def decode(next, tokens, cache, index, end, prompt_mask, settings, top_logprobs=0):
     """Decodes `tokens` from `index` to `end` (exclusive).
 
     Args:
@@ -56,6 +71,8 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings):
         settings: the dict of `settings_tensors`, as tensors; with
             "stop_strings" (batch, n, M) and "token_bytes" (V, W) (see
             `stop_strings`), rows also end on a stop string.
+        top_logprobs: n >= 0 (a Python int: the program's shape); with
+            n > 0, each step also records the n most likely tokens.
 
     Returns:
         A dict: "tokens", the buffer with positions `index ... end - 1`
@@ -63,7 +80,10 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings):
         log-probability of each decoded token (0 elsewhere); "ends", int32
         (batch,), the position after each row's stop id or the token that
         completed a stop string (`length` for a row that did not stop). The
-        loop ends early when every row has stopped.
+        loop ends early when every row has stopped. With `top_logprobs`
+        n > 0, also "top_log_probabilities" float32 and "top_ids" int32
+        (batch, length, n): at each decoded position the model's n most
+        likely tokens and their log-probabilities (0 and 0 elsewhere).
     """
     tokens = tf.cast(tokens, "int32")
     prompt_mask = tf.cast(prompt_mask, "bool")
@@ -77,6 +97,9 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings):
         "log_probabilities": tf.zeros((batch, length), "float32"),
         "ends": tf.fill((batch,), length),
     }
+    if top_logprobs:
+        state["top_log_probabilities"] = tf.zeros((batch, length, top_logprobs))
+        state["top_ids"] = tf.zeros((batch, length, top_logprobs), "int32")
     if strings is not None:
         table = settings["token_bytes"]
         tail_size = strings.shape[2] + table.shape[1]
@@ -92,7 +115,13 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings):
         column = tf.one_hot(index, length, on_value=True, off_value=False)[None, :]
         new = dict(state)
         new["tokens"] = tf.where(column, token[:, None], tokens)
-        chosen = tf.where(forced, 0.0, chosen_log_probabilities(logits, token))
+        chosen = chosen_log_probabilities(logits, token, top_logprobs)
+        if top_logprobs:
+            chosen, values, ids = chosen
+            at = column[:, :, None] & tf.logical_not(forced)[:, None, None]
+            for name, top in (("top_log_probabilities", values), ("top_ids", ids)):
+                new[name] = tf.where(at, top[:, None, :], state[name])
+        chosen = tf.where(forced, 0.0, chosen)
         new["log_probabilities"] = tf.where(
             column, chosen[:, None], state["log_probabilities"]
         )
@@ -126,7 +155,8 @@ def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
     Args:
         step: `step(chunk_tokens, cache, begin) -> cache`, the model's cached
             forward pass over the tokens at positions `begin ...`.
-        tokens: int (batch, length), `length` static.
+        tokens: int (batch, length); `length` static, or known when XLA
+            compiles the loop.
         cache: the empty cache.
         start: scalar int32 (a tensor: any value, one program).
         chunks: the chunk sizes, largest first.
@@ -134,11 +164,15 @@ def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
     Returns:
         The filled cache.
     """
-    length = int(tokens.shape[1])
+    length = tokens.shape[1]
+    if length is None:  # traced for any length (an exported graph): XLA
+        length = tf.shape(tokens)[1]  # still compiles it as a constant
     start = tf.cast(start, "int32")
     begin = tf.constant(0, "int32")
     for position, size in enumerate(chunks):
-        size = min(size, length)
+        size = (
+            min(size, length) if isinstance(length, int) else tf.minimum(size, length)
+        )
         last = position == len(chunks) - 1
 
         def cond(begin, cache, size=size, last=last):

@@ -19,6 +19,8 @@ head_dim) per block, as `DecoderBackbone.call_with_cache` takes them.
 
 from keras import ops
 
+from keras_tfm.generation.generation_utils import cache_padding_mask
+from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.validation import check_positive_int
 
 EXTEND_CHUNKS = (128, 64)
@@ -102,7 +104,7 @@ class DecoderSteps:
         updated = []
         for block, cache in zip(self.blocks, caches, strict=True):
             x, cache = block(
-                x, padding_mask=padding_mask, cache=cache, cache_update_index=index
+                x, padding_mask=padding_mask, cache=AttentionCache(cache, index)
             )
             updated.append(cache)
         if self.backbone.final_norm is not None:
@@ -115,7 +117,7 @@ class DecoderSteps:
         return self.model.logits(hidden), caches
 
     def padding_mask_of(self, tokens):
-        return self.backbone.padding_mask_of(tokens)
+        return cache_padding_mask(self.backbone, tokens)
 
     def extend(self, tokens, caches, start, stop, chunk_lengths=EXTEND_CHUNKS):
         """`caches` with the keys and values of `tokens[:, start:stop]` written.

@@ -204,6 +204,19 @@ class GenerationConfig:
         """A copy with `changes` (checked again)."""
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def from_dict(cls, values, source="values"):
+        """A config from a dict of its fields (a preset's
+        `generation_config.json`); an unknown name is a ValueError."""
+        names = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(values) - set(names)) if isinstance(values, dict) else []
+        if not isinstance(values, dict) or unknown:
+            raise ValueError(
+                f"{source} must be a dict of GenerationConfig fields ({names}). "
+                f"Received: {unknown or type(values).__name__}"
+            )
+        return cls(**values)
+
     def row_values(self):
         """The per-row numbers the loop reads, defaults filled in."""
         sampler = self.sampler
@@ -311,6 +324,27 @@ def settings_tensors(configs, stop_token_ids=None, rng=None):
         stops[i, : len(ids)] = ids
     settings["stop_token_ids"] = stops
     return settings
+
+
+def request_base(default, sampler, num_beams, draft):
+    """What a request starts from: a model's default config (a preset's
+    settings, `CausalLM.generation_config`) under the caller's choices.
+
+    The caller's choice of decoding (a `sampler`, `num_beams` > 1) replaces
+    the default's sampler and warpers and keeps its processors; speculative
+    decoding (`draft`) and a sampler object take none of it.
+
+    Example:
+    >>> default = GenerationConfig(sampler="top_p", top_p=0.9,
+    ...                            repetition_penalty=1.1)
+    >>> request_base(default, "greedy", None, None)
+    GenerationConfig(sampler='greedy', temperature=None, top_k=None, top_p=None, min_p=None, repetition_penalty=1.1, presence_penalty=None, frequency_penalty=None, no_repeat_ngram_size=None, bad_words_ids=(), seed=None, num_beams=None, length_penalty=None, stop_strings=())
+    """  # noqa: E501
+    if default is None or draft is not None or not isinstance(sampler, str | None):
+        return None
+    if sampler is not None or (num_beams or 1) > 1:
+        return default.replace(sampler="greedy", **dict.fromkeys(_WARPERS))
+    return default
 
 
 def configs_for(sampler, settings, generation_config, batch_size):

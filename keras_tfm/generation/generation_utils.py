@@ -95,8 +95,39 @@ def reset_seed(sampler, seed):
 
 
 def compile_loop(function):
-    """`function` as an XLA-compiled `tf.function`, retraced per input shape."""
-    return tf.function(function, jit_compile=True)
+    """`function` as an XLA-compiled `tf.function`, retraced per input shape.
+
+    Without autograph: the loops are `tf.while_loop`s already, and
+    converting the 30 layers' code on every trace cost a third of tracing
+    SmolLM2's decoding functions (benchmarks/cold_start.py).
+    """
+    return tf.function(function, jit_compile=True, autograph=False)
+
+
+def cache_padding_mask(backbone, tokens):
+    """The padding mask a cached step reads, or None without a padding id.
+
+    Without a padding id every position is real and a cached step needs no
+    mask. A mask of all ones would be a constant that the prefill's two
+    chunk loops both capture, and TensorFlow copies such a constant into
+    each loop under names (`ones/_0`, `ones/_1`) given in an order that
+    varies between processes: the XLA program's fingerprint, the key of the
+    persistent compilation cache, then varied too, and a second process
+    compiled again about half the time.
+
+    Example:
+    >>> backbone = keras_tfm.models.DecoderBackbone(
+    ...     vocabulary_size=8, num_layers=1, num_heads=1, hidden_dim=4,
+    ...     intermediate_dim=8, max_sequence_length=4, padding_id=None)
+    >>> cache_padding_mask(backbone, np.array([[1, 2]])) is None
+    True
+    >>> backbone.padding_id = 0
+    >>> ops.convert_to_numpy(cache_padding_mask(backbone, np.array([[1, 0]])))
+    array([[ True, False]])
+    """
+    if backbone.padding_id is None:
+        return None
+    return backbone.padding_mask_of(tokens)
 
 
 def previous_token(tokens, index):

@@ -21,6 +21,7 @@ many new tokens still fit.
 import numpy as np
 
 from keras_tfm.generation.generation_utils import pad_rows
+from keras_tfm.generation.stop_strings import visible_text
 
 
 def default_window_shift(max_sequence_length):
@@ -194,7 +195,7 @@ def stream_tokens(
             yield new
 
 
-def stream_pieces(steps, rows, kind, format_row):
+def stream_pieces(steps, rows, kind, format_row, stop_strings=None):
     """Turns `stream_tokens`' id steps into pieces shaped like the outputs.
 
     For "ids" prompts each piece is a token id, for "batch" a list (None
@@ -203,7 +204,10 @@ def stream_pieces(steps, rows, kind, format_row):
     row) of the prompt and the tokens so far, minus what was already yielded;
     text ending in U+FFFD (a character cut in the middle of its bytes) waits
     for the next token. Joined, the pieces make the non-streamed output
-    after the prompt.
+    after the prompt. With `stop_strings` (a list per row), a row's text is
+    cut before its first stop string in the new text, and an ending that
+    may start one is held back until it is known not to
+    (`stop_strings.visible_text`).
     """
     if kind not in ("string", "strings"):
         for new in steps:
@@ -211,22 +215,30 @@ def stream_pieces(steps, rows, kind, format_row):
         return
     texts = [[int(t) for t in row] for row in rows]
     shown = [format_row(text) for text in texts]
+    starts = [len(text) for text in shown]
+    strings = stop_strings or [()] * len(rows)
+
+    def visible(i, final=False):
+        text = format_row(texts[i])
+        return visible_text(text, strings[i], min(starts[i], len(text)), final)
+
     for new in steps:
         pieces = []
         for i, token in enumerate(new):
             piece = ""
             if token is not None:
                 texts[i].append(token)
-                text = format_row(texts[i])
+                text = visible(i)
                 if text.startswith(shown[i]) and not text.endswith("\ufffd"):
                     piece, shown[i] = text[len(shown[i]) :], text
             pieces.append(piece)
         if any(pieces):
             yield pieces[0] if kind == "string" else pieces
-    # Whatever waited (a cut character that stayed cut) comes out last.
+    # Whatever waited (a cut character that stayed cut, the start of a stop
+    # string that never came) comes out last.
     pieces = []
-    for i, text in enumerate(texts):
-        final = format_row(text)
+    for i in range(len(texts)):
+        final = visible(i, final=True)
         pieces.append(final[len(shown[i]) :] if final.startswith(shown[i]) else "")
     if any(pieces):
         yield pieces[0] if kind == "string" else pieces

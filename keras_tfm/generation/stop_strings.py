@@ -8,6 +8,11 @@ bytes that token added (it may also run past the string's end: a token
 tokens. No host round trip per token: the row is marked finished in the loop
 and the host cuts the text before the stop string, which is not returned.
 
+Streaming decodes on the host anyway: `stop_at_strings` ends a row on the
+same bytes there (across a sliding window's refills too), and
+`visible_text` holds back the end of a text that may be the start of a
+stop string, so that no piece of a stop string is ever shown.
+
 Example:
 >>> import keras_hub
 >>> tokenizer = keras_hub.tokenizers.ByteTokenizer()
@@ -153,3 +158,54 @@ def cut_at_stop_strings(text, stop_strings, start):
     found = [text.find(s, start) for s in stop_strings]
     found = [i for i in found if i >= 0]
     return text[: min(found)] if found else text
+
+
+def stop_at_strings(steps, strings, table):
+    """Ends rows of a token stream (`sliding_window.stream_tokens`) on their
+    stop strings, as the compiled loop does: a row ends with the token whose
+    bytes (rows of `table`, see `byte_table`) complete one of its strings;
+    its later tokens become None, and the stream ends when every row has
+    ended or stopped.
+
+    Example:
+    >>> table = byte_table([b"a", b"b", b"ba"])
+    >>> list(stop_at_strings(iter([[0], [2], [1]]), [["ab"]], table))
+    [[0], [2]]
+    """
+    encoded = [[x.encode() for x in row] for row in strings]
+    keep = max((len(x) for row in encoded for x in row), default=1) - 1
+    tails, stopped = [b""] * len(strings), [False] * len(strings)
+    for new in steps:
+        out = [None if stopped[i] else token for i, token in enumerate(new)]
+        for i, token in enumerate(out):
+            if token is not None and encoded[i]:
+                tail = tails[i] + bytes(int(b) for b in table[token] if b >= 0)
+                stopped[i] = any(x in tail for x in encoded[i])
+                tails[i] = tail[len(tail) - keep :] if keep else b""
+        if any(token is not None for token in out):
+            yield out
+        if all(stopped):
+            return
+
+
+def visible_text(text, stop_strings, start, final=False):
+    """What of a streamed `text` may be shown: cut before the first stop
+    string at or after `start`; before that is found (and unless `final`),
+    without its longest ending that is the start of a stop string.
+
+    Example:
+    >>> visible_text("Amen. An", ["And"], start=0)
+    'Amen. '
+    >>> visible_text("Amen. An", ["And"], start=0, final=True)
+    'Amen. An'
+    """
+    cut = cut_at_stop_strings(text, stop_strings, start)
+    if final or len(cut) < len(text):
+        return cut
+    new = text[start:]
+    held = max(
+        (k for s in stop_strings for k in range(1, min(len(s), len(new) + 1))
+         if new.endswith(s[:k])),
+        default=0,
+    )  # fmt: skip
+    return text[: len(text) - held]

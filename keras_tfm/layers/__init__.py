@@ -5,6 +5,7 @@ Example:
 >>> block = layers.TransformerEncoderBlock(num_heads=2, intermediate_dim=32)
 """
 
+from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.feed_forward import FeedForward
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
@@ -17,6 +18,7 @@ from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfm.quantized_weights import QuantizableDense
 
 __all__ = [
+    "AttentionCache",
     "DecoderBlock",
     "FeedForward",
     "LearnedPositionalEmbedding",

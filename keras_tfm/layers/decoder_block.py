@@ -1,6 +1,7 @@
 import keras
 
 from keras_tfm.kernels.masks import implicit_mask
+from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.layers.transformer_block import TransformerBlock
 from keras_tfm.validation import check_rank
 
@@ -19,12 +20,13 @@ class DecoderBlock(TransformerBlock):
     encoder output (encoder-decoder models); without one it is a
     decoder-only (GPT-style) block. Pre-LN with `normalize_first=True`.
 
-    Cached decoding: `cache` (batch, 2, max_length, kv_heads, head_dim) holds
-    the self-attention keys and values of earlier steps (see `empty_cache`);
-    `cache_update_index` is the position of the first token of `inputs`. The
-    cross-attention keys and values are computed once per source with
-    `compute_cross_attention_cache(encoder_outputs)` and passed as
-    `cross_attention_cache` at every step instead of `encoder_outputs`.
+    Cached decoding: `cache` is an `AttentionCache(cache, update_index)`: the
+    self-attention keys and values of earlier steps (batch, 2, max_length,
+    kv_heads, head_dim) (see `empty_cache`) and the position of the first
+    token of `inputs`. The cross-attention keys and values are computed once
+    per source with `compute_cross_attention_cache(encoder_outputs)` and
+    passed as `cross_attention_cache` at every step instead of
+    `encoder_outputs`.
 
     Args:
         Those of `TransformerEncoderBlock`.
@@ -36,8 +38,8 @@ class DecoderBlock(TransformerBlock):
             a cache: (batch, max_length), over the cache's positions).
         encoder_padding_mask: optional (batch, src_seq) mask of the source.
         use_causal_mask: True by default.
-        cache: optional self-attention cache.
-        cache_update_index: index at which `inputs` are written into `cache`.
+        cache: optional `AttentionCache` of the self-attention, with its
+            `update_index`: where `inputs` are written.
         cross_attention_cache: optional precomputed cross-attention keys and
             values, in place of `encoder_outputs`.
         return_attention_scores: also return the attention weights; not
@@ -46,7 +48,7 @@ class DecoderBlock(TransformerBlock):
 
     Returns:
         `outputs` (batch, seq, hidden_dim); always `(outputs, cache)` when
-        `cache` is passed, the cache updated at `cache_update_index`; always
+        `cache` is passed, the cache's storage updated; always
         `(outputs, scores)` with `return_attention_scores=True`, `scores` a
         dict with "self_attention" (batch, num_heads, seq, seq) and, in a
         block with cross-attention, "cross_attention" (batch, num_heads, seq,
@@ -103,17 +105,23 @@ class DecoderBlock(TransformerBlock):
         encoder_padding_mask=None,
         use_causal_mask=True,
         cache=None,
-        cache_update_index=None,
         cross_attention_cache=None,
         return_attention_scores=False,
         training=None,
     ):
         check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
         scores = {}
-        if cache is not None and cache_update_index is None:
+        if cache is not None and getattr(cache, "update_index", None) is None:
             raise ValueError(
-                "`cache_update_index` is required with `cache`: it is the "
-                "position of the first token of `inputs` in the cache."
+                "`cache` must be an `AttentionCache(cache, update_index)` with "
+                "an `update_index`: the position of the first token of `inputs` "
+                f"in the cache. Received: cache of type {type(cache).__name__}"
+            )
+        if cache is not None and return_attention_scores:
+            raise ValueError(
+                "`return_attention_scores=True` is not supported with a `cache`: "
+                "a call returns `(outputs, cache)` or `(outputs, scores)`, never "
+                "both. Run the full (uncached) pass to inspect the weights."
             )
         attends_to_source = (
             encoder_outputs is not None or cross_attention_cache is not None
@@ -135,19 +143,15 @@ class DecoderBlock(TransformerBlock):
         residual = x
         if self.normalize_first:
             x = self.self_attention_norm(x)
-        x = self.self_attention(
-            x,
-            padding_mask=padding_mask,
-            use_causal_mask=use_causal_mask,
-            cache=cache,
-            cache_update_index=cache_update_index,
-            return_attention_scores=return_attention_scores,
-            training=training,
-        )
+        masks = {"padding_mask": padding_mask, "use_causal_mask": use_causal_mask}
         if cache is not None:
-            x, cache = x
+            x, cache = self.self_attention(x, cache=cache, training=training, **masks)
         elif return_attention_scores:
-            x, scores["self_attention"] = x
+            x, scores["self_attention"] = self.self_attention.call_with_scores(
+                x, training=training, **masks
+            )
+        else:
+            x = self.self_attention(x, training=training, **masks)
         x = self.self_attention_dropout(x, training=training)
         x = x + residual
         if not self.normalize_first:
@@ -158,18 +162,21 @@ class DecoderBlock(TransformerBlock):
             residual = x
             if self.normalize_first:
                 x = self.cross_attention_norm(x)
-            x = self.cross_attention(
-                x,
-                context=encoder_outputs,
-                context_padding_mask=encoder_padding_mask,
-                cache=cross_attention_cache,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
+            source = {
+                "context": encoder_outputs,
+                "context_padding_mask": encoder_padding_mask,
+            }
             if cross_attention_cache is not None:
-                x, _ = x  # the read-only cache comes back unchanged
+                x, _ = self.cross_attention(  # the read-only cache, unchanged
+                    x, cache=AttentionCache(cross_attention_cache),
+                    training=training, **source,
+                )  # fmt: skip
             elif return_attention_scores:
-                x, scores["cross_attention"] = x
+                x, scores["cross_attention"] = self.cross_attention.call_with_scores(
+                    x, training=training, **source
+                )
+            else:
+                x = self.cross_attention(x, training=training, **source)
             x = self.cross_attention_dropout(x, training=training)
             x = x + residual
             if not self.normalize_first:

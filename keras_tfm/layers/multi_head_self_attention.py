@@ -6,6 +6,7 @@ from keras import ops
 from keras_tfm.kernels import kv_cache
 from keras_tfm.kernels import masks as mask_utils
 from keras_tfm.kernels.attention import dot_product_attention
+from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.layers.positions import is_per_row
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.quantized_weights import projection
@@ -54,16 +55,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     given masks are combined with AND.
 
     Key/value cache: a tensor of shape (batch, 2, max_length, kv_heads,
-    head_dim) (see `empty_cache`). With `cache_update_index`, the keys and
-    values of `inputs` are written into the cache at that index and the
+    head_dim) (see `empty_cache`), passed as one `cache` argument, an
+    `AttentionCache(cache, update_index)`. With an `update_index`, the keys
+    and values of `inputs` are written into the cache at that index and the
     queries attend to the whole cache, masked so that nothing past the newest
     position is seen; `padding_mask` then covers the cache's positions.
-    Without `cache_update_index`, the cache holds precomputed keys and values
-    of a context (see `compute_key_value_cache`) and is only read: that is
-    how cross-attention avoids recomputing the encoder's keys at every step.
-    The attribute `kv_cache_dtype` (not a constructor argument: a setting of
-    generation, see `keras_tfm.generation.set_kv_cache_dtype`) makes
-    `empty_cache` return an int8 cache with a scale per token and head
+    Without one (`AttentionCache(cache)`), the cache holds precomputed keys
+    and values of a context (see `compute_key_value_cache`) and is only read:
+    that is how cross-attention avoids recomputing the encoder's keys at
+    every step. The attribute `kv_cache_dtype` (not a constructor argument: a
+    setting of generation, see `keras_tfm.generation.set_kv_cache_dtype`)
+    makes `empty_cache` return an int8 cache with a scale per token and head
     (`keras_tfm.kernels.kv_cache`), dequantized as it is read.
 
     Args:
@@ -90,19 +92,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         context_padding_mask: optional (batch, k_len) mask of `context`.
         attention_mask: optional (batch, q_len, k_len).
         use_causal_mask: whether query t may only see keys <= t.
-        cache: optional key/value cache, see above.
-        cache_update_index: the position of `inputs`' first token in the cache:
-            an int or scalar tensor, or a (batch,) int vector with a position
-            per row (each row written and masked at its own position).
-        return_attention_scores: return `(outputs, scores)`; not with a cache.
+        cache: optional `AttentionCache`, see above.
         training: whether dropout is active.
 
     Returns:
-        One of three, chosen by the arguments alone: `outputs` (batch, q_len,
-        hidden_dim) by default; `(outputs, cache)` when a `cache` is passed,
-        the cache updated when `cache_update_index` is given; `(outputs,
-        scores)` with `return_attention_scores=True`, the float32 attention
-        weights of shape (batch, num_heads, q_len, k_len).
+        `outputs` (batch, q_len, hidden_dim); with a `cache`, `(outputs,
+        cache)`, the cache's storage updated when an `update_index` is given.
+        The attention weights come through one method of their own,
+        `call_with_scores`.
 
     Example:
     >>> attention = keras_tfm.layers.MultiHeadSelfAttention(num_heads=2)
@@ -234,13 +231,75 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attention_mask=None,
         use_causal_mask=False,
         cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
         training=None,
     ):
-        is_cross = self._check_call(
-            inputs, context, cache, cache_update_index, return_attention_scores
-        )
+        outputs, _, cache = self._attend(
+            inputs, context, padding_mask, context_padding_mask, attention_mask,
+            use_causal_mask, cache, training, return_scores=False,
+        )  # fmt: skip
+        return outputs if cache is None else (outputs, cache)
+
+    def call_with_scores(
+        self,
+        inputs,
+        context=None,
+        padding_mask=None,
+        context_padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        training=None,
+    ):
+        """`(outputs, scores)`: `call`'s outputs and the attention weights.
+
+        The arguments are `call`'s (without a cache); `scores` are the float32
+        weights (batch, num_heads, q_len, k_len), computed by the plain kernel
+        (the tiled one never materializes them).
+
+        Example:
+        >>> attention = keras_tfm.layers.MultiHeadSelfAttention(num_heads=2)
+        >>> x = np.random.rand(3, 5, 8).astype("float32")
+        >>> outputs, scores = attention.call_with_scores(x, use_causal_mask=True)
+        >>> outputs.shape, scores.shape
+        (TensorShape([3, 5, 8]), TensorShape([3, 2, 5, 5]))
+        """
+        if not self.built:
+            self(inputs, context=context)  # builds the layer as `call` would
+        inputs = self._compute_dtype_input(inputs)
+        if context is not None:
+            context = self._compute_dtype_input(context)
+        outputs, scores, _ = self._attend(
+            inputs, context, padding_mask, context_padding_mask, attention_mask,
+            use_causal_mask, None, training, return_scores=True,
+        )  # fmt: skip
+        return outputs, scores
+
+    def _compute_dtype_input(self, x):
+        """`x` as a tensor, floats cast to the compute dtype (as `__call__` does)."""
+        x = ops.convert_to_tensor(x)  # a tensor is returned as is
+        if "float" in str(x.dtype) and x.dtype != self.compute_dtype:
+            x = ops.cast(x, self.compute_dtype)
+        return x
+
+    def _attend(
+        self,
+        inputs,
+        context,
+        padding_mask,
+        context_padding_mask,
+        attention_mask,
+        use_causal_mask,
+        cache,
+        training,
+        return_scores,
+    ):
+        """`(outputs, scores, cache)`: the one implementation of both calls.
+
+        `scores` is None unless `return_scores`; `cache` is None without a
+        cache, else the updated storage.
+        """
+        is_cross = self._check_call(inputs, context, cache)
+        cache_update_index = None if cache is None else cache.update_index
+        cache = None if cache is None else cache.cache
         batch, query_length = ops.shape(inputs)[0], ops.shape(inputs)[1]
         start_index = 0 if cache_update_index is None else cache_update_index
         # A prefill (the whole prompt written at position 0) attends to its
@@ -295,34 +354,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             scale=1.0 / math.sqrt(self.effective_head_dim),
             dropout_layer=self.dropout_layer if self.dropout > 0 else None,
             training=training,
-            return_scores=return_attention_scores,
+            return_scores=return_scores,
         )
         outputs = ops.reshape(
             outputs, (batch, query_length, self.num_heads * self.effective_head_dim)
         )
-        outputs = self.output_dense(outputs)
+        return self.output_dense(outputs), scores, cache
 
-        if cache is not None:
-            return outputs, cache
-        if return_attention_scores:
-            return outputs, scores
-        return outputs
-
-    def _check_call(
-        self, inputs, context, cache, cache_update_index, return_attention_scores
-    ):
+    def _check_call(self, inputs, context, cache):
         """Checks `call`'s arguments; returns whether it is cross-attention."""
         check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
         check_last_dim("inputs", inputs, self.hidden_dim)
-        if cache is not None and return_attention_scores:
+        if cache is not None and not isinstance(cache, AttentionCache):
             raise ValueError(
-                "`return_attention_scores=True` is not supported with a `cache`: "
-                "a call returns `(outputs, cache)` or `(outputs, scores)`, never "
-                "both. Run the full (uncached) pass to inspect the weights."
+                "`cache` must be a `keras_tfm.layers.AttentionCache(cache, "
+                "update_index)` (update_index=None for a read-only cache). "
+                f"Received: cache of type {type(cache).__name__}"
             )
-        is_cross = context is not None or (
-            cache is not None and cache_update_index is None
-        )
+        is_cross = context is not None or (cache is not None and cache.is_read_only)
         if self.use_rotary and is_cross:
             raise ValueError(
                 "Rotary embedding applies to self-attention only; this layer was "
@@ -333,11 +382,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             check_rank("context", context, 3, "(batch, seq, dim)")
             check_last_dim("context", context, self.context_dim)
         if cache is not None:
-            cache = kv_cache.values_of(cache)
-            check_rank("cache", cache, 5, "(batch, 2, max_length, kv_heads, head_dim)")
+            values = kv_cache.values_of(cache.cache)
+            check_rank(
+                "cache", values, 5, "(batch, 2, max_length, kv_heads, head_dim)"
+            )
             check_mask_shape(
                 "cache",
-                cache,
+                values,
                 (
                     None,
                     2,
@@ -404,15 +455,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_spec(self, inputs, context=None, **kwargs):
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
         cache = kwargs.get("cache")
-        if cache is not None:
-            return output, keras.tree.map_structure(
-                lambda c: keras.KerasTensor(c.shape, dtype=c.dtype), cache
-            )
-        if kwargs.get("return_attention_scores"):
-            key_length = (context if context is not None else inputs).shape[1]
-            shape = (inputs.shape[0], self.num_heads, inputs.shape[1], key_length)
-            return output, keras.KerasTensor(shape, dtype="float32")
-        return output
+        if cache is None:
+            return output
+        return output, keras.tree.map_structure(
+            lambda c: keras.KerasTensor(c.shape, dtype=c.dtype), cache.cache
+        )
 
     def get_config(self):
         config = super().get_config()

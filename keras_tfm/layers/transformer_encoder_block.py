@@ -84,15 +84,13 @@ class TransformerEncoderBlock(TransformerBlock):
         residual = x
         if self.normalize_first:
             x = self.self_attention_norm(x)
-        x = self.self_attention(
-            x,
-            padding_mask=padding_mask,
-            attention_mask=attention_mask,
-            return_attention_scores=return_attention_scores,
-            training=training,
-        )
+        masks = {"padding_mask": padding_mask, "attention_mask": attention_mask}
         if return_attention_scores:
-            x, scores = x
+            x, scores = self.self_attention.call_with_scores(
+                x, training=training, **masks
+            )
+        else:
+            x = self.self_attention(x, training=training, **masks)
         x = self.self_attention_dropout(x, training=training)
         x = x + residual
         if not self.normalize_first:

@@ -5,6 +5,7 @@ from keras import ops
 from keras_tfm.generation import (
     decode_loop,
     logit_processors,
+    scoring,
     sliding_window,
 )
 from keras_tfm.generation import generation_utils as gen
@@ -12,7 +13,11 @@ from keras_tfm.generation import stop_strings as stop_text
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.chat_pieces import answer_pieces
 from keras_tfm.generation.compiled_loops import CompiledLoops
-from keras_tfm.generation.generation_config import configs_for, settings_tensors
+from keras_tfm.generation.generation_config import (
+    configs_for,
+    request_base,
+    settings_tensors,
+)
 from keras_tfm.generation.speculative import SpeculativeDecoder
 from keras_tfm.models._common import make_lm_head
 from keras_tfm.models.causal_lm_preprocessor import CausalLMPreprocessor
@@ -80,6 +85,11 @@ class CausalLM(QuantizationMixin, Task):
     backbone_class = DecoderBackbone
     preprocessor_class = CausalLMPreprocessor
     label_kind = "token"
+    generation_config = None
+    """The default `GenerationConfig` of `generate` and `chat`: what a preset's
+    `generation_config.json` sets (`keras_tfm.zoo.from_preset`), None for
+    the plain defaults (greedy). Whatever a call sets wins (see
+    `keras_tfm.generation.generation_config.request_base`)."""
 
     def __init__(self, backbone, preprocessor=None, tie_word_embeddings=True, **kwargs):
         if not isinstance(backbone, self.backbone_class):
@@ -180,7 +190,7 @@ class CausalLM(QuantizationMixin, Task):
         backbone = self.backbone
         batch_size, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
         cache = backbone.empty_cache(batch_size, length)
-        padding_mask = backbone.padding_mask_of(tokens)
+        padding_mask = gen.cache_padding_mask(backbone, tokens)
 
         def step(chunk, cache, begin):
             return backbone.call_with_cache(chunk, cache, begin, padding_mask)[1]
@@ -191,7 +201,7 @@ class CausalLM(QuantizationMixin, Task):
         """Logits (batch, vocabulary_size) for position `index` from the one before."""
         token = gen.previous_token(tokens, index)
         hidden, cache = self.backbone.call_with_cache(
-            token, cache, index - 1, self.backbone.padding_mask_of(tokens)
+            token, cache, index - 1, gen.cache_padding_mask(self.backbone, tokens)
         )
         return self.logits(hidden)[:, 0, :], cache
 
@@ -268,12 +278,13 @@ class CausalLM(QuantizationMixin, Task):
 
         return gen.compile_loop(loop)
 
-    def _decode_function(self):
+    def _decode_function(self, top_logprobs=0):
         """The compiled loop of the built-in samplers: every setting an input.
 
         One program per (batch, buffer length) (and source length for a
         sequence-to-sequence model): prefill by chunks, then
-        `decode_loop.decode`. Returns `(tokens, log_probabilities)`.
+        `decode_loop.decode` (which also records the `top_logprobs` most
+        likely tokens of each step). Returns its dict.
         """
 
         def loop(encoder_inputs, tokens, mask, start, end, settings):
@@ -283,7 +294,9 @@ class CausalLM(QuantizationMixin, Task):
             def next(tokens, cache, index):
                 return self.decode_step(context, tokens, cache, index)
 
-            return decode_loop.decode(next, tokens, cache, start, end, mask, settings)
+            return decode_loop.decode(
+                next, tokens, cache, start, end, mask, settings, top_logprobs
+            )
 
         return gen.compile_loop(loop)
 
@@ -341,6 +354,7 @@ class CausalLM(QuantizationMixin, Task):
         bad_words_ids=None,
         stop_strings=None,
         return_scores=False,
+        top_logprobs=None,
         generation_config=None,
         draft=None,
     ):
@@ -415,13 +429,23 @@ class CausalLM(QuantizationMixin, Task):
                 these (checked in the loop on the tokens' bytes, across token
                 boundaries); strings are cut before it, ids end with the
                 token that completed it. Needs a tokenizer; built-in
-                samplers only, not streamed.
+                samplers only. Streamed (also past the context window),
+                checked on the host on the same bytes; no piece of a stop
+                string is shown.
             return_scores: also return, per input, the model's
                 log-probability of each new token (before processors and
                 temperature): `(outputs, scores)`. Built-in samplers only,
                 without streaming or a sliding window.
+            top_logprobs: with `return_scores`, also return at each new
+                token the n most likely tokens of the model's distribution
+                (OpenAI's name, and its meaning: the distribution before
+                processors and temperature): `(outputs, scores, top)`, `top`
+                per input a list, per new token, of n `(token_id,
+                log_probability)` pairs, most likely first. None or 0: off.
             generation_config: a `keras_tfm.generation.GenerationConfig` (or
-                one per input) whose settings the arguments above override.
+                one per input) whose settings the arguments above override;
+                None: the model's `generation_config` (a preset's
+                defaults), under the arguments given.
             draft: speculative decoding of plain greedy output (the same
                 tokens, fewer passes of this model): "prompt_lookup" (guesses
                 copied from the prompt), a smaller `CausalLM` sharing the
@@ -449,6 +473,9 @@ class CausalLM(QuantizationMixin, Task):
             "inputs", inputs, vocabulary_size, self.backbone.padding_id, tokenize
         )
         check_positive_int("max_new_tokens", max_new_tokens)
+        top_logprobs = scoring.check_top_logprobs(
+            top_logprobs, return_scores, vocabulary_size
+        )
         slides = self.check_generation_length(rows, max_new_tokens)
         window_shift = sliding_window.check_window_shift(
             window_shift, self.backbone.max_sequence_length
@@ -461,6 +488,10 @@ class CausalLM(QuantizationMixin, Task):
             no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
             stop_strings=stop_strings,
         )  # fmt: skip
+        if generation_config is None:
+            generation_config = request_base(
+                self.generation_config, sampler, num_beams, draft
+            )
         configs, instance = configs_for(sampler, settings, generation_config, len(rows))
         if stop_token_ids is None:
             stop_token_ids = self.default_stop_token_ids()
@@ -474,17 +505,23 @@ class CausalLM(QuantizationMixin, Task):
                 f"max_new_tokens={max_new_tokens} past max_sequence_length="
                 f"{self.backbone.max_sequence_length}"
             )
-        for name, wanted in (
-            ("return_scores", return_scores),
-            ("stop_strings", any(c.stop_strings for c in configs)),
+        if return_scores and (instance is not None or beam or stream or slides):
+            raise ValueError(
+                "`return_scores` is given by the built-in samplers' loop over "
+                "one buffer: not with beam search, a sampler object, streaming "
+                "or a sliding window. Received: return_scores with sampler="
+                f"{sampler!r}, stream={stream}, sliding window={slides}"
+            )
+        if any(c.stop_strings for c in configs) and (
+            instance is not None or beam or (slides and not stream)
         ):
-            if wanted and (instance is not None or beam or stream or slides):
-                raise ValueError(
-                    f"`{name}` is given by the built-in samplers' loop over one "
-                    "buffer: not with beam search, a sampler object, streaming "
-                    f"or a sliding window. Received: {name} with sampler="
-                    f"{sampler!r}, stream={stream}, sliding window={slides}"
-                )
+            raise ValueError(
+                "`stop_strings` are checked by the built-in samplers' loop (or, "
+                "streaming, on the host): not with beam search or a sampler "
+                "object, and past the context window only with stream=True. "
+                f"Received: stop_strings with sampler={sampler!r}, "
+                f"stream={stream}, sliding window={slides}"
+            )
         if draft is not None:
             plain_greedy = instance is None and all(
                 c.sampler == "greedy" and not c.uses_processors and not c.stop_strings
@@ -523,10 +560,12 @@ class CausalLM(QuantizationMixin, Task):
         if stream:
             return self._stream(
                 encoder_inputs, decoder_rows, kind, max_new_tokens, instance, key,
-                tensors, stop_token_ids, slides, window_shift, skip,
+                tensors, stop_token_ids, slides, window_shift, skip, strings,
             )  # fmt: skip
         if key == ("tensor",):
-            function = self.compiled_loops.get(key, self._decode_function)
+            function = self.compiled_loops.get(
+                (key, top_logprobs), lambda: self._decode_function(top_logprobs)
+            )
         else:
             function = self.compiled_loops.get(
                 (key, stop_token_ids), lambda: self._loop(instance, stop_token_ids)
@@ -546,7 +585,7 @@ class CausalLM(QuantizationMixin, Task):
             )  # fmt: skip
             scores = None
         else:
-            results, scores = self._generate_in_buffer(
+            results, scores, top = self._generate_in_buffer(
                 function, encoder_inputs, decoder_rows, max_new_tokens, tensors,
                 stop_token_ids, beam_buffer=key != ("tensor",),
             )  # fmt: skip
@@ -555,15 +594,18 @@ class CausalLM(QuantizationMixin, Task):
         outputs = self._format(results, kind, stop_token_ids, strings, prompts)
         if not return_scores:
             return outputs
-        scores = [s for s in scores]
-        return outputs, (scores[0] if kind in ("string", "ids") else scores)
+        one = kind in ("string", "ids")
+        if not top_logprobs:
+            return outputs, (scores[0] if one else scores)
+        return outputs, (scores[0] if one else scores), (top[0] if one else top)
 
     def _generate_in_buffer(
         self, function, encoder_inputs, rows, max_new_tokens, settings,
         stop_token_ids, beam_buffer,
     ):  # fmt: skip
         """Runs `function` over one buffer; returns the rows cut after their
-        stop id, and each row's log-probabilities of its new tokens."""
+        stop id, each row's log-probabilities of its new tokens, and (when
+        the loop recorded them) each new token's most likely alternatives."""
         longest = max(len(row) for row in rows)
         if beam_buffer:
             # Beam search ranks its beams over the whole buffer: it keeps the
@@ -581,12 +623,15 @@ class CausalLM(QuantizationMixin, Task):
             ops.convert_to_tensor(longest + max_new_tokens, "int32"),
             settings,
         )
-        ends, log_probabilities = None, None
+        ends, log_probabilities, top_ids = None, None, None
         if isinstance(outputs, dict):
             ends = ops.convert_to_numpy(outputs["ends"])
             log_probabilities = ops.convert_to_numpy(outputs["log_probabilities"])
+            if "top_ids" in outputs:
+                top_ids = ops.convert_to_numpy(outputs["top_ids"])
+                top_values = ops.convert_to_numpy(outputs["top_log_probabilities"])
         outputs = ops.convert_to_numpy(first(outputs))
-        results, scores = [], []
+        results, scores, top = [], [], []
         for i, row in enumerate(rows):
             stop = len(row) + max_new_tokens
             if ends is not None:  # the loop says where each row stopped
@@ -596,7 +641,10 @@ class CausalLM(QuantizationMixin, Task):
             results.append(kept)
             if log_probabilities is not None:
                 scores.append(log_probabilities[i, len(row) : len(kept)].tolist())
-        return results, scores
+            if top_ids is not None:
+                new = slice(len(row), len(kept))
+                top.append(scoring.alternatives(top_ids[i, new], top_values[i, new]))
+        return results, scores, top
 
     def _format(self, rows, kind, stop_token_ids, strings=None, prompts=None):
         if kind not in ("string", "strings"):
@@ -649,8 +697,10 @@ class CausalLM(QuantizationMixin, Task):
         slides,
         window_shift,
         skip,
+        strings,
     ):
-        """`generate(stream=True)`: the generator of new pieces."""
+        """`generate(stream=True)`: the generator of new pieces; rows end on
+        their stop `strings` on the host (`stop_strings.stop_at_strings`)."""
         prefill, step = self.compiled_loops.get(
             ("stream", key), lambda: self._stream_steps(sampler)
         )
@@ -677,11 +727,14 @@ class CausalLM(QuantizationMixin, Task):
             self.fill_id,
             stop_token_ids,
         )
+        if any(strings):
+            steps = stop_text.stop_at_strings(steps, strings, settings["token_bytes"])
         return sliding_window.stream_pieces(
             steps,
             [row[skip:] for row in rows],
             kind,
             lambda ids: self._format([ids], "string", stop_token_ids),
+            strings,
         )
 
     def chat(self, messages, max_new_tokens=256, stream=False, **generate_kwargs):
@@ -690,7 +743,18 @@ class CausalLM(QuantizationMixin, Task):
         The conversation is formatted by the tokenizer's chat template (with
         the opening of the assistant's turn), generated from until the
         tokenizer's end token (the end of the turn), and only the new tokens
-        are decoded.
+        are decoded. The settings are the model's `generation_config` (a
+        preset's defaults; greedy without one) under any given here.
+
+        What to expect of a 135M model (smollm2_135m_instruct, tried with
+        the questions a new user asks): a list of five fruits and the
+        capital of France come out right; asked how many legs a spider has,
+        it talks of "two pairs of legs" before it says 8; its steps for
+        making tea repeat "kettle" and put the kettle into the pot; in a
+        second turn it has forgotten the name the user gave in the first;
+        a 200-token story repeats its sentences, which
+        `repetition_penalty=1.2` prevented there. Short factual answers,
+        yes; reasoning, counting and memory across turns, no.
 
         Args:
             messages: a string (one user message) or a list of
@@ -722,17 +786,45 @@ class CausalLM(QuantizationMixin, Task):
         end_id = tokenizer.end_token_id
         prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(messages))]
         kwargs = dict(stop_token_ids=(end_id,), **generate_kwargs)
+        stops = generate_kwargs.get("stop_strings") or ()
+        stops = (stops,) if isinstance(stops, str) else stops
         if stream:
             steps = self.generate(prompt, max_new_tokens, stream=True, **kwargs)
-            return answer_pieces(tokenizer, steps, end_id)
+            return answer_pieces(tokenizer, steps, end_id, stops)
         output = self.generate(prompt, max_new_tokens, **kwargs)
         answer = [int(i) for i in output[len(prompt) :]]
         if end_id in answer:
             answer = answer[: answer.index(end_id)]
         text = tokenizer.detokenize(answer)
-        stops = generate_kwargs.get("stop_strings") or ()
-        stops = (stops,) if isinstance(stops, str) else stops
         return stop_text.cut_at_stop_strings(text, stops, 0).strip()
+
+    def score(self, texts):
+        """The model's log-likelihood of each text, and how many tokens it sums.
+
+            log_likelihood = sum_{t >= 1} log p(x_t | x_0 ... x_{t-1})
+
+        over each text's tokens after the first (which has no context), from
+        the float32 logits of one forward pass (`keras_tfm.generation.scoring`);
+        the perplexity is exp(-log_likelihood / count).
+
+        Args:
+            texts: what `generate` takes: a string or a list of strings (with
+                a preprocessor; tokenized as they are, no token added), token
+                ids, a list of token-id lists, or a (batch, seq) array.
+
+        Returns:
+            `(log_likelihood, count)`: NumPy float64 and int64 (batch,).
+
+        Example:
+        >>> backbone = keras_tfm.models.DecoderBackbone(
+        ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+        ...     intermediate_dim=32, max_sequence_length=16)
+        >>> model = keras_tfm.models.CausalLM(backbone)
+        >>> log_likelihood, count = model.score([[5, 6, 7], [8, 9]])
+        >>> count.tolist(), bool(log_likelihood[0] < 0)
+        ([2, 1], True)
+        """
+        return scoring.score_causal(self, texts)
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, then `compiled_loops.invalidate()`.

@@ -1,5 +1,6 @@
 import keras
 
+from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.models._common import TransformerModel, check_token_ids
@@ -190,8 +191,7 @@ class DecoderBackbone(PresetMixin, TransformerModel):
             x, cache = block(
                 x,
                 padding_mask=padding_mask,
-                cache=cache,
-                cache_update_index=cache_update_index,
+                cache=AttentionCache(cache, cache_update_index),
             )
             updated.append(cache)
         return self._final(x), tuple(updated)

@@ -6,8 +6,10 @@ sublayers in `__init__` from constructor arguments, so a reloaded model would
 get float layers while the file holds int8 variables. `QuantizationMixin`
 records the mode in `get_config` (`"quantization_mode"`) and `from_config`
 quantizes the freshly built float model before the weights are loaded, so the
-variable structure matches. The storage format itself (weight-only int8,
-bfloat16, `QuantizableDense`) is `keras_tfm.quantized_weights`.
+variable structure matches; LoRA adapters (`"lora"`, see
+`keras_tfm.models.lora`) are re-enabled the same way. The storage format
+itself (weight-only int8, bfloat16, `QuantizableDense`) is
+`keras_tfm.quantized_weights`.
 """
 
 import warnings
@@ -254,6 +256,9 @@ class QuantizationMixin:
     def _add_quantization_config(self, config):
         if self.quantized_to is not None:
             config["quantization_mode"] = self.quantized_to
+        lora = getattr(self, "_lora_config", None)
+        if lora is not None:
+            config["lora"] = dict(lora)  # see `keras_tfm.models.lora`
         return config
 
     @classmethod
@@ -264,10 +269,15 @@ class QuantizationMixin:
     def _from_quantized_config(cls, config):
         config = dict(config)
         mode = config.pop("quantization_mode", None)
+        lora = config.pop("lora", None)
         model = cls(**config)
         if mode in CAST_WEIGHT_DTYPES + BLOCK_MODES:
             model.cast_weights(mode)
         elif mode is not None:
             mode, quantization_config = keras_mode_and_config(mode)
             model.quantize(mode, config=quantization_config)
+        if lora is not None:
+            from keras_tfm.models.lora import enable_lora  # it imports this module
+
+            enable_lora(model, **lora)
         return model

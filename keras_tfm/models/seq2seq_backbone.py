@@ -1,5 +1,6 @@
 import keras
 
+from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.layers.decoder_block import DecoderBlock
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -313,8 +314,7 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
             x, cache = block(
                 x,
                 encoder_padding_mask=encoder_padding_mask,
-                cache=cache,
-                cache_update_index=cache_update_index,
+                cache=AttentionCache(cache, cache_update_index),
                 cross_attention_cache=cross_cache,
             )
             updated.append(cache)

@@ -3,6 +3,7 @@ import numpy as np
 from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import scoring
 from keras_tfm.models._common import make_logits_bias
 from keras_tfm.models.causal_lm import CausalLM
 from keras_tfm.models.seq2seq_backbone import Seq2SeqBackbone
@@ -247,6 +248,33 @@ class Seq2SeqLM(CausalLM):
             token, cache, index - 1, cross_caches, source_mask
         )
         return self.logits(hidden)[:, 0, :], cache
+
+    def score(self, sources, targets):
+        """The log-likelihood of each target given its source.
+
+            log_likelihood = sum_t log p(y_t | source, start, y_0 ... y_{t-1})
+
+        over every target token (the start token is the decoder's first
+        input, not scored; no end token is added: include it to score it).
+
+        Args:
+            sources, targets: as many sequences each, in any form `generate`
+                takes (strings need the preprocessor).
+
+        Returns:
+            `(log_likelihood, count)`: NumPy float64 and int64 (batch,),
+            `count` the target lengths.
+
+        Example:
+        >>> backbone = keras_tfm.models.Seq2SeqBackbone(
+        ...     vocabulary_size=20, num_encoder_layers=1, num_decoder_layers=1,
+        ...     num_heads=2, hidden_dim=16, intermediate_dim=32,
+        ...     max_sequence_length=16)
+        >>> model = keras_tfm.models.Seq2SeqLM(backbone, start_token_id=1)
+        >>> model.score([[3, 4, 5], [6]], [[7, 8], [9]])[1].tolist()
+        [2, 1]
+        """
+        return scoring.score_seq2seq(self, sources, targets)
 
     @classmethod
     def preprocessor_for(cls, tokenizer, backbone):

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from keras_tfm.generation.stop_strings import token_bytes
 from keras_tfm.models import CausalLM, Seq2SeqLM
 from keras_tfm.serving import openai_fields as fields
 from keras_tfm.serving.api_errors import ApiError, read_json
@@ -34,6 +35,7 @@ from keras_tfm.serving.command import DEFAULT_MAX_BODY_BYTES
 from keras_tfm.serving.generation_stream import GenerationStream
 from keras_tfm.serving.scheduler import Scheduler
 from keras_tfm.serving.text_stream import as_text
+from keras_tfm.serving.token_logprobs import TokenLogprobs
 
 
 class Service:
@@ -49,17 +51,23 @@ class Service:
     """
 
     def __init__(
-        self, model, model_id, max_batch=8, max_length=None, steps_per_call=4,
+        self, model, model_id, max_batch=8, max_length=None, steps_per_call=1,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES,
     ):  # fmt: skip
         self.model = model
         self.model_id = model_id
         self.max_body_bytes = max_body_bytes
         self.created = int(time.time())
-        # A decoder-only LM: a Seq2SeqLM's encoder context is not batched here.
-        self.generates = isinstance(model, CausalLM) and not isinstance(
-            model, Seq2SeqLM
-        )
+        if isinstance(model, Seq2SeqLM):
+            raise ValueError(
+                "`keras-tfm serve` does not serve sequence-to-sequence models "
+                "(a translator, a summariser): its continuous batch holds "
+                "decoder-only key/value caches, with no per-slot encoder "
+                "context. Call the model's `generate` directly. Received: a "
+                f"{type(model).__name__}"
+            )
+        self.generates = isinstance(model, CausalLM)
+        self._pieces = None  # each token's bytes, for logprobs (on first use)
         tokenizer = getattr(model, "tokenizer", None)
         if tokenizer is None:
             raise ValueError(
@@ -130,7 +138,7 @@ class Service:
         fields.check_fields(body, fields.COMPLETION_FIELDS, self.model_id)
         self._require(self.generates, "/v1/completions", "a causal LM")
         text = fields.completion_prompt(body)
-        settings = fields.sampling_settings(body)
+        settings = fields.sampling_settings(body, chat=False)
         prompt = [
             int(i) for i in self.model.preprocessor.generate_preprocess([text])[0]
         ]
@@ -181,6 +189,15 @@ class Service:
     def _detokenize(self, ids):
         return as_text(self.tokenizer.detokenize(ids))
 
+    def _logprobs_format(self, settings, chat):
+        """A `TokenLogprobs` for one answer, or None when not asked for."""
+        if not settings["logprobs"]:
+            return None
+        if self._pieces is None:
+            size = self.model.backbone.vocabulary_size
+            self._pieces = token_bytes(self.tokenizer, size)
+        return TokenLogprobs(self._pieces, chat)
+
     async def _answer(self, request, prompt, max_tokens, settings, chat):
         stream = GenerationStream(
             self.scheduler, prompt, max_tokens, self.model.preprocessor.end_token_id,
@@ -193,14 +210,19 @@ class Service:
             "created": int(time.time()),
             "model": self.model_id,
         }
+        logprobs = self._logprobs_format(settings, chat)
         if settings["stream"]:
-            events = _events(stream, meta, len(prompt), chat, settings["include_usage"])
+            events = _events(
+                stream, meta, len(prompt), chat, settings["include_usage"], logprobs
+            )
             return StreamingResponse(
                 events, media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )  # fmt: skip
         text = "".join([delta async for delta in stream.deltas()])
         choice = {"index": 0, "finish_reason": stream.finish_reason, "logprobs": None}
+        if logprobs is not None:
+            choice["logprobs"] = logprobs(stream.take_logprobs())
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
@@ -223,12 +245,16 @@ def _encode(vector, encoding):
     return vector.tolist()
 
 
-async def _events(stream, meta, prompt_tokens, chat, include_usage):
-    """Server-sent events: one chunk per delta, the finish, then [DONE]."""
+async def _events(stream, meta, prompt_tokens, chat, include_usage, logprobs):
+    """Server-sent events: one chunk per delta (with its tokens' logprobs
+    when `logprobs` formats them), the finish, then [DONE]."""
     meta = dict(meta, object=meta["object"] + ".chunk" if chat else meta["object"])
 
     def chunk(delta, finish_reason=None):
         choice = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
+        pairs = stream.take_logprobs()
+        if logprobs is not None and pairs:
+            choice["logprobs"] = logprobs(pairs)
         if chat:
             choice["delta"] = {"content": delta} if delta is not None else {}
         else:

@@ -33,7 +33,7 @@ def add_arguments(parser):
         help="the largest request body accepted (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
-        "--steps-per-call", type=_positive, default=4,
+        "--steps-per-call", type=_positive, default=1,
         help="tokens decoded per slot per compiled call: more amortises the "
         "call, fewer lets new requests join sooner (default %(default)s)",
     )  # fmt: skip

@@ -19,7 +19,9 @@ class GenerationStream:
 
     After the iteration, `finish_reason` is "stop" or "length" and
     `completion_tokens` counts the tokens generated (up to a stop string,
-    the end token included).
+    the end token included). `take_logprobs()` hands over the
+    `(token_id, logprob)` pairs of the answer's tokens (the end token
+    aside) received since it was last called.
 
     Args:
         scheduler: the running `Scheduler`.
@@ -27,7 +29,8 @@ class GenerationStream:
         max_tokens: the new-token budget.
         end_token_id: the id that ends the answer, or None.
         detokenize: ids to text.
-        settings: `temperature`, `top_p`, `seed` and `stop` (strings).
+        settings: `temperature`, `top_p`, `seed`, `presence_penalty`,
+            `frequency_penalty` and `stop` (strings).
     """
 
     def __init__(
@@ -40,14 +43,19 @@ class GenerationStream:
         self.completion_tokens = 0
         self._loop = asyncio.get_running_loop()
         self._queue = asyncio.Queue()
+        self._logprobs = []
+        names = ("temperature", "top_p", "seed", "presence_penalty",
+                 "frequency_penalty")  # fmt: skip
         self.request = SlotRequest(
             prompt, max_tokens, self._on_token, self._on_finish,
-            temperature=settings["temperature"], top_p=settings["top_p"],
-            seed=settings["seed"],
+            **{name: settings[name] for name in names},
         )  # fmt: skip
 
     def _on_token(self, token):  # the worker thread
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, ("token", token))
+        logprob = self.request.logprobs[-1]
+        self._loop.call_soon_threadsafe(
+            self._queue.put_nowait, ("token", (token, logprob))
+        )
         return token == self.end_token_id
 
     def _on_finish(self, reason):  # the worker thread
@@ -76,9 +84,11 @@ class GenerationStream:
                         yield tail
                     return
                 self.completion_tokens += 1
-                if value == self.end_token_id:
+                token, logprob = value
+                if token == self.end_token_id:
                     continue  # the finish follows
-                delta, stopped = self.text.push(value)
+                self._logprobs.append((token, logprob))
+                delta, stopped = self.text.push(token)
                 if delta:
                     yield delta
                 if stopped:
@@ -86,3 +96,8 @@ class GenerationStream:
                     return
         finally:
             self.request.cancel()  # a no-op once the slot is free
+
+    def take_logprobs(self):
+        """The `(token_id, logprob)` pairs received since the last call."""
+        taken, self._logprobs = self._logprobs, []
+        return taken

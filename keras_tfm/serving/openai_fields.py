@@ -3,7 +3,7 @@
 Every function takes the parsed JSON body and returns plain Python values,
 or raises `ApiError` naming the field and quoting what was received. A
 field this server does not implement is refused by name rather than
-silently ignored (a client that asks for `logprobs` or `tools` would
+silently ignored (a client that asks for `top_logprobs` or `tools` would
 otherwise trust an answer that does not honour them).
 """
 
@@ -12,8 +12,9 @@ import random
 from keras_tfm.serving.api_errors import ApiError
 
 SAMPLING = {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream"}
-SAMPLING |= {"stream_options", "n", "user"}
-CHAT_FIELDS = SAMPLING | {"messages", "max_completion_tokens"}
+SAMPLING |= {"stream_options", "n", "user", "presence_penalty", "frequency_penalty"}
+SAMPLING |= {"logprobs"}
+CHAT_FIELDS = SAMPLING | {"messages", "max_completion_tokens", "top_logprobs"}
 COMPLETION_FIELDS = SAMPLING | {"prompt"}
 EMBEDDING_FIELDS = {"model", "input", "encoding_format", "user"}
 ROLES = ("system", "user", "assistant")
@@ -79,10 +80,14 @@ def integer(body, name, low=None, high=None):
     return value
 
 
-def sampling_settings(body):
-    """`dict(temperature, top_p, seed, stop, stream, include_usage)`."""
+def sampling_settings(body, chat=True):
+    """`dict(temperature, top_p, seed, presence_penalty, frequency_penalty,
+    logprobs, stop, stream, include_usage)`."""
     if body.get("n", 1) != 1:
-        raise bad("n", "1 (one answer per request)", body.get("n"))
+        raise bad(
+            "n", "1: this server returns one answer per request (send n "
+            "requests, each with its own seed, for n samples)", body.get("n"),
+        )  # fmt: skip
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad("stream", "true or false", stream)
@@ -108,9 +113,50 @@ def sampling_settings(body):
         temperature=number(body, "temperature", 1.0, 0, 2),
         top_p=number(body, "top_p", 1.0, 0, 1),
         seed=random.getrandbits(31) if seed is None else seed,
+        presence_penalty=number(body, "presence_penalty", 0.0, -2, 2),
+        frequency_penalty=number(body, "frequency_penalty", 0.0, -2, 2),
+        logprobs=chat_logprobs(body) if chat else completion_logprobs(body),
         stop=stop or [],
         stream=stream,
         include_usage=include_usage,
+    )
+
+
+def chat_logprobs(body):
+    """Whether to return the chosen tokens' log-probabilities (chat).
+
+    `top_logprobs` above 0 (the most likely alternatives at each step) is
+    refused by name: the slot decoder returns the chosen token's only.
+    """
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise bad("logprobs", "true or false", logprobs)
+    top = integer(body, "top_logprobs", 0, 20)
+    if top and not logprobs:
+        raise bad("top_logprobs", "used with logprobs=true", top)
+    if top:
+        raise _top_logprobs_unsupported("top_logprobs", top)
+    return bool(logprobs)
+
+
+def completion_logprobs(body):
+    """Whether to return the chosen tokens' log-probabilities (completions:
+    `logprobs` is the number of alternatives, of which only 0 is served)."""
+    top = integer(body, "logprobs", 0, 5)
+    if top:
+        raise _top_logprobs_unsupported("logprobs", top)
+    return top is not None
+
+
+def _top_logprobs_unsupported(param, value):
+    return ApiError(
+        400,
+        f"`{param}` above 0 (the most likely alternative tokens) is not "
+        "supported: this server returns the chosen tokens' log-probabilities "
+        f"only ({'logprobs=true' if param == 'top_logprobs' else 'logprobs=0'})."
+        f" Received: {param}={value}",
+        param=param,
+        code="unsupported_field",
     )
 
 

@@ -2,8 +2,8 @@
 
 One worker thread owns the model. Between two compiled decode calls it
 (1) frees the slots of finished or cancelled requests, (2) prefills waiting
-requests into free slots, (3) decodes `steps_per_call` tokens for every
-occupied slot in one call and hands each request its tokens. A request
+requests into free slots, (3) decodes `steps_per_call` tokens (default 1)
+for every occupied slot in one call and hands each request its tokens. A request
 never waits for another to finish: it joins at the next call boundary.
 """
 
@@ -12,13 +12,21 @@ import threading
 
 from keras_tfm.serving.slot_decoder import SlotDecoder
 
+# The per-request sampling settings, in `SlotDecoder`'s order, and the
+# value an empty slot decodes with.
+SETTINGS = {
+    "temperature": 0.0, "top_p": 1.0, "seed": 0, "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}  # fmt: skip
+
 
 class SlotRequest:
     """One generation: the prompt, its settings, and where its tokens go.
 
     `on_token(token_id)` is called in the worker thread for every new token
-    and returns True when the request is complete (an end token, a stop
-    string, enough tokens); `on_finish(reason)` is called once at the end,
+    (its log-probability is appended to `logprobs` first) and returns True
+    when the request is complete (an end token, a stop string, enough
+    tokens); `on_finish(reason)` is called once at the end,
     with "stop", "length", "cancelled" or "error: ...". `cancel()` (from any
     thread) frees the slot at the next call boundary.
 
@@ -29,11 +37,13 @@ class SlotRequest:
         temperature: 0 for greedy decoding.
         top_p: the nucleus cut-off (1: none).
         seed: the seed of the request's random numbers.
+        presence_penalty, frequency_penalty: OpenAI's penalties on the
+            tokens generated so far (0: none).
     """
 
     def __init__(
         self, prompt, max_tokens, on_token, on_finish, temperature=0.0,
-        top_p=1.0, seed=0,
+        top_p=1.0, seed=0, presence_penalty=0.0, frequency_penalty=0.0,
     ):  # fmt: skip
         self.prompt = [int(t) for t in prompt]
         self.max_tokens = max_tokens
@@ -42,7 +52,10 @@ class SlotRequest:
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.seed = int(seed)
+        self.presence_penalty = float(presence_penalty)
+        self.frequency_penalty = float(frequency_penalty)
         self.generated = 0
+        self.logprobs = []
         self.cancelled = threading.Event()
 
     def cancel(self):
@@ -75,7 +88,7 @@ class Scheduler:
     >>> scheduler.stop()
     """
 
-    def __init__(self, model, num_slots=8, max_length=None, steps_per_call=4):
+    def __init__(self, model, num_slots=8, max_length=None, steps_per_call=1):
         if max_length is None:
             max_length = min(model.backbone.max_sequence_length, 2048)
         self.decoder = SlotDecoder(model, num_slots, max_length, steps_per_call)
@@ -94,9 +107,9 @@ class Scheduler:
         """Starts the worker; first compiles the decoding call and the
         shortest prompts' prefill, unless `warm_up=False`."""
         if warm_up:
-            self.decoder.prefill(0, [self.decoder.model.fill_id], 0.0, 1.0, 0)
+            self.decoder.prefill(0, [self.decoder.model.fill_id])
             n = len(self.slots)
-            self.decoder.decode([0] * n, [0] * n, [0.0] * n, [1.0] * n, [0] * n)
+            self.decoder.decode([0] * n, [0] * n)
         self._thread.start()
 
     def submit(self, request):
@@ -166,18 +179,18 @@ class Scheduler:
                     request.on_finish("cancelled")
                 continue
             slot = self.slots.index(None)
-            first = self.decoder.prefill(
-                slot, request.prompt, request.temperature, request.top_p,
-                request.seed,
-            )  # fmt: skip
+            first, logprob = self.decoder.prefill(
+                slot, request.prompt, *(getattr(request, name) for name in SETTINGS)
+            )
             self.slots[slot] = request
             self._last[slot], self._position[slot] = first, len(request.prompt)
-            self._deliver(slot, first)
+            self._deliver(slot, first, logprob)
 
-    def _deliver(self, slot, token):
+    def _deliver(self, slot, token, logprob):
         """Gives `token` to the slot's request; frees the slot when done."""
         request = self.slots[slot]
         request.generated += 1
+        request.logprobs.append(logprob)
         if request.on_token(token):
             self._finish(slot, "stop")
         elif request.generated >= request.max_tokens:
@@ -187,16 +200,16 @@ class Scheduler:
         rows = [(i, r) for i, r in enumerate(self.slots) if r is not None]
         settings = [
             [getattr(r, name) if r else value for r in self.slots]
-            for name, value in (("temperature", 0.0), ("top_p", 1.0), ("seed", 0))
+            for name, value in SETTINGS.items()
         ]
         positions = [
             p if r else 0 for p, r in zip(self._position, self.slots, strict=True)
         ]
-        out = self.decoder.decode(self._last, positions, *settings)
+        out, logprobs = self.decoder.decode(self._last, positions, *settings)
         for i, request in rows:
-            for token in out[i]:
+            for token, logprob in zip(out[i], logprobs[i], strict=True):
                 if self.slots[i] is not request or request.cancelled.is_set():
                     break
                 self._position[i] += 1
                 self._last[i] = int(token)
-                self._deliver(i, int(token))
+                self._deliver(i, int(token), float(logprob))

@@ -22,7 +22,7 @@ def _config(service, host, port, log_level):
 
 def serve(
     model, model_id, host="127.0.0.1", port=8000, max_batch=8, max_length=None,
-    steps_per_call=4, max_body_bytes=DEFAULT_MAX_BODY_BYTES, log_level="info",
+    steps_per_call=1, max_body_bytes=DEFAULT_MAX_BODY_BYTES, log_level="info",
 ):  # fmt: skip
     """Serves `model` over HTTP until SIGTERM or Ctrl-C (then exits cleanly).
 

@@ -9,15 +9,25 @@ position (a (batch,) `cache_update_index`: the per-row writes and masks of
 `MultiHeadSelfAttention`), so a row never sees another row's keys, and a
 slot's stale positions (an earlier request's) are never attended to.
 
-Each call hands the whole cache to XLA and gets a new one back (TensorFlow
-does not donate input buffers), a copy per call: decoding a few steps per
-call amortises it, at the price of a request joining only between calls.
+The caches live in `tf.Variable`s that the compiled calls read and assign:
+XLA then updates them in place (a resource variable's new value aliases its
+input buffer), where a cache passed in and returned was copied whole at
+every call (TensorFlow does not donate input tensors): ~190 MB for SmolLM2
+at 8 slots of 512 positions, as much as the attention reads in a step. So
+a call may decode a single step, and requests join at every step.
+
+Beside the caches, a (num_slots, vocabulary_size) count of each slot's
+generated tokens serves OpenAI's presence and frequency penalties
+(`logit_processors.presence_frequency_penalty`), and every token comes
+with its log-probability under the model (the log-softmax of the raw
+logits, before penalties and temperature: vLLM's default).
 """
 
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_tfm.generation.logit_processors import presence_frequency_penalty
 from keras_tfm.serving.slot_sampler import row_seed, sample_tokens
 from keras_tfm.validation import check_positive_int
 
@@ -38,13 +48,13 @@ class SlotDecoder:
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
     ...     intermediate_dim=32, max_sequence_length=32)
     >>> decoder = SlotDecoder(keras_tfm.models.CausalLM(backbone), 2, 32, 2)
-    >>> first = decoder.prefill(slot=1, prompt=[5, 6, 7], temperature=0.0,
-    ...                         top_p=1.0, seed=0)
-    >>> decoder.decode([0, first], [0, 3], [0.0, 0.0], [1.0, 1.0], [0, 0]).shape
-    (2, 2)
+    >>> first, logprob = decoder.prefill(slot=1, prompt=[5, 6, 7])
+    >>> tokens, logprobs = decoder.decode([0, first], [0, 3])
+    >>> tokens.shape, logprobs.dtype, bool(logprob < 0)
+    ((2, 2), dtype('float32'), True)
     """
 
-    def __init__(self, model, num_slots, max_length, steps_per_call=4):
+    def __init__(self, model, num_slots, max_length, steps_per_call=1):
         self.model = model
         self.num_slots = check_positive_int("num_slots", num_slots)
         self.max_length = check_positive_int("max_length", max_length)
@@ -55,7 +65,13 @@ class SlotDecoder:
                 "`max_length` must be at most the model's max_sequence_length "
                 f"({limit}). Received: max_length={max_length}"
             )
-        self.caches = model.backbone.empty_cache(num_slots, max_length)
+        self.caches = tf.nest.map_structure(
+            lambda c: tf.Variable(c, trainable=False),
+            model.backbone.empty_cache(num_slots, max_length),
+        )
+        vocabulary_size = model.backbone.vocabulary_size
+        # Per slot, how often each token was generated (the penalties').
+        self.counts = tf.Variable(tf.zeros((num_slots, vocabulary_size)), False)
         # No autograph (the loops are ops.while_loop): its conversion cache
         # gave `logits` another method's converted code in a long test run.
         self._prefill = tf.function(
@@ -67,48 +83,82 @@ class SlotDecoder:
 
     # === Compiled functions ===
 
-    def _next_tokens(self, hidden, settings, positions):
-        logits = self.model.logits(hidden)[:, 0, :]
-        return sample_tokens(logits, *settings, positions)
+    def _next_tokens(self, hidden, settings, positions, counts):
+        """`(tokens, logprobs)` of each row from its last hidden state."""
+        temperature, top_p, seed, presence, frequency = settings
+        logits = ops.cast(self.model.logits(hidden)[:, 0, :], "float32")
+        penalized = tf.cond(
+            tf.reduce_any((presence != 0.0) | (frequency != 0.0)),
+            lambda: presence_frequency_penalty(logits, counts, presence, frequency),
+            lambda: logits,
+        )
+        tokens = sample_tokens(penalized, temperature, top_p, seed, positions)
+        logprobs = tf.gather(
+            tf.nn.log_softmax(logits), tokens[:, None], batch_dims=1
+        )[:, 0]
+        return tokens, logprobs
 
-    def _prefill_function(self, caches, tokens, length, slot, settings):
+    def _prefill_function(self, tokens, length, slot, settings):
         backbone = self.model.backbone
         small = backbone.empty_cache(1, self.max_length)
         # Index 0 (a Python int): the prompt attends to its own keys only.
         hidden, small = backbone.call_with_cache(tokens, small, 0)
         last = ops.take(hidden, ops.reshape(length - 1, [1]), axis=1)  # (1, 1, D)
-        first = self._next_tokens(last, settings, ops.reshape(length, [1]))
-        caches = tuple(
-            ops.slice_update(cache, [slot, 0, 0, 0, 0], row)
-            for cache, row in zip(caches, small, strict=True)
+        no_counts = tf.zeros((1, self.counts.shape[1]))
+        first, logprob = self._next_tokens(
+            last, settings, ops.reshape(length, [1]), no_counts
         )
-        return caches, first[0]
+        rows = tf.nest.flatten(small)
+        for variable, row in zip(tf.nest.flatten(self.caches), rows, strict=True):
+            start = [slot] + [0] * (len(row.shape) - 1)
+            variable.assign(ops.slice_update(variable, start, row))
+        counts = tf.one_hot(first, self.counts.shape[1])  # (1, V)
+        self.counts.assign(ops.slice_update(self.counts, [slot, 0], counts))
+        return first[0], logprob[0]
 
-    def _decode_function(self, caches, tokens, positions, settings):
+    def _decode_function(self, tokens, positions, settings):
         backbone = self.model.backbone
         batch = ops.shape(tokens)[0]
         last_position = self.max_length - 1
+        caches = tf.nest.map_structure(lambda v: v.value(), self.caches)
+        vocabulary_size = self.counts.shape[1]
 
         def step(i, state):
-            caches, tokens, positions, out = state
+            caches, counts, tokens, positions, out, out_logprobs = state
             hidden, caches = backbone.call_with_cache(
                 tokens[:, None], caches, positions
             )
             positions = ops.minimum(positions + 1, last_position)
-            tokens = self._next_tokens(hidden, settings, positions)
-            column = ops.cast(ops.arange(self.steps_per_call) == i, "int32")
-            return caches, tokens, positions, out + tokens[:, None] * column
+            tokens, logprobs = self._next_tokens(hidden, settings, positions, counts)
+            counts = counts + tf.one_hot(tokens, vocabulary_size)
+            column = ops.arange(self.steps_per_call) == i
+            out = out + tokens[:, None] * ops.cast(column, "int32")
+            out_logprobs = out_logprobs + logprobs[:, None] * ops.cast(
+                column, "float32"
+            )
+            return caches, counts, tokens, positions, out, out_logprobs
 
         out = ops.zeros((batch, self.steps_per_call), "int32")
-        caches, _, _, out = ops.fori_loop(
-            0, self.steps_per_call, step, (caches, tokens, positions, out)
-        )
-        return caches, out
+        out_logprobs = ops.zeros((batch, self.steps_per_call), "float32")
+        caches, counts, _, _, out, out_logprobs = ops.fori_loop(
+            0, self.steps_per_call, step,
+            (caches, self.counts.value(), tokens, positions, out, out_logprobs),
+        )  # fmt: skip
+        for variable, value in zip(
+            tf.nest.flatten(self.caches), tf.nest.flatten(caches), strict=True
+        ):
+            variable.assign(value)
+        self.counts.assign(counts)
+        return out, out_logprobs
 
     # === Host side ===
 
-    def prefill(self, slot, prompt, temperature, top_p, seed):
-        """Writes `prompt`'s keys and values into `slot`; the first new token.
+    def prefill(
+        self, slot, prompt, temperature=0.0, top_p=1.0, seed=0,
+        presence_penalty=0.0, frequency_penalty=0.0,
+    ):  # fmt: skip
+        """Writes `prompt`'s keys and values into `slot`; the first new token
+        and its log-probability.
 
         The prompt is padded to a power of two of at least 32 tokens (one
         compiled prefill per padded length, so a handful in all); the padded
@@ -124,33 +174,46 @@ class SlotDecoder:
         padded = min(max(32, 1 << (length - 1).bit_length()), self.max_length)
         tokens = np.full((1, padded), self.model.fill_id, "int32")
         tokens[0, :length] = prompt
-        settings = _settings([temperature], [top_p], [seed])
-        self.caches, first = self._prefill(
-            self.caches, tokens, np.int32(length), np.int32(slot), settings
+        settings = _settings(
+            [temperature], [top_p], [seed], [presence_penalty], [frequency_penalty]
         )
-        return int(first)
+        first, logprob = self._prefill(
+            tokens, np.int32(length), np.int32(slot), settings
+        )
+        return int(first), float(logprob)
 
-    def decode(self, tokens, positions, temperature, top_p, seed):
-        """`steps_per_call` new tokens per slot, int32 (num_slots, steps).
+    def decode(
+        self, tokens, positions, temperature=None, top_p=None, seed=None,
+        presence_penalty=None, frequency_penalty=None,
+    ):  # fmt: skip
+        """`steps_per_call` new tokens per slot and their log-probabilities:
+        int32 and float32 (num_slots, steps).
 
         Args:
             tokens: per slot, the last token (not yet in the cache).
             positions: per slot, that token's position.
-            temperature, top_p, seed: per slot, the sampling settings.
+            temperature, top_p, seed, presence_penalty, frequency_penalty:
+                per slot, the sampling settings (default: greedy, none).
         """
-        settings = _settings(temperature, top_p, seed)
-        self.caches, out = self._decode(
-            self.caches,
-            np.asarray(tokens, "int32"),
-            np.asarray(positions, "int32"),
-            settings,
+        n = self.num_slots
+        settings = _settings(
+            [0.0] * n if temperature is None else temperature,
+            [1.0] * n if top_p is None else top_p,
+            [0] * n if seed is None else seed,
+            [0.0] * n if presence_penalty is None else presence_penalty,
+            [0.0] * n if frequency_penalty is None else frequency_penalty,
         )
-        return np.asarray(out)
+        out, logprobs = self._decode(
+            np.asarray(tokens, "int32"), np.asarray(positions, "int32"), settings
+        )
+        return np.asarray(out), np.asarray(logprobs)
 
 
-def _settings(temperature, top_p, seed):
+def _settings(temperature, top_p, seed, presence_penalty, frequency_penalty):
     return (
         np.asarray(temperature, "float32"),
         np.asarray(top_p, "float32"),
         np.array([row_seed(s) for s in seed], "int32"),
+        np.asarray(presence_penalty, "float32"),
+        np.asarray(frequency_penalty, "float32"),
     )

@@ -22,6 +22,7 @@ Example:
 
 from keras_hub.metrics import Perplexity
 
+from keras_tfm.models.lora import enable_lora
 from keras_tfm.training.callbacks import BestModelCheckpoint, TimeBudget
 from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.distiller import Distiller
@@ -44,7 +45,6 @@ from keras_tfm.training.language_model_training import (
     train_language_model,
 )
 from keras_tfm.training.linear_probe import pooled_features, probe_head
-from keras_tfm.training.lora import enable_lora
 from keras_tfm.training.pruning import (
     ffn_importance,
     head_importance,

@@ -8,6 +8,9 @@ A catalogue is a folder with one sub-folder per preset:
     <root>/<name>/assets/<layer>/    optional, e.g. a tokenizer's vocabulary
     <root>/<name>/source.json        instead of config.json: weights from an
                                      installed pip package (installed_checkpoints)
+    <root>/<name>/generation_config.json  optional: the defaults of `generate`
+                                     and `chat` (`GenerationConfig` fields;
+                                     keys starting with "_" are comments)
 
 `class_name` is a class registered under the "keras_tfm" package, bare
 ("CausalLM") or full ("keras_tfm>CausalLM"); nested objects in `config`
@@ -27,6 +30,7 @@ from pathlib import Path
 import keras
 
 from keras_tfm._keras_compat import flatten_layers
+from keras_tfm.generation.generation_config import GenerationConfig
 from keras_tfm.saving import check_model_file
 from keras_tfm.validation import check_choice
 from keras_tfm.zoo.installed_checkpoints import (
@@ -38,6 +42,7 @@ from keras_tfm.zoo.installed_checkpoints import (
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
 WEIGHTS_FILE = "model.weights.h5"
+GENERATION_FILE = "generation_config.json"
 ASSETS_DIR = "assets"
 PACKAGE = "keras_tfm"
 # What a preset's weights are, for `list_presets(weights=...)`.
@@ -335,5 +340,24 @@ def from_preset(name, root=None, load_weights=True, **overrides):
                 f"Preset {name!r} is a converted checkpoint: it has no "
                 "architecture without its weights. Received: load_weights=False"
             )
-        return load_installed_checkpoint(source, **overrides)
-    return build_from_directory(directory, load_weights, **overrides)
+        model = load_installed_checkpoint(source, **overrides)
+    else:
+        model = build_from_directory(directory, load_weights, **overrides)
+    return with_generation_defaults(model, directory)
+
+
+def with_generation_defaults(model, directory):
+    """`model` with its preset's `generation_config.json` (the defaults of
+    `generate` and `chat`, see `CausalLM.generation_config`) when it has one."""
+    path = Path(directory) / GENERATION_FILE
+    if not path.is_file():
+        return model
+    values = json.loads(path.read_text(encoding="utf-8"))
+    values = {k: v for k, v in values.items() if not k.startswith("_")}
+    if not hasattr(model, "generate"):
+        raise ValueError(
+            f"{path} sets generation defaults, but the preset is a "
+            f"{type(model).__name__}, which does not generate."
+        )
+    model.generation_config = GenerationConfig.from_dict(values, str(path))
+    return model

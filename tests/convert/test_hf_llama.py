@@ -1,6 +1,7 @@
 import doctest
 import json
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -441,3 +442,31 @@ def test_the_gguf_loader_goes_through_this_mapping(tmp_path, untied, monkeypatch
         np.testing.assert_array_equal(tensors[key], value)
     embedding = model.backbone.get_layer("token_embedding").embeddings.numpy()
     np.testing.assert_array_equal(embedding, stored["token_embd.weight"])
+
+
+def test_built_with_weights_never_runs_an_initializer_and_consumes_the_mapping(
+    monkeypatch,
+):
+    from keras_tfm.convert.weights import built_with_weights, model_weights
+    from keras_tfm.models import CausalLM
+
+    config = dict(
+        vocabulary_size=8, num_layers=1, num_heads=1, hidden_dim=4,
+        intermediate_dim=8, max_sequence_length=4,
+    )  # fmt: skip
+    values = model_weights(CausalLM.from_config(config))
+    values = {path: value + 1.0 for path, value in values.items()}
+    mapping = dict(values)
+    ran = []
+    for cls in vars(keras.initializers).values():  # every one that computes
+        if isinstance(cls, type) and "__call__" in vars(cls):
+            monkeypatch.setattr(
+                cls, "__call__", lambda self, *a, _o=cls.__call__, **k:
+                ran.append(self) or _o(self, *a, **k),
+            )  # fmt: skip
+    model = built_with_weights(CausalLM, config, mapping)
+    assert ran == [] and mapping == {}
+    for weight in model.weights:
+        np.testing.assert_array_equal(weight.numpy(), values[weight.path])
+    with pytest.raises(ValueError, match="Unmapped"):
+        built_with_weights(CausalLM, config, {})

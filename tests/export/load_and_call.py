@@ -47,7 +47,11 @@ def main(requests_path, answers_path):
         if directory not in loaded:
             loaded[directory] = tf.saved_model.load(directory)
         function = loaded[directory].signatures[request["signature"]]
-        inputs = {name: tf.constant(value) for name, value in request["inputs"].items()}
+        specs = function.structured_input_signature[1]  # JSON has no int64
+        inputs = {
+            name: tf.constant(value, specs[name].dtype)
+            for name, value in request["inputs"].items()
+        }
         answers.append({k: plain(v) for k, v in function(**inputs).items()})
     imported = sorted(
         name

@@ -55,3 +55,29 @@ def test_previous_token_and_learned_positions_take_the_index_at_run_time():
     shifted = tf.function(lambda x, i: positions(x, start_index=i), jit_compile=True)
     np.testing.assert_allclose(shifted(x, np.int32(3)), table[None, 3:5])
     assert program(shifted, x, np.int32(1)) == program(shifted, x, np.int32(7))
+
+
+@pytest.mark.parametrize("padding_id", [None, 0])
+def test_prefill_captures_no_all_ones_mask_between_its_loops(padding_id):
+    # Without a padding id the cached steps get no mask: an all-ones
+    # constant captured by both chunk loops made the persistent XLA cache's
+    # key vary between processes (see gen.cache_padding_mask).
+    model = causal_lm(
+        vocabulary_size=16, num_layers=1, num_heads=1, hidden_dim=8,
+        intermediate_dim=8, max_sequence_length=64, padding_id=padding_id,
+    )  # fmt: skip
+    seen = []
+    original = model.backbone.call_with_cache
+
+    def recording(token_ids, caches, index, padding_mask=None):
+        seen.append(padding_mask)
+        return original(token_ids, caches, index, padding_mask)
+
+    model.backbone.call_with_cache = recording
+    tokens = np.array([[3, 4, 5, 0, 0, 0, 0, 0] * 4], "int32")
+    model.prefill((), tokens, np.int32(3))
+    if padding_id is None:
+        assert seen and all(mask is None for mask in seen)
+    else:
+        masks = [np.asarray(mask) for mask in seen]
+        assert all(np.array_equal(m, tokens != 0) for m in masks)

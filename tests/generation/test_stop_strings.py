@@ -100,3 +100,26 @@ def test_stop_strings_need_a_tokenizer_and_the_tensor_loop(model):
                      intermediate_dim=8, max_sequence_length=16)  # fmt: skip
     with pytest.raises(ValueError, match="needs the model's tokenizer"):
         bare.generate([1, 2], 3, stop_strings=["x"])
+
+
+def test_streaming_stops_alike_and_never_shows_a_piece_of_the_stop_string(model):
+    pieces = list(model.generate("A", 8, stop_strings=["d the L"], stream=True))
+    assert "".join(pieces) == "men. An"  # the non-streamed "Amen. An", less "A"
+    assert not any("d" in piece for piece in pieces)  # " And" held back, then cut
+    steps = list(model.generate([1], 8, stop_strings="ORD s", stream=True))
+    assert steps == list(range(2, 10))  # ends with the token completing it
+    # A string held back and never completed comes out at the end.
+    held = list(model.generate("A", 2, stop_strings=[". B"], stream=True))
+    assert held == ["men", "."]  # "." waited for a " B" that never came
+
+
+def test_streaming_stops_on_a_string_across_the_window_refill(model):
+    prompt = model.tokenizer.detokenize(list(range(1, 12)))  # 11 of 16 tokens
+    # New tokens: "Amen. And the| L..." with the window sliding at position
+    # 16, between " the" and " " (the string spans the refill).
+    pieces = model.generate(prompt, 20, stop_strings=["the L"], stream=True)
+    assert "".join(pieces) == "Amen. And "
+    with pytest.raises(ValueError, match="only with stream=True"):
+        model.generate(prompt, 20, stop_strings=["the L"])
+    with pytest.raises(ValueError, match="return_scores"):
+        model.generate("A", 4, stream=True, return_scores=True)

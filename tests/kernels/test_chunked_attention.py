@@ -9,7 +9,7 @@ from keras_tfm.kernels.chunked_attention import chunked_dot_product_attention
 from keras_tfm.kernels.plain_attention import (
     plain_dot_product_attention as dot_product_attention,
 )
-from keras_tfm.layers import DecoderBlock, MultiHeadSelfAttention
+from keras_tfm.layers import AttentionCache, DecoderBlock, MultiHeadSelfAttention
 
 
 def _inputs(seed, batch, q_len, k_len, num_heads, kv_heads, head_dim):
@@ -269,12 +269,10 @@ def test_bad_sizes(name, bad):
         chunked_dot_product_attention(query, key, value, **{name: bad})
 
 
-def _layer_run(layer, x, **kwargs):
-    scores = kwargs.get("return_attention_scores", False)
+def _layer_run(layer, x, scores=False, **kwargs):
     with tf.GradientTape() as tape:
         tape.watch(x)
-        out = layer(x, **kwargs)
-        out = out[0] if scores else out
+        out = layer.call_with_scores(x, **kwargs)[0] if scores else layer(x, **kwargs)
         loss = tf.reduce_sum(tf.sin(out))
     grads = tape.gradient(loss, [x] + layer.trainable_weights)
     return [out.numpy()] + [g.numpy() for g in grads]
@@ -290,7 +288,7 @@ def test_layer_switches_to_chunked_path_for_long_inputs(small_tiles, causal):
     chunked = _layer_run(layer, x, **kwargs)
     assert len(small_tiles) == 1 and small_tiles[0]["use_causal_mask"] == causal
     # Asking for the weights forces the plain path.
-    plain = _layer_run(layer, x, return_attention_scores=True, **kwargs)
+    plain = _layer_run(layer, x, scores=True, **kwargs)
     assert len(small_tiles) == 1
     for a, e in zip(chunked, plain, strict=True):
         np.testing.assert_allclose(a, e, atol=1e-5, rtol=1e-5)
@@ -321,7 +319,7 @@ def test_layer_with_unknown_length_chooses_when_run(small_tiles, jit_compile):
         actual = _numpy(run(inputs, padding[:, :length]))
         expected = _layer_run(
             layer, inputs, padding_mask=padding[:, :length], use_causal_mask=True,
-            return_attention_scores=True,
+            scores=True,
         )  # fmt: skip
         for a, e in zip(actual, expected, strict=True):
             np.testing.assert_allclose(a, e, atol=1e-5, rtol=1e-5)
@@ -338,10 +336,8 @@ def test_cross_attention_uses_the_chunked_path(small_tiles):
     def run(scores):
         with tf.GradientTape() as tape:
             tape.watch([x, context])
-            out = layer(
-                x, context=context, context_padding_mask=context_mask,
-                return_attention_scores=scores,
-            )  # fmt: skip
+            call = layer.call_with_scores if scores else layer
+            out = call(x, context=context, context_padding_mask=context_mask)
             out = out[0] if scores else out
             loss = tf.reduce_sum(tf.sin(out))
         return _numpy([out] + tape.gradient(loss, [x, context]))
@@ -361,12 +357,12 @@ def test_decoder_block_prefill_uses_the_chunked_path(small_tiles):
     padding[1, 9:] = False  # right padding of the second prompt
     cache = block.empty_cache(2, 16)
     del small_tiles[:]
-    out, cache = block(x, padding_mask=padding, cache=cache, cache_update_index=0)
+    out, cache = block(x, padding_mask=padding, cache=AttentionCache(cache, 0))
     assert len(small_tiles) == 1
     expected = block(x, padding_mask=padding[:, :13], return_attention_scores=True)[0]
     np.testing.assert_allclose(out.numpy(), expected.numpy(), atol=1e-5)
     # The next step reads the cache the prefill wrote: as an uncached pass.
-    step, _ = block(x[:, :1], padding_mask=padding, cache=cache, cache_update_index=13)
+    step, _ = block(x[:, :1], padding_mask=padding, cache=AttentionCache(cache, 13))
     longer = tf.concat([x, x[:, :1]], axis=1)
     full = block(longer, padding_mask=padding[:, :14], return_attention_scores=True)
     np.testing.assert_allclose(step.numpy(), full[0][:, 13:].numpy(), atol=1e-5)
@@ -377,7 +373,7 @@ def test_short_inputs_dropout_and_decoding_steps_keep_the_plain_path(small_tiles
     layer(np.ones((1, 8, 8), "float32"))
     layer(np.ones((1, 16, 8), "float32"), training=True)  # dropout needs weights
     cache = layer.empty_cache(1, 16)
-    layer(np.ones((1, 1, 8), "float32"), cache=cache, cache_update_index=3)
+    layer(np.ones((1, 1, 8), "float32"), cache=AttentionCache(cache, 3))
     assert small_tiles == []
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_tfm.layers import (
+    AttentionCache,
     DecoderBlock,
     MultiHeadSelfAttention,
     TransformerEncoderBlock,
@@ -46,19 +47,20 @@ def test_a_rebuilt_layer_derives_its_head_size_from_the_new_width():
     assert clone.effective_head_dim == 6
 
 
-def test_attention_returns_one_two_or_two_values_as_documented():
+def test_attention_returns_outputs_or_outputs_and_cache_as_documented():
     layer = MultiHeadSelfAttention(num_heads=2)
     inputs = x()
     outputs = layer(inputs)
     assert tuple(outputs.shape) == (2, 5, 8)
-    outputs, scores = layer(inputs, return_attention_scores=True)
+    with_scores, scores = layer.call_with_scores(inputs)
+    np.testing.assert_array_equal(np.asarray(with_scores), np.asarray(outputs))
     assert tuple(scores.shape) == (2, 2, 5, 5)
     np.testing.assert_allclose(np.asarray(scores).sum(-1), 1.0, atol=1e-5)
     cache = layer.empty_cache(2, 5)
-    outputs, cache = layer(inputs, cache=cache, cache_update_index=0)
+    outputs, cache = layer(inputs, cache=AttentionCache(cache, 0))
     assert tuple(cache.shape) == (2, 2, 5, 2, 4)
-    with pytest.raises(ValueError, match="return_attention_scores"):
-        layer(inputs, cache=cache, cache_update_index=0, return_attention_scores=True)
+    with pytest.raises(ValueError, match="AttentionCache.*Received: cache of type"):
+        layer(inputs, cache=cache)
 
 
 def test_blocks_return_a_pair_exactly_when_asked():
@@ -74,7 +76,7 @@ def test_blocks_return_a_pair_exactly_when_asked():
     cache = decoder.empty_cache(2, 5)
     steps = []
     for t in range(5):
-        out, cache = decoder(inputs[:, t : t + 1], cache=cache, cache_update_index=t)
+        out, cache = decoder(inputs[:, t : t + 1], cache=AttentionCache(cache, t))
         steps.append(np.asarray(out)[:, 0])
     np.testing.assert_allclose(np.stack(steps, 1), full, atol=1e-5)
 

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from keras_tfm.layers import DecoderBlock
+from keras_tfm.layers import AttentionCache, DecoderBlock
 from tests.layers.block_reference import block as reference_block
 from tests.layers.layer_harness import (
     assert_dropout_reaches_every_sublayer,
@@ -120,8 +120,7 @@ def test_cached_decoding_equals_the_full_pass(kwargs):
         return layer(
             token,
             encoder_padding_mask=SOURCE_PADDING,
-            cache=cache,
-            cache_update_index=index,
+            cache=AttentionCache(cache, index),
             cross_attention_cache=cross_cache,
         )
 
@@ -150,8 +149,7 @@ def test_cross_attention_keys_are_computed_once_per_source():
         for t in range(T):
             _, cache = layer(
                 _x(2, 1, DIM, seed=t),
-                cache=cache,
-                cache_update_index=t,
+                cache=AttentionCache(cache, t),
                 cross_attention_cache=cross_cache,
             )
     finally:
@@ -198,8 +196,11 @@ def test_misuse_is_refused():
     encoder_decoder = _built()
     with pytest.raises(ValueError, match="pass `encoder_outputs`"):
         encoder_decoder(_x(1, 2, DIM))
-    with pytest.raises(ValueError, match="cache_update_index` is required"):
+    with pytest.raises(ValueError, match="with an `update_index`.*Received: cache"):
         encoder_decoder(_x(1, 1, DIM), cache=encoder_decoder.empty_cache(1, 4))
+    with pytest.raises(ValueError, match="with an `update_index`"):
+        cache = AttentionCache(encoder_decoder.empty_cache(1, 4))  # read-only
+        encoder_decoder(_x(1, 1, DIM), cache=cache)
     with pytest.raises(ValueError, match=r"encoder_padding_mask|context_padding_mask"):
         encoder_decoder(
             _x(2, 2, DIM),

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from keras_tfm.layers import MultiHeadSelfAttention, TokenEmbedding
+from keras_tfm.layers import AttentionCache, MultiHeadSelfAttention, TokenEmbedding
 from tests.layers import numpy_reference as ref
 from tests.layers.layer_harness import (
     assert_dropout_reaches_every_sublayer,
@@ -84,7 +84,7 @@ def test_self_attention_matches_reference(mask_kind, num_key_value_heads):
     if mask_kind in ("general", "all"):
         kwargs["attention_mask"] = general
         mask &= general
-    out, weights = layer(x, return_attention_scores=True, **kwargs)
+    out, weights = layer.call_with_scores(x, **kwargs)
     expected_out, expected_weights = reference(layer, x, mask=mask)
     np.testing.assert_allclose(np.asarray(out), expected_out, atol=1e-5, rtol=0)
     np.testing.assert_allclose(np.asarray(weights), expected_weights, atol=1e-5, rtol=0)
@@ -194,7 +194,7 @@ def test_fully_masked_query_rows_are_finite_and_get_zero_weights():
     x = _x(BATCH, Q_LEN, DIM)
     mask = np.ones((BATCH, Q_LEN, Q_LEN), bool)
     mask[0, 2] = False
-    out, weights = layer(x, attention_mask=mask, return_attention_scores=True)
+    out, weights = layer.call_with_scores(x, attention_mask=mask)
     out, weights = np.asarray(out), np.asarray(weights)
     assert np.isfinite(out).all()
     np.testing.assert_array_equal(weights[0, :, 2], 0.0)
@@ -215,9 +215,7 @@ def test_mixed_precision_is_finite_and_close(policy):
     keras.config.set_dtype_policy(policy)
     layer = _built(num_heads=2)
     layer.set_weights(reference_layer.get_weights())
-    out, weights = layer(
-        x, attention_mask=mask, use_causal_mask=True, return_attention_scores=True
-    )
+    out, weights = layer.call_with_scores(x, attention_mask=mask, use_causal_mask=True)
     assert weights.dtype == "float32"  # the softmax ran in float32
     out = np.asarray(ops.cast(out, "float32"))
     assert np.isfinite(out).all()
@@ -239,17 +237,17 @@ def test_cached_decoding_equals_the_full_causal_pass(kwargs):
     steps = []
     for t in range(Q_LEN):
         out, cache = layer(
-            x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True
+            x[:, t : t + 1], cache=AttentionCache(cache, t), use_causal_mask=True
         )
         steps.append(np.asarray(out))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
     # A prefill of 3 tokens, then one step, gives the same again.
     cache = layer.empty_cache(BATCH, Q_LEN)
     first, cache = layer(
-        x[:, :3], cache=cache, cache_update_index=0, use_causal_mask=True
+        x[:, :3], cache=AttentionCache(cache, 0), use_causal_mask=True
     )
     second, cache = layer(
-        x[:, 3:], cache=cache, cache_update_index=3, use_causal_mask=True
+        x[:, 3:], cache=AttentionCache(cache, 3), use_causal_mask=True
     )
     np.testing.assert_allclose(np.concatenate([first, second], axis=1), full, atol=1e-5)
 
@@ -265,8 +263,7 @@ def test_cached_decoding_honours_a_padding_mask_over_the_cache():
         out, cache = layer(
             x[:, t : t + 1],
             padding_mask=padding,
-            cache=cache,
-            cache_update_index=t,
+            cache=AttentionCache(cache, t),
             use_causal_mask=True,
         )
         steps.append(np.asarray(out))
@@ -278,7 +275,7 @@ def test_precomputed_cross_attention_cache_equals_recomputing():
     x, context = _x(BATCH, Q_LEN, DIM, seed=1), _x(BATCH, K_LEN, CONTEXT_DIM, seed=2)
     cache = layer.compute_key_value_cache(context)
     assert tuple(cache.shape) == (BATCH, 2, K_LEN, 2, DIM // 2)
-    out, returned = layer(x, cache=cache)
+    out, returned = layer(x, cache=AttentionCache(cache))
     assert returned is cache
     np.testing.assert_allclose(
         np.asarray(out), np.asarray(layer(x, context=context)), atol=1e-6
@@ -292,7 +289,7 @@ def test_cached_decoding_under_jit():
 
     @tf.function(jit_compile=True)
     def step(token, cache, index):
-        return layer(token, cache=cache, cache_update_index=index, use_causal_mask=True)
+        return layer(token, cache=AttentionCache(cache, index), use_causal_mask=True)
 
     cache = layer.empty_cache(BATCH, Q_LEN)
     steps = []
@@ -375,8 +372,7 @@ def test_hidden_dim_not_divisible_by_num_heads():
         (
             lambda a: a(
                 _x(2, 1, DIM),
-                cache=np.zeros((2, 2, 4, 3, 4), "float32"),
-                cache_update_index=0,
+                cache=AttentionCache(np.zeros((2, 2, 4, 3, 4), "float32"), 0),
             ),
             r"cache.shape=\(2, 2, 4, 3, 4\)",
         ),
@@ -397,5 +393,5 @@ def test_rotary_cross_attention_is_refused():
 def test_a_single_key_pass_is_plain_softmax():
     # One key: every query puts weight 1 on it (and no warning is raised).
     layer = _built()
-    _, weights = layer(_x(BATCH, 1, DIM), return_attention_scores=True)
+    _, weights = layer.call_with_scores(_x(BATCH, 1, DIM))
     np.testing.assert_allclose(np.asarray(weights), 1.0, atol=1e-6)

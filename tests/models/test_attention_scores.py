@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from keras_tfm.layers import AttentionCache
 from tests.builders import causal_lm, seq2seq_lm
 
 
@@ -101,5 +102,5 @@ def test_no_scores_with_a_cache():
     block = model.backbone.transformer_layers[0]
     cache = block.empty_cache(1, 4)
     with pytest.raises(ValueError, match="not supported with a `cache`"):
-        block(np.ones((1, 1, 8), "float32"), cache=cache, cache_update_index=0,
+        block(np.ones((1, 1, 8), "float32"), cache=AttentionCache(cache, 0),
               return_attention_scores=True)  # fmt: skip

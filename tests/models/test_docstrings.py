@@ -12,10 +12,13 @@ from keras_tfm.datasets import digits
 from keras_tfm.generation import (
     chat_pieces,
     compiled_loops,
+    decode_loop,
     generation_config,
     generation_utils,
     logit_processors,
     sampling,
+    scoring,
+    stop_strings,
 )
 from keras_tfm.layers import normalization
 from keras_tfm.models import (
@@ -44,6 +47,7 @@ MODULES = [
     chat_pieces,
     compiled_loops,
     datasets,
+    decode_loop,
     decoder_backbone,
     digits,
     encoder_backbone,
@@ -57,9 +61,11 @@ MODULES = [
     normalization,
     preset_loading,
     sampling,
+    scoring,
     seq2seq_backbone,
     seq2seq_lm,
     seq2seq_lm_preprocessor,
+    stop_strings,
     text_classifier_preprocessor,
     text_inputs,
     vision_transformer,

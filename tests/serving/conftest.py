@@ -43,13 +43,27 @@ def server(chat_model):
         yield server
 
 
-def greedy_reference(model, ids, max_tokens, end_token_id=None):
-    """Greedy new tokens by full uncached passes (no cache, no compiled loop)."""
+def greedy_reference(
+    model, ids, max_tokens, end_token_id=None, presence=0.0, frequency=0.0,
+    logprobs=None,
+):  # fmt: skip
+    """Greedy new tokens by full uncached passes (no cache, no compiled loop).
+
+    With OpenAI's penalties, in float64: logit[j] -= frequency * c[j] +
+    presence * (c[j] > 0), c[j] the count of j among the new tokens. A list
+    passed as `logprobs` receives each token's log-softmax of the raw logits.
+    """
     ids, new = list(ids), []
+    counts = np.zeros(model.backbone.vocabulary_size)
     for _ in range(max_tokens):
-        logits = np.asarray(model(np.array([ids])))[0, -1]
-        token = int(np.argmax(logits))
+        logits = np.asarray(model(np.array([ids])), "float64")[0, -1]
+        penalized = logits - frequency * counts - presence * (counts > 0)
+        token = int(np.argmax(penalized))
+        if logprobs is not None:
+            top = logits.max()
+            logprobs.append(logits[token] - top - np.log(np.exp(logits - top).sum()))
         new.append(token)
+        counts[token] += 1
         if token == end_token_id:
             break
         ids.append(token)

@@ -18,8 +18,10 @@ from keras_tfm.models import (
     SentenceEncoder,
     TextClassifierPreprocessor,
 )
+from keras_tfm.serving.app import Service
 from keras_tfm.serving.process import free_port
 from keras_tfm.serving.server import ServerThread
+from tests.builders import seq2seq_lm
 from tests.serving.conftest import MODEL, greedy_reference
 
 TIMEOUT = 60
@@ -72,6 +74,35 @@ def test_chat_answer_usage_and_stream_agree_with_generate(client, chat_model):
     assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
 
 
+def test_chat_logprobs_and_penalties_follow_full_passes(client, chat_model):
+    tokenizer = chat_model.tokenizer
+    messages = [{"role": "user", "content": "hello world"}]
+    prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(messages))]
+    expected = []
+    tokens = greedy_reference(
+        chat_model, prompt, 8, tokenizer.end_token_id, presence=0.5,
+        frequency=2.0, logprobs=expected,
+    )  # fmt: skip
+    penalties = dict(presence_penalty=0.5, frequency_penalty=2.0, logprobs=True)
+    reply = chat(client, "hello world", **penalties).choices[0]
+    assert reply.message.content == tokenizer.detokenize(
+        [t for t in tokens if t != tokenizer.end_token_id]
+    )
+    content = reply.logprobs.content
+    assert len(content) == len(tokens) - (tokens[-1] == tokenizer.end_token_id)
+    np.testing.assert_allclose([c.logprob for c in content], expected[: len(content)],
+                               atol=1e-4)  # fmt: skip
+    answer = b"".join(bytes(c.bytes) for c in content)  # random bytes: not all UTF-8
+    assert answer.decode(errors="replace") == reply.message.content
+    # Streamed, the same pairs arrive chunk by chunk.
+    chunks = chat(client, "hello world", stream=True, **penalties)
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs
+                for e in c.choices[0].logprobs.content]  # fmt: skip
+    assert [(e.token, e.logprob) for e in streamed] == [
+        (e.token, e.logprob) for e in content
+    ]
+
+
 def test_completion_and_stop_string(client, chat_model):
     ids = [int(i) for i in chat_model.preprocessor.generate_preprocess(["hell"])[0]]
     full = chat_model.tokenizer.detokenize(greedy_reference(chat_model, ids, 6))
@@ -79,6 +110,17 @@ def test_completion_and_stop_string(client, chat_model):
         model=MODEL, prompt="hell", max_tokens=6, temperature=0
     )
     assert reply.choices[0].text == full and reply.choices[0].finish_reason == "length"
+    # logprobs=0: the chosen tokens' log-probabilities, in the older layout.
+    scored = client.completions.create(
+        model=MODEL, prompt="hell", max_tokens=6, temperature=0, logprobs=0
+    ).choices[0].logprobs
+    expected = []
+    greedy_reference(chat_model, ids, 6, logprobs=expected)
+    np.testing.assert_allclose(scored.token_logprobs, expected, atol=1e-4)
+    lengths = [len(t) for t in scored.tokens]
+    assert scored.text_offset == [sum(lengths[:i]) for i in range(6)]
+    with pytest.raises(openai.BadRequestError, match="`logprobs` above 0"):
+        client.completions.create(model=MODEL, prompt="hell", logprobs=2)
     # A stop string cuts the answer before it, and is not returned.
     stop = full[2:4]
     cut = client.completions.create(
@@ -113,8 +155,11 @@ def test_eight_concurrent_clients_get_their_sequential_answers(client):
         (dict(max_tokens=-3), 400, "`max_tokens` must be an integer"),
         (dict(max_tokens=10**9), 400, "at most"),
         (dict(messages="hi"), 400, "`messages` must be a non-empty list"),
-        (dict(extra_body={"logprobs": True, "tools": []}), 400, "logprobs, tools"),
-        (dict(n=2), 400, "`n` must be 1"),
+        (dict(extra_body={"logit_bias": {}, "tools": []}), 400,
+         "logit_bias, tools"),
+        (dict(n=2), 400, "`n` must be 1: this server returns one answer"),
+        (dict(logprobs=True, top_logprobs=3), 400, "`top_logprobs` above 0"),
+        (dict(presence_penalty=2.5), 400, "`presence_penalty` must be a number"),
         (dict(messages=[{"role": "user", "content": "hello " * 30}]), 400,
          "no room for an answer"),
         (dict(messages=[{"role": "user", "content": "x" * 5000}]), 413, "4096 bytes"),
@@ -155,6 +200,16 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(server):
             break
         busy.wait(0.05)
     assert busy.is_set()
+
+
+def test_a_seq2seq_model_is_refused_by_name():
+    translator = seq2seq_lm(
+        vocabulary_size=8, num_encoder_layers=1, num_decoder_layers=1,
+        num_heads=1, hidden_dim=4,
+        intermediate_dim=8, max_sequence_length=8,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="does not serve sequence-to-sequence"):
+        Service(translator, "translator")
 
 
 @pytest.fixture(scope="module")

@@ -64,6 +64,31 @@ def test_seeded_sampling_alone_equals_beside_others(scheduler):
     assert other_seed[0] != together[0]
 
 
+def test_penalties_and_logprobs_follow_full_passes_row_by_row(chat_model, scheduler):
+    # One penalized row beside two plain ones: the penalty stays in its row.
+    batch = prompts(3, seed=4)
+    settings = [dict(presence_penalty=0.5, frequency_penalty=2.0), {}, {}]
+    tokens = [[] for _ in batch]
+    done = [threading.Event() for _ in batch]
+    requests = [
+        SlotRequest(prompt, 8, lambda t, i=i: tokens[i].append(t) or False,
+                    lambda r, i=i: done[i].set(), **settings[i])  # fmt: skip
+        for i, prompt in enumerate(batch)
+    ]
+    for request in requests:
+        scheduler.submit(request)
+    for event in done:
+        assert event.wait(TIMEOUT)
+    expected = []
+    assert tokens[0] == greedy_reference(
+        chat_model, batch[0], 8, presence=0.5, frequency=2.0, logprobs=expected
+    )
+    assert tokens[0] != greedy_reference(chat_model, batch[0], 8)
+    np.testing.assert_allclose(requests[0].logprobs, expected, atol=1e-4)
+    for i in (1, 2):
+        assert tokens[i] == greedy_reference(chat_model, batch[i], 8)
+
+
 def test_a_stop_and_a_cancel_free_the_slot(scheduler):
     tokens, reasons = [], []
     done = threading.Event()

@@ -9,11 +9,11 @@ import doctest
 import numpy as np
 import pytest
 
-from keras_tfm.serving import slot_sampler, text_stream
+from keras_tfm.serving import slot_sampler, text_stream, token_logprobs
 
 
 @pytest.mark.parametrize(
-    "module", [slot_sampler, text_stream], ids=lambda m: m.__name__
+    "module", [slot_sampler, text_stream, token_logprobs], ids=lambda m: m.__name__
 )
 def test_docstring_examples(module):
     result = doctest.testmod(module, extraglobs={"np": np})

@@ -1,4 +1,8 @@
-"""LoRA fine-tuning: low-rank adapters on a model's projections, the rest frozen."""
+"""LoRA fine-tuning: low-rank adapters on a model's projections, the rest frozen.
+
+`keras_tfm.training.enable_lora` is this function; it lives beside the models
+because a model re-applies it when it is loaded (see `QuantizationMixin`).
+"""
 
 import keras
 
@@ -25,7 +29,10 @@ def enable_lora(model, rank, lora_alpha=None, layer_names=None):
     (cross-attention), `attention_output`, and the feed-forward
     `intermediate` (gate and up fused with SwiGLU) and `output`; with an
     untied head also `lm_head`. An adapted layer keeps its adapters when the
-    model is saved; `layer.kernel` reads the merged W + (alpha/rank) A B.
+    model is saved; `layer.kernel` reads the merged W + (alpha/rank) A B. A
+    keras-tfm model records the setting in its config, so that
+    `keras_tfm.saving.load_model` rebuilds the same adapters, frozen weights
+    and optimizer state, and the saved W, A and B come back as they were.
     Generation functions compiled before are dropped (they would ignore the
     adapters) and are compiled again on the next `generate`.
 
@@ -99,5 +106,12 @@ def enable_lora(model, rank, lora_alpha=None, layer_names=None):
     for weight in model.weights:
         if id(weight) not in adapters:
             weight.trainable = False
+    # Recorded for the model's config (`QuantizationMixin`), so that a
+    # reloaded model gets the same adapters and trainable weights.
+    model._lora_config = {
+        "rank": rank,
+        "lora_alpha": lora_alpha,
+        "layer_names": None if layer_names is None else list(layer_names),
+    }
     invalidate_compiled_loops(model)
     return targets
