@@ -196,7 +196,7 @@ class Service:
         if self._pieces is None:
             size = self.model.backbone.vocabulary_size
             self._pieces = token_bytes(self.tokenizer, size)
-        return TokenLogprobs(self._pieces, chat)
+        return TokenLogprobs(self._pieces, chat, settings["top_logprobs"])
 
     async def _answer(self, request, prompt, max_tokens, settings, chat):
         stream = GenerationStream(

@@ -20,8 +20,9 @@ class GenerationStream:
     After the iteration, `finish_reason` is "stop" or "length" and
     `completion_tokens` counts the tokens generated (up to a stop string,
     the end token included). `take_logprobs()` hands over the
-    `(token_id, logprob)` pairs of the answer's tokens (the end token
-    aside) received since it was last called.
+    `(token_id, logprob, alternatives)` of the answer's tokens (the end
+    token aside) received since it was last called, `alternatives` the
+    step's `top_logprobs` most likely `(token_id, logprob)` pairs (or []).
 
     Args:
         scheduler: the running `Scheduler`.
@@ -30,7 +31,7 @@ class GenerationStream:
         end_token_id: the id that ends the answer, or None.
         detokenize: ids to text.
         settings: `temperature`, `top_p`, `seed`, `presence_penalty`,
-            `frequency_penalty` and `stop` (strings).
+            `frequency_penalty`, `top_logprobs` and `stop` (strings).
     """
 
     def __init__(
@@ -45,16 +46,19 @@ class GenerationStream:
         self._queue = asyncio.Queue()
         self._logprobs = []
         names = ("temperature", "top_p", "seed", "presence_penalty",
-                 "frequency_penalty")  # fmt: skip
+                 "frequency_penalty", "top_logprobs")  # fmt: skip
         self.request = SlotRequest(
             prompt, max_tokens, self._on_token, self._on_finish,
             **{name: settings[name] for name in names},
         )  # fmt: skip
 
     def _on_token(self, token):  # the worker thread
-        logprob = self.request.logprobs[-1]
+        request = self.request
+        scores = request.logprobs[-1], (
+            request.alternatives[-1] if request.top_logprobs else []
+        )
         self._loop.call_soon_threadsafe(
-            self._queue.put_nowait, ("token", (token, logprob))
+            self._queue.put_nowait, ("token", (token, *scores))
         )
         return token == self.end_token_id
 
@@ -84,10 +88,10 @@ class GenerationStream:
                         yield tail
                     return
                 self.completion_tokens += 1
-                token, logprob = value
+                token = value[0]
                 if token == self.end_token_id:
                     continue  # the finish follows
-                self._logprobs.append((token, logprob))
+                self._logprobs.append(value)
                 delta, stopped = self.text.push(token)
                 if delta:
                     yield delta
@@ -98,6 +102,7 @@ class GenerationStream:
             self.request.cancel()  # a no-op once the slot is free
 
     def take_logprobs(self):
-        """The `(token_id, logprob)` pairs received since the last call."""
+        """The `(token_id, logprob, alternatives)` received since the last
+        call."""
         taken, self._logprobs = self._logprobs, []
         return taken

@@ -3,13 +3,17 @@
 Every function takes the parsed JSON body and returns plain Python values,
 or raises `ApiError` naming the field and quoting what was received. A
 field this server does not implement is refused by name rather than
-silently ignored (a client that asks for `top_logprobs` or `tools` would
+silently ignored (a client that asks for `tools` or `logit_bias` would
 otherwise trust an answer that does not honour them).
 """
 
 import random
 
 from keras_tfm.serving.api_errors import ApiError
+from keras_tfm.serving.scheduler import MAX_TOP_LOGPROBS
+
+# OpenAI's limit on completions' `logprobs` (the alternatives per token).
+MAX_COMPLETION_LOGPROBS = 5
 
 SAMPLING = {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream"}
 SAMPLING |= {"stream_options", "n", "user", "presence_penalty", "frequency_penalty"}
@@ -82,7 +86,7 @@ def integer(body, name, low=None, high=None):
 
 def sampling_settings(body, chat=True):
     """`dict(temperature, top_p, seed, presence_penalty, frequency_penalty,
-    logprobs, stop, stream, include_usage)`."""
+    logprobs, top_logprobs, stop, stream, include_usage)`."""
     if body.get("n", 1) != 1:
         raise bad(
             "n", "1: this server returns one answer per request (send n "
@@ -109,13 +113,17 @@ def sampling_settings(body, chat=True):
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise bad("user", "a string", user)
+    logprobs, top_logprobs = chat_logprobs(body) if chat else completion_logprobs(
+        body
+    )
     return dict(
         temperature=number(body, "temperature", 1.0, 0, 2),
         top_p=number(body, "top_p", 1.0, 0, 1),
         seed=random.getrandbits(31) if seed is None else seed,
         presence_penalty=number(body, "presence_penalty", 0.0, -2, 2),
         frequency_penalty=number(body, "frequency_penalty", 0.0, -2, 2),
-        logprobs=chat_logprobs(body) if chat else completion_logprobs(body),
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
         stop=stop or [],
         stream=stream,
         include_usage=include_usage,
@@ -123,41 +131,23 @@ def sampling_settings(body, chat=True):
 
 
 def chat_logprobs(body):
-    """Whether to return the chosen tokens' log-probabilities (chat).
-
-    `top_logprobs` above 0 (the most likely alternatives at each step) is
-    refused by name: the slot decoder returns the chosen token's only.
-    """
+    """`(logprobs, top_logprobs)` of a chat request: whether to return the
+    chosen tokens' log-probabilities, and how many of each step's most
+    likely tokens with them (0 to 20, only with `logprobs: true`)."""
     logprobs = body.get("logprobs")
     if logprobs is not None and not isinstance(logprobs, bool):
         raise bad("logprobs", "true or false", logprobs)
-    top = integer(body, "top_logprobs", 0, 20)
+    top = integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS)
     if top and not logprobs:
         raise bad("top_logprobs", "used with logprobs=true", top)
-    if top:
-        raise _top_logprobs_unsupported("top_logprobs", top)
-    return bool(logprobs)
+    return bool(logprobs), top or 0
 
 
 def completion_logprobs(body):
-    """Whether to return the chosen tokens' log-probabilities (completions:
-    `logprobs` is the number of alternatives, of which only 0 is served)."""
-    top = integer(body, "logprobs", 0, 5)
-    if top:
-        raise _top_logprobs_unsupported("logprobs", top)
-    return top is not None
-
-
-def _top_logprobs_unsupported(param, value):
-    return ApiError(
-        400,
-        f"`{param}` above 0 (the most likely alternative tokens) is not "
-        "supported: this server returns the chosen tokens' log-probabilities "
-        f"only ({'logprobs=true' if param == 'top_logprobs' else 'logprobs=0'})."
-        f" Received: {param}={value}",
-        param=param,
-        code="unsupported_field",
-    )
+    """`(logprobs, top_logprobs)` of a completions request, whose `logprobs`
+    is the number of alternatives (0 to 5; 0: the chosen tokens' only)."""
+    top = integer(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    return top is not None, top or 0
 
 
 def max_tokens(body, prompt_length, max_length, names=("max_tokens",)):

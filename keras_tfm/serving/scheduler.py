@@ -12,6 +12,9 @@ import threading
 
 from keras_tfm.serving.slot_decoder import SlotDecoder
 
+# The most alternatives a request may ask for (OpenAI's `top_logprobs` limit).
+MAX_TOP_LOGPROBS = 20
+
 # The per-request sampling settings, in `SlotDecoder`'s order, and the
 # value an empty slot decodes with.
 SETTINGS = {
@@ -24,7 +27,9 @@ class SlotRequest:
     """One generation: the prompt, its settings, and where its tokens go.
 
     `on_token(token_id)` is called in the worker thread for every new token
-    (its log-probability is appended to `logprobs` first) and returns True
+    (its log-probability is appended to `logprobs` first, and with
+    `top_logprobs` n > 0 the list of its step's n most likely
+    `(token_id, logprob)` pairs to `alternatives`) and returns True
     when the request is complete (an end token, a stop string, enough
     tokens); `on_finish(reason)` is called once at the end,
     with "stop", "length", "cancelled" or "error: ...". `cancel()` (from any
@@ -39,11 +44,14 @@ class SlotRequest:
         seed: the seed of the request's random numbers.
         presence_penalty, frequency_penalty: OpenAI's penalties on the
             tokens generated so far (0: none).
+        top_logprobs: how many of each step's most likely tokens to keep
+            (0: none; at most the scheduler's `top_logprobs`).
     """
 
     def __init__(
         self, prompt, max_tokens, on_token, on_finish, temperature=0.0,
         top_p=1.0, seed=0, presence_penalty=0.0, frequency_penalty=0.0,
+        top_logprobs=0,
     ):  # fmt: skip
         self.prompt = [int(t) for t in prompt]
         self.max_tokens = max_tokens
@@ -54,8 +62,10 @@ class SlotRequest:
         self.seed = int(seed)
         self.presence_penalty = float(presence_penalty)
         self.frequency_penalty = float(frequency_penalty)
+        self.top_logprobs = int(top_logprobs)
         self.generated = 0
         self.logprobs = []
+        self.alternatives = []
         self.cancelled = threading.Event()
 
     def cancel(self):
@@ -71,6 +81,8 @@ class Scheduler:
         max_length: positions per slot (prompt plus answer); default the
             model's `max_sequence_length`, at most 2048.
         steps_per_call: tokens per slot per compiled call.
+        top_logprobs: the most alternatives a request may ask for (every
+            step computes that many; at most the vocabulary size).
 
     Example:
     >>> from keras_tfm.serving import Scheduler, SlotRequest
@@ -88,10 +100,16 @@ class Scheduler:
     >>> scheduler.stop()
     """
 
-    def __init__(self, model, num_slots=8, max_length=None, steps_per_call=1):
+    def __init__(
+        self, model, num_slots=8, max_length=None, steps_per_call=1,
+        top_logprobs=MAX_TOP_LOGPROBS,
+    ):  # fmt: skip
         if max_length is None:
             max_length = min(model.backbone.max_sequence_length, 2048)
-        self.decoder = SlotDecoder(model, num_slots, max_length, steps_per_call)
+        top_logprobs = min(top_logprobs, model.backbone.vocabulary_size)
+        self.decoder = SlotDecoder(
+            model, num_slots, max_length, steps_per_call, top_logprobs
+        )
         self.max_length = self.decoder.max_length
         self.slots = [None] * num_slots
         self._last = [0] * num_slots  # per slot: the token not yet in the cache
@@ -116,6 +134,11 @@ class Scheduler:
         """Queues `request`; it joins the batch at the next call boundary."""
         if self._stopping.is_set():
             raise RuntimeError("The scheduler is stopping: no new requests.")
+        if request.top_logprobs > MAX_TOP_LOGPROBS:
+            raise ValueError(
+                f"`top_logprobs` must be at most {MAX_TOP_LOGPROBS}. "
+                f"Received: top_logprobs={request.top_logprobs}"
+            )
         if len(request.prompt) + request.max_tokens > self.max_length:
             raise ValueError(
                 f"A prompt of {len(request.prompt)} tokens plus max_tokens="
@@ -179,18 +202,22 @@ class Scheduler:
                     request.on_finish("cancelled")
                 continue
             slot = self.slots.index(None)
-            first, logprob = self.decoder.prefill(
+            first, logprob, (ids, values) = self.decoder.prefill(
                 slot, request.prompt, *(getattr(request, name) for name in SETTINGS)
             )
             self.slots[slot] = request
             self._last[slot], self._position[slot] = first, len(request.prompt)
-            self._deliver(slot, first, logprob)
+            self._deliver(slot, first, logprob, ids, values)
 
-    def _deliver(self, slot, token, logprob):
+    def _deliver(self, slot, token, logprob, top_ids, top_values):
         """Gives `token` to the slot's request; frees the slot when done."""
         request = self.slots[slot]
         request.generated += 1
         request.logprobs.append(logprob)
+        if request.top_logprobs:
+            n = request.top_logprobs
+            pairs = zip(top_ids[:n], top_values[:n], strict=True)
+            request.alternatives.append([(int(i), float(v)) for i, v in pairs])
         if request.on_token(token):
             self._finish(slot, "stop")
         elif request.generated >= request.max_tokens:
@@ -205,11 +232,16 @@ class Scheduler:
         positions = [
             p if r else 0 for p, r in zip(self._position, self.slots, strict=True)
         ]
-        out, logprobs = self.decoder.decode(self._last, positions, *settings)
+        out, logprobs, (ids, values) = self.decoder.decode(
+            self._last, positions, *settings
+        )
         for i, request in rows:
-            for token, logprob in zip(out[i], logprobs[i], strict=True):
+            for step, token in enumerate(out[i]):
                 if self.slots[i] is not request or request.cancelled.is_set():
                     break
                 self._position[i] += 1
                 self._last[i] = int(token)
-                self._deliver(i, int(token), float(logprob))
+                self._deliver(
+                    i, int(token), float(logprobs[i, step]), ids[i, step],
+                    values[i, step],
+                )  # fmt: skip

@@ -20,13 +20,17 @@ Beside the caches, a (num_slots, vocabulary_size) count of each slot's
 generated tokens serves OpenAI's presence and frequency penalties
 (`logit_processors.presence_frequency_penalty`), and every token comes
 with its log-probability under the model (the log-softmax of the raw
-logits, before penalties and temperature: vLLM's default).
+logits, before penalties and temperature: vLLM's default), and with the
+`top_logprobs` most likely tokens of that same distribution (OpenAI's
+`top_logprobs`): a fixed number per call, the compiled program's shape,
+of which each request keeps the ones it asked for.
 """
 
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_tfm.generation.decode_loop import chosen_log_probabilities
 from keras_tfm.generation.logit_processors import presence_frequency_penalty
 from keras_tfm.serving.slot_sampler import row_seed, sample_tokens
 from keras_tfm.validation import check_positive_int
@@ -41,24 +45,39 @@ class SlotDecoder:
         max_length: positions per slot (prompt plus answer), at most the
             model's `max_sequence_length`.
         steps_per_call: tokens decoded per slot in one compiled call.
+        top_logprobs: how many of the most likely tokens (and their
+            log-probabilities) every step returns beside the chosen one
+            (0: none); at most the vocabulary size.
 
     Example:
     >>> from keras_tfm.serving import SlotDecoder
     >>> backbone = keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
     ...     intermediate_dim=32, max_sequence_length=32)
-    >>> decoder = SlotDecoder(keras_tfm.models.CausalLM(backbone), 2, 32, 2)
-    >>> first, logprob = decoder.prefill(slot=1, prompt=[5, 6, 7])
-    >>> tokens, logprobs = decoder.decode([0, first], [0, 3])
-    >>> tokens.shape, logprobs.dtype, bool(logprob < 0)
-    ((2, 2), dtype('float32'), True)
+    >>> model = keras_tfm.models.CausalLM(backbone)
+    >>> decoder = SlotDecoder(model, 2, 32, 2, top_logprobs=3)
+    >>> first, logprob, (top_ids, top_values) = decoder.prefill(1, [5, 6, 7])
+    >>> tokens, logprobs, (top_ids, top_values) = decoder.decode([0, first], [0, 3])
+    >>> tokens.shape, logprobs.dtype, bool(logprob < 0), top_ids.shape
+    ((2, 2), dtype('float32'), True, (2, 2, 3))
     """
 
-    def __init__(self, model, num_slots, max_length, steps_per_call=1):
+    def __init__(self, model, num_slots, max_length, steps_per_call=1, top_logprobs=0):
         self.model = model
         self.num_slots = check_positive_int("num_slots", num_slots)
         self.max_length = check_positive_int("max_length", max_length)
         self.steps_per_call = check_positive_int("steps_per_call", steps_per_call)
+        vocabulary_size = model.backbone.vocabulary_size
+        if (
+            isinstance(top_logprobs, bool)
+            or not isinstance(top_logprobs, int)
+            or not 0 <= top_logprobs <= vocabulary_size
+        ):
+            raise ValueError(
+                f"`top_logprobs` must be an integer from 0 to the vocabulary "
+                f"size ({vocabulary_size}). Received: top_logprobs={top_logprobs!r}"
+            )
+        self.top_logprobs = top_logprobs
         limit = model.backbone.max_sequence_length
         if max_length > limit:
             raise ValueError(
@@ -69,7 +88,6 @@ class SlotDecoder:
             lambda c: tf.Variable(c, trainable=False),
             model.backbone.empty_cache(num_slots, max_length),
         )
-        vocabulary_size = model.backbone.vocabulary_size
         # Per slot, how often each token was generated (the penalties').
         self.counts = tf.Variable(tf.zeros((num_slots, vocabulary_size)), False)
         # No autograph (the loops are ops.while_loop): its conversion cache
@@ -84,7 +102,8 @@ class SlotDecoder:
     # === Compiled functions ===
 
     def _next_tokens(self, hidden, settings, positions, counts):
-        """`(tokens, logprobs)` of each row from its last hidden state."""
+        """`(tokens, logprobs, top_values, top_ids)` of each row from its
+        last hidden state; the last two (batch, top_logprobs)."""
         temperature, top_p, seed, presence, frequency = settings
         logits = ops.cast(self.model.logits(hidden)[:, 0, :], "float32")
         penalized = tf.cond(
@@ -93,10 +112,11 @@ class SlotDecoder:
             lambda: logits,
         )
         tokens = sample_tokens(penalized, temperature, top_p, seed, positions)
-        logprobs = tf.gather(
-            tf.nn.log_softmax(logits), tokens[:, None], batch_dims=1
-        )[:, 0]
-        return tokens, logprobs
+        if not self.top_logprobs:
+            batch = ops.shape(tokens)[0]
+            none = ops.zeros((batch, 0), "float32"), ops.zeros((batch, 0), "int32")
+            return tokens, chosen_log_probabilities(logits, tokens), *none
+        return tokens, *chosen_log_probabilities(logits, tokens, self.top_logprobs)
 
     def _prefill_function(self, tokens, length, slot, settings):
         backbone = self.model.backbone
@@ -105,7 +125,7 @@ class SlotDecoder:
         hidden, small = backbone.call_with_cache(tokens, small, 0)
         last = ops.take(hidden, ops.reshape(length - 1, [1]), axis=1)  # (1, 1, D)
         no_counts = tf.zeros((1, self.counts.shape[1]))
-        first, logprob = self._next_tokens(
+        first, logprob, top_values, top_ids = self._next_tokens(
             last, settings, ops.reshape(length, [1]), no_counts
         )
         rows = tf.nest.flatten(small)
@@ -114,7 +134,7 @@ class SlotDecoder:
             variable.assign(ops.slice_update(variable, start, row))
         counts = tf.one_hot(first, self.counts.shape[1])  # (1, V)
         self.counts.assign(ops.slice_update(self.counts, [slot, 0], counts))
-        return first[0], logprob[0]
+        return first[0], logprob[0], top_ids[0], top_values[0]
 
     def _decode_function(self, tokens, positions, settings):
         backbone = self.model.backbone
@@ -124,32 +144,41 @@ class SlotDecoder:
         vocabulary_size = self.counts.shape[1]
 
         def step(i, state):
-            caches, counts, tokens, positions, out, out_logprobs = state
+            caches, counts, tokens, positions, out = state
             hidden, caches = backbone.call_with_cache(
                 tokens[:, None], caches, positions
             )
             positions = ops.minimum(positions + 1, last_position)
-            tokens, logprobs = self._next_tokens(hidden, settings, positions, counts)
+            tokens, *scores = self._next_tokens(hidden, settings, positions, counts)
             counts = counts + tf.one_hot(tokens, vocabulary_size)
+            # Step i fills column i of each output (steps are axis 1).
             column = ops.arange(self.steps_per_call) == i
-            out = out + tokens[:, None] * ops.cast(column, "int32")
-            out_logprobs = out_logprobs + logprobs[:, None] * ops.cast(
-                column, "float32"
+            out = tuple(
+                tf.where(
+                    ops.reshape(column, [1, -1] + [1] * (len(o.shape) - 2)),
+                    ops.expand_dims(value, 1),
+                    o,
+                )
+                for o, value in zip(out, (tokens, *scores), strict=True)
             )
-            return caches, counts, tokens, positions, out, out_logprobs
+            return caches, counts, tokens, positions, out
 
-        out = ops.zeros((batch, self.steps_per_call), "int32")
-        out_logprobs = ops.zeros((batch, self.steps_per_call), "float32")
-        caches, counts, _, _, out, out_logprobs = ops.fori_loop(
-            0, self.steps_per_call, step,
-            (caches, self.counts.value(), tokens, positions, out, out_logprobs),
-        )  # fmt: skip
+        steps, k = self.steps_per_call, self.top_logprobs
+        out = (
+            ops.zeros((batch, steps), "int32"),
+            ops.zeros((batch, steps), "float32"),
+            ops.zeros((batch, steps, k), "float32"),
+            ops.zeros((batch, steps, k), "int32"),
+        )
+        caches, counts, _, _, out = ops.fori_loop(
+            0, steps, step, (caches, self.counts.value(), tokens, positions, out)
+        )
         for variable, value in zip(
             tf.nest.flatten(self.caches), tf.nest.flatten(caches), strict=True
         ):
             variable.assign(value)
         self.counts.assign(counts)
-        return out, out_logprobs
+        return out
 
     # === Host side ===
 
@@ -157,8 +186,9 @@ class SlotDecoder:
         self, slot, prompt, temperature=0.0, top_p=1.0, seed=0,
         presence_penalty=0.0, frequency_penalty=0.0,
     ):  # fmt: skip
-        """Writes `prompt`'s keys and values into `slot`; the first new token
-        and its log-probability.
+        """Writes `prompt`'s keys and values into `slot`; the first new token,
+        its log-probability and the most likely tokens `(ids, logprobs)`
+        (int32 and float32 (top_logprobs,), most likely first).
 
         The prompt is padded to a power of two of at least 32 tokens (one
         compiled prefill per padded length, so a handful in all); the padded
@@ -177,17 +207,19 @@ class SlotDecoder:
         settings = _settings(
             [temperature], [top_p], [seed], [presence_penalty], [frequency_penalty]
         )
-        first, logprob = self._prefill(
+        first, logprob, top_ids, top_values = self._prefill(
             tokens, np.int32(length), np.int32(slot), settings
         )
-        return int(first), float(logprob)
+        return int(first), float(logprob), (np.asarray(top_ids), np.asarray(top_values))
 
     def decode(
         self, tokens, positions, temperature=None, top_p=None, seed=None,
         presence_penalty=None, frequency_penalty=None,
     ):  # fmt: skip
-        """`steps_per_call` new tokens per slot and their log-probabilities:
-        int32 and float32 (num_slots, steps).
+        """`steps_per_call` new tokens per slot, their log-probabilities
+        (int32 and float32 (num_slots, steps)) and each step's most likely
+        tokens `(ids, logprobs)` (int32 and float32 (num_slots, steps,
+        top_logprobs), most likely first).
 
         Args:
             tokens: per slot, the last token (not yet in the cache).
@@ -203,10 +235,11 @@ class SlotDecoder:
             [0.0] * n if presence_penalty is None else presence_penalty,
             [0.0] * n if frequency_penalty is None else frequency_penalty,
         )
-        out, logprobs = self._decode(
+        out, logprobs, top_values, top_ids = self._decode(
             np.asarray(tokens, "int32"), np.asarray(positions, "int32"), settings
         )
-        return np.asarray(out), np.asarray(logprobs)
+        top = np.asarray(top_ids), np.asarray(top_values)
+        return np.asarray(out), np.asarray(logprobs), top
 
 
 def _settings(temperature, top_p, seed, presence_penalty, frequency_penalty):

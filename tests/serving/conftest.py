@@ -45,13 +45,14 @@ def server(chat_model):
 
 def greedy_reference(
     model, ids, max_tokens, end_token_id=None, presence=0.0, frequency=0.0,
-    logprobs=None,
+    logprobs=None, distributions=None,
 ):  # fmt: skip
     """Greedy new tokens by full uncached passes (no cache, no compiled loop).
 
     With OpenAI's penalties, in float64: logit[j] -= frequency * c[j] +
     presence * (c[j] > 0), c[j] the count of j among the new tokens. A list
-    passed as `logprobs` receives each token's log-softmax of the raw logits.
+    passed as `logprobs` receives each token's log-softmax of the raw logits,
+    one passed as `distributions` each step's whole log-softmax (float64).
     """
     ids, new = list(ids), []
     counts = np.zeros(model.backbone.vocabulary_size)
@@ -59,9 +60,12 @@ def greedy_reference(
         logits = np.asarray(model(np.array([ids])), "float64")[0, -1]
         penalized = logits - frequency * counts - presence * (counts > 0)
         token = int(np.argmax(penalized))
+        top = logits.max()
+        log_softmax = logits - top - np.log(np.exp(logits - top).sum())
         if logprobs is not None:
-            top = logits.max()
-            logprobs.append(logits[token] - top - np.log(np.exp(logits - top).sum()))
+            logprobs.append(log_softmax[token])
+        if distributions is not None:
+            distributions.append(log_softmax)
         new.append(token)
         counts[token] += 1
         if token == end_token_id:
@@ -89,3 +93,13 @@ def run(scheduler, prompts, max_tokens, timeout=TIMEOUT, **settings):
     for event in done:
         assert event.wait(timeout)
     return tokens, reasons
+
+
+def assert_top_n(pairs, distribution, n):
+    """`pairs` (token id, logprob) are the n most likely tokens of the
+    float64 log-softmax `distribution`, most likely first (within 1e-4, so
+    near-ties may come in either order)."""
+    ids, values = [i for i, _ in pairs], [v for _, v in pairs]
+    np.testing.assert_allclose(values, np.sort(distribution)[::-1][:n], atol=1e-4)
+    np.testing.assert_allclose(values, distribution[ids], atol=1e-4)
+    assert len(set(ids)) == n

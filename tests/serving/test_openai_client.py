@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from keras_tfm.convert import HFBertTokenizer
+from keras_tfm.generation.stop_strings import token_bytes
 from keras_tfm.models import (
     EncoderBackbone,
     SentenceEncoder,
@@ -22,7 +23,7 @@ from keras_tfm.serving.app import Service
 from keras_tfm.serving.process import free_port
 from keras_tfm.serving.server import ServerThread
 from tests.builders import seq2seq_lm
-from tests.serving.conftest import MODEL, greedy_reference
+from tests.serving.conftest import MODEL, assert_top_n, greedy_reference
 
 TIMEOUT = 60
 
@@ -78,12 +79,13 @@ def test_chat_logprobs_and_penalties_follow_full_passes(client, chat_model):
     tokenizer = chat_model.tokenizer
     messages = [{"role": "user", "content": "hello world"}]
     prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(messages))]
-    expected = []
+    expected, distributions = [], []
     tokens = greedy_reference(
         chat_model, prompt, 8, tokenizer.end_token_id, presence=0.5,
-        frequency=2.0, logprobs=expected,
+        frequency=2.0, logprobs=expected, distributions=distributions,
     )  # fmt: skip
-    penalties = dict(presence_penalty=0.5, frequency_penalty=2.0, logprobs=True)
+    penalties = dict(presence_penalty=0.5, frequency_penalty=2.0, logprobs=True,
+                     top_logprobs=4)  # fmt: skip
     reply = chat(client, "hello world", **penalties).choices[0]
     assert reply.message.content == tokenizer.detokenize(
         [t for t in tokens if t != tokenizer.end_token_id]
@@ -94,13 +96,17 @@ def test_chat_logprobs_and_penalties_follow_full_passes(client, chat_model):
                                atol=1e-4)  # fmt: skip
     answer = b"".join(bytes(c.bytes) for c in content)  # random bytes: not all UTF-8
     assert answer.decode(errors="replace") == reply.message.content
-    # Streamed, the same pairs arrive chunk by chunk.
+    # Each step's 4 most likely tokens under the raw logits, by their bytes.
+    ids = {piece: i for i, piece in enumerate(
+        token_bytes(tokenizer, chat_model.backbone.vocabulary_size))}  # fmt: skip
+    for entry, distribution in zip(content, distributions, strict=False):
+        pairs = [(ids[bytes(t.bytes)], t.logprob) for t in entry.top_logprobs]
+        assert_top_n(pairs, distribution, 4)
+    # Streamed, the same scores arrive chunk by chunk.
     chunks = chat(client, "hello world", stream=True, **penalties)
     streamed = [e for c in chunks if c.choices and c.choices[0].logprobs
                 for e in c.choices[0].logprobs.content]  # fmt: skip
-    assert [(e.token, e.logprob) for e in streamed] == [
-        (e.token, e.logprob) for e in content
-    ]
+    assert [e.model_dump() for e in streamed] == [e.model_dump() for e in content]
 
 
 def test_completion_and_stop_string(client, chat_model):
@@ -119,8 +125,25 @@ def test_completion_and_stop_string(client, chat_model):
     np.testing.assert_allclose(scored.token_logprobs, expected, atol=1e-4)
     lengths = [len(t) for t in scored.tokens]
     assert scored.text_offset == [sum(lengths[:i]) for i in range(6)]
-    with pytest.raises(openai.BadRequestError, match="`logprobs` above 0"):
-        client.completions.create(model=MODEL, prompt="hell", logprobs=2)
+    assert scored.top_logprobs is None
+    # logprobs=3: each token's 3 most likely, as {text: logprob}.
+    request = dict(model=MODEL, prompt="hell", max_tokens=6, temperature=0,
+                   logprobs=3)  # fmt: skip
+    top = client.completions.create(**request).choices[0].logprobs.top_logprobs
+    distributions = []
+    greedy_reference(chat_model, ids, 6, distributions=distributions)
+    for alternatives, distribution in zip(top, distributions, strict=True):
+        best = np.sort(distribution)[::-1][:3]
+        values = list(alternatives.values())  # two tokens of one text share a key
+        assert 1 <= len(values) <= 3 and values == sorted(values, reverse=True)
+        assert np.abs(np.subtract.outer(values, best)).min(axis=1).max() < 1e-4
+        assert abs(values[0] - best[0]) < 1e-4
+    streamed = [c.choices[0].logprobs.top_logprobs
+                for c in client.completions.create(**request, stream=True)
+                if c.choices[0].logprobs]  # fmt: skip
+    assert sum(streamed, []) == top
+    with pytest.raises(openai.BadRequestError, match="from 0 to 5. Received: lo"):
+        client.completions.create(model=MODEL, prompt="hell", logprobs=6)
     # A stop string cuts the answer before it, and is not returned.
     stop = full[2:4]
     cut = client.completions.create(
@@ -158,7 +181,10 @@ def test_eight_concurrent_clients_get_their_sequential_answers(client):
         (dict(extra_body={"logit_bias": {}, "tools": []}), 400,
          "logit_bias, tools"),
         (dict(n=2), 400, "`n` must be 1: this server returns one answer"),
-        (dict(logprobs=True, top_logprobs=3), 400, "`top_logprobs` above 0"),
+        (dict(logprobs=True, top_logprobs=21), 400,
+         "`top_logprobs` must be an integer from 0 to 20. Received: top_logprobs=21"),
+        (dict(logprobs=True, top_logprobs=-1), 400, "from 0 to 20"),
+        (dict(top_logprobs=3), 400, "used with logprobs=true"),
         (dict(presence_penalty=2.5), 400, "`presence_penalty` must be a number"),
         (dict(messages=[{"role": "user", "content": "hello " * 30}]), 400,
          "no room for an answer"),

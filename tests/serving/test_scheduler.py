@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from keras_tfm.serving import SlotRequest
-from tests.serving.conftest import TIMEOUT, greedy_reference, run
+from tests.serving.conftest import TIMEOUT, assert_top_n, greedy_reference, run
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,10 @@ def test_penalties_and_logprobs_follow_full_passes_row_by_row(chat_model, schedu
     # One penalized row beside two plain ones: the penalty stays in its row.
     # Negative penalties (+3 to a token already chosen) make the random
     # model repeat itself, so they change its answer whatever its weights.
+    # The top-n alternatives are the raw logits' (before the penalties).
     batch = prompts(3, seed=4)
-    settings = [dict(presence_penalty=-1.0, frequency_penalty=-2.0), {}, {}]
+    settings = [dict(presence_penalty=-1.0, frequency_penalty=-2.0, top_logprobs=5),
+                dict(top_logprobs=20), {}]  # fmt: skip
     tokens = [[] for _ in batch]
     done = [threading.Event() for _ in batch]
     requests = [
@@ -81,14 +83,27 @@ def test_penalties_and_logprobs_follow_full_passes_row_by_row(chat_model, schedu
         scheduler.submit(request)
     for event in done:
         assert event.wait(TIMEOUT)
-    expected = []
+    expected, distributions = [], []
     assert tokens[0] == greedy_reference(
-        chat_model, batch[0], 8, presence=-1.0, frequency=-2.0, logprobs=expected
-    )
+        chat_model, batch[0], 8, presence=-1.0, frequency=-2.0, logprobs=expected,
+        distributions=distributions,
+    )  # fmt: skip
     assert tokens[0] != greedy_reference(chat_model, batch[0], 8)
     np.testing.assert_allclose(requests[0].logprobs, expected, atol=1e-4)
-    for i in (1, 2):
-        assert tokens[i] == greedy_reference(chat_model, batch[i], 8)
+    assert len(requests[0].alternatives) == 8
+    for pairs, distribution in zip(requests[0].alternatives, distributions,
+                                   strict=True):  # fmt: skip
+        assert_top_n(pairs, distribution, 5)
+    distributions = []
+    assert tokens[1] == greedy_reference(
+        chat_model, batch[1], 8, distributions=distributions
+    )
+    for pairs, distribution, token in zip(requests[1].alternatives, distributions,
+                                          tokens[1], strict=True):  # fmt: skip
+        assert_top_n(pairs, distribution, 20)
+        assert pairs[0][0] == token  # greedy: the most likely
+    assert tokens[2] == greedy_reference(chat_model, batch[2], 8)
+    assert requests[2].alternatives == []
 
 
 def test_a_stop_and_a_cancel_free_the_slot(scheduler):
