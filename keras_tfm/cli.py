@@ -198,18 +198,10 @@ def train(args):
     # First: a multi-worker strategy must exist before any TensorFlow work.
     strategy = distribute.strategy_from_flags(args.strategy, tpu=args.tpu)
 
-    import keras_hub
-
-    from keras_tfm import data, training, zoo
+    from keras_tfm import training, zoo
 
     def build_model(train_text):
-        if args.vocabulary_size == 256:  # bytes; keep case (keras-hub lowercases)
-            tokenizer = keras_hub.tokenizers.ByteTokenizer(lowercase=False)
-        else:  # byte-level BPE learned on the training text: lossless too
-            tokenizer = data.train_byte_pair_tokenizer(
-                train_text.splitlines(keepends=True), args.vocabulary_size,
-                name="tokenizer",
-            )  # fmt: skip
+        tokenizer = training.text_tokenizer(train_text, args.vocabulary_size)
         return zoo.from_preset(
             args.preset, vocabulary_size=tokenizer.vocabulary_size(),
             dropout=args.dropout, max_sequence_length=args.sequence_length,

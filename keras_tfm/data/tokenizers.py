@@ -4,6 +4,7 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
+from keras_tfm.data.word_piece_learner import learn_word_piece_vocabulary
 from keras_tfm.validation import check_int_at_least
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -16,6 +17,7 @@ def train_word_piece_tokenizer(
     strip_accents=True,
     reserved_tokens=SPECIAL_TOKENS,
     name="word_piece_tokenizer",
+    learner="bert",
 ):
     """A keras-hub `WordPieceTokenizer` whose vocabulary is learned on `texts`.
 
@@ -36,6 +38,10 @@ def train_word_piece_tokenizer(
         reserved_tokens: special tokens placed first in the vocabulary; must
             contain "[UNK]".
         name: the tokenizer layer's name (its asset folder in a preset).
+        learner: "bert", keras-hub's `compute_word_piece_vocabulary`
+            (minutes of pure Python on a million words), or "huggingface",
+            HuggingFace's `WordPieceTrainer` (seconds; BPE merges written as
+            word pieces, `learn_word_piece_vocabulary`).
 
     Returns:
         A `keras_hub.tokenizers.WordPieceTokenizer`.
@@ -53,6 +59,11 @@ def train_word_piece_tokenizer(
         "an integer larger than the number of reserved tokens "
         f"({len(reserved_tokens)})",
     )  # fmt: skip
+    if learner not in ("bert", "huggingface"):
+        raise ValueError(
+            '`learner` must be "bert" or "huggingface". '
+            f"Received: learner={learner!r}"
+        )
     if "[UNK]" not in reserved_tokens:
         raise ValueError(
             "`reserved_tokens` must contain the out-of-vocabulary token '[UNK]'. "
@@ -67,15 +78,25 @@ def train_word_piece_tokenizer(
         texts = [text for text in texts if text and text.strip()]
         if not texts:
             raise ValueError("`texts` must hold some non-empty text. Received: none.")
-        # A list would be read as file names: pass the strings as a dataset.
-        texts = tf.data.Dataset.from_tensor_slices(texts).batch(1024)
-    vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
-        texts,
-        vocabulary_size,
-        lowercase=lowercase,
-        strip_accents=strip_accents,
-        reserved_tokens=list(reserved_tokens),
-    )
+    if learner == "huggingface":
+        vocabulary = learn_word_piece_vocabulary(
+            list(texts) if isinstance(texts, list | tuple) else _strings(texts),
+            vocabulary_size,
+            lowercase,
+            strip_accents,
+            reserved_tokens,
+        )
+    else:
+        if isinstance(texts, list | tuple):
+            # A list would be read as file names: pass the strings as a dataset.
+            texts = tf.data.Dataset.from_tensor_slices(texts).batch(1024)
+        vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
+            texts,
+            vocabulary_size,
+            lowercase=lowercase,
+            strip_accents=strip_accents,
+            reserved_tokens=list(reserved_tokens),
+        )
     return keras_hub.tokenizers.WordPieceTokenizer(
         vocabulary=vocabulary,
         lowercase=lowercase,
@@ -84,6 +105,13 @@ def train_word_piece_tokenizer(
         special_tokens=[t for t in reserved_tokens if t != "[UNK]"],
         name=name,
     )
+
+
+def _strings(dataset):
+    """The Python strings of a `tf.data.Dataset` of strings, batched or not."""
+    for batch in dataset.as_numpy_iterator():
+        for text in np.atleast_1d(batch):
+            yield text.decode("utf-8")
 
 
 def encode_for_classification(tokenizer, texts, sequence_length=None):

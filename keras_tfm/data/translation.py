@@ -15,13 +15,16 @@ from keras_tfm.validation import check_positive_int
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")  # ids 0, 1, 2, 3
 
 
-def train_translation_tokenizer(texts, vocabulary_size, lowercase=False):
+def train_translation_tokenizer(
+    texts, vocabulary_size, lowercase=False, learner="bert"
+):
     """A keras-hub `WordPieceTokenizer` with a vocabulary learned from `texts`.
 
     `train_word_piece_tokenizer` with the translation special tokens: the
     vocabulary starts with `[PAD]`=0, `[UNK]`=1, `[START]`=2, `[END]`=3, and
     accents are kept (German umlauts); train it on both languages' training
-    sentences for a shared vocabulary.
+    sentences for a shared vocabulary. `learner="huggingface"` learns it in
+    seconds instead of minutes (see `train_word_piece_tokenizer`).
 
     Example:
     >>> tokenizer = train_translation_tokenizer(["Guten Tag.", "Good day."], 40)
@@ -37,6 +40,7 @@ def train_translation_tokenizer(texts, vocabulary_size, lowercase=False):
         strip_accents=False,
         reserved_tokens=SPECIAL_TOKENS,
         name="tokenizer",
+        learner=learner,
     )
 
 

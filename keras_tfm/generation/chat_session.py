@@ -21,26 +21,10 @@ from keras_tfm.kernels import kv_cache
 from keras_tfm.validation import check_positive_int
 
 CACHE_BUCKET = 256
-"""The smallest cache, in positions; it doubles as the conversation grows."""
-
-
-def cache_length(needed, limit, smallest=CACHE_BUCKET):
-    """The cache positions for `needed` tokens: `smallest` doubled until
-    they fit, at most `limit`.
-
-    Each length is one compiled turn (XLA compiles per shape, ~20 s for
-    SmolLM2 on 2 cores): doubling compiles 6 sizes up to 8,192 tokens where
-    steps of 256 compiled 32, at the price of attending over at most twice
-    the positions a turn needs.
-
-    Example:
-    >>> [cache_length(n, 8192) for n in (1, 256, 257, 1049, 5000, 9000)]
-    [256, 256, 512, 2048, 8192, 8192]
-    """
-    length = smallest
-    while length < needed:
-        length *= 2
-    return min(length, limit)
+"""The cache grows in steps of this many positions (one compile per size).
+Doubling instead (fewer compiles) measured a warm turn 1.5x slower: every
+pass attends over the whole buffer, 2,048 positions for a 1,049-token
+conversation instead of 1,280 (docs/benchmarks.md)."""
 
 
 def common_prefix_length(a, b):
@@ -209,8 +193,10 @@ class ChatSession:
 
     def _cache_for(self, needed):
         """The session's caches, grown (zero-padded) to hold `needed` tokens."""
-        limit = self.model.backbone.max_sequence_length
-        length = cache_length(needed, limit, CACHE_BUCKET)
+        length = min(
+            gen.bucket_length(needed, CACHE_BUCKET),
+            self.model.backbone.max_sequence_length,
+        )
         if self._caches is None:
             self._caches = self.steps.empty_cache(1, length)
         current = ops.shape(kv_cache.values_of(self._caches[0]))[2]

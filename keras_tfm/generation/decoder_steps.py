@@ -10,7 +10,7 @@ operations on a key/value cache that outlives one call:
 `steps(...)` writes the keys and values of `token_ids` (positions
 `index ... index + seq - 1`) into `caches` and returns the next-token
 logits; `extend` fills positions `start ... stop - 1` of a (batch, length)
-token buffer in chunks (of 128 tokens, then of 16) inside `while` loops, so
+token buffer in chunks (of 128 tokens, then of 64) inside `while` loops, so
 a prompt of any length compiles once per buffer length.
 
 The caches are a tuple with one tensor (batch, 2, max_length, kv_heads,
@@ -23,12 +23,13 @@ from keras_tfm.generation.generation_utils import cache_padding_mask
 from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.validation import check_positive_int
 
-EXTEND_CHUNKS = (128, 16)
-"""Tokens written per pass by `DecoderSteps.extend`, as `generate`'s prefill
-does: whole chunks of 128 while they fit, then chunks of 16, in two loops
-one after the other (no conditional: XLA compiled one around two copies of
-the model, and a warm chat turn measured slower). A warm chat turn of 22
-new tokens computes 32 positions; a cold one of 1,049 computes 1,056."""
+EXTEND_CHUNKS = (128, 64)
+"""Tokens written per pass by `DecoderSteps.extend`: whole chunks of 128
+while they fit, then chunks of 64, in two loops one after the other (no
+conditional: XLA compiled one around two copies of the model, and a warm
+chat turn measured slower). At batch 1 a pass costs about the same for 16
+or 64 tokens (reading the weights dominates): a warm turn of up to 64 new
+tokens is one pass, a cold prompt of 1,049 tokens 9 (17 in chunks of 64)."""
 
 
 class DecoderSteps:

@@ -62,11 +62,7 @@ class DecoderBlock(TransformerBlock):
     """
 
     def build(self, inputs_shape, encoder_outputs_shape=None):
-        self.self_attention = self._make_attention("self_attention", self.use_rotary)
-        self.self_attention.build(inputs_shape)
-        self.self_attention_norm = self._make_norm("self_attention_norm")
-        self.self_attention_norm.build(inputs_shape)
-        self.self_attention_dropout = self._make_dropout("self_attention_dropout")
+        self._build_self_attention(inputs_shape)
         self.has_cross_attention = encoder_outputs_shape is not None
         if self.has_cross_attention:
             self.cross_attention = self._make_attention("cross_attention", False)
@@ -74,11 +70,7 @@ class DecoderBlock(TransformerBlock):
             self.cross_attention_norm = self._make_norm("cross_attention_norm")
             self.cross_attention_norm.build(inputs_shape)
             self.cross_attention_dropout = self._make_dropout("cross_attention_dropout")
-        self.feed_forward = self._make_feed_forward()
-        self.feed_forward.build(inputs_shape)
-        self.feed_forward_norm = self._make_norm("feed_forward_norm")
-        self.feed_forward_norm.build(inputs_shape)
-        self.feed_forward_dropout = self._make_dropout("feed_forward_dropout")
+        self._build_feed_forward(inputs_shape)
 
     def empty_cache(self, batch_size, max_length, dtype=None):
         """A zero self-attention cache for `max_length` positions."""
@@ -140,28 +132,19 @@ class DecoderBlock(TransformerBlock):
         x = inputs
 
         # Causal self-attention block.
-        residual = x
-        if self.normalize_first:
-            x = self.self_attention_norm(x)
         masks = {"padding_mask": padding_mask, "use_causal_mask": use_causal_mask}
+        x, extra = self._self_attention_block(
+            x, masks, training, cache=cache, scores=return_attention_scores
+        )
         if cache is not None:
-            x, cache = self.self_attention(x, cache=cache, training=training, **masks)
+            cache = extra
         elif return_attention_scores:
-            x, scores["self_attention"] = self.self_attention.call_with_scores(
-                x, training=training, **masks
-            )
-        else:
-            x = self.self_attention(x, training=training, **masks)
-        x = self.self_attention_dropout(x, training=training)
-        x = x + residual
-        if not self.normalize_first:
-            x = self.self_attention_norm(x)
+            scores["self_attention"] = extra
 
         # Cross-attention block.
         if attends_to_source:
             residual = x
-            if self.normalize_first:
-                x = self.cross_attention_norm(x)
+            x = self._pre(x, self.cross_attention_norm)
             source = {
                 "context": encoder_outputs,
                 "context_padding_mask": encoder_padding_mask,
@@ -177,20 +160,13 @@ class DecoderBlock(TransformerBlock):
                 )
             else:
                 x = self.cross_attention(x, training=training, **source)
-            x = self.cross_attention_dropout(x, training=training)
-            x = x + residual
-            if not self.normalize_first:
-                x = self.cross_attention_norm(x)
+            x = self._post(
+                x, residual, self.cross_attention_norm,
+                self.cross_attention_dropout, training,
+            )  # fmt: skip
 
         # Feed-forward block.
-        residual = x
-        if self.normalize_first:
-            x = self.feed_forward_norm(x)
-        x = self.feed_forward(x)
-        x = self.feed_forward_dropout(x, training=training)
-        x = x + residual
-        if not self.normalize_first:
-            x = self.feed_forward_norm(x)
+        x = self._feed_forward_block(x, training)
         if cache is not None:
             return x, cache
         return (x, scores) if return_attention_scores else x

@@ -239,19 +239,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )  # fmt: skip
         return outputs if cache is None else (outputs, cache)
 
-    def call_with_scores(
-        self,
-        inputs,
-        context=None,
-        padding_mask=None,
-        context_padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        training=None,
-    ):
+    def call_with_scores(self, inputs, context=None, **masks_and_training):
         """`(outputs, scores)`: `call`'s outputs and the attention weights.
 
-        The arguments are `call`'s (without a cache); `scores` are the float32
+        The arguments are `call`'s (`padding_mask`, `context_padding_mask`,
+        `attention_mask`, `use_causal_mask`, `training` by keyword), without a
+        cache; `scores` are the float32
         weights (batch, num_heads, q_len, k_len), computed by the plain kernel
         (the tiled one never materializes them).
 
@@ -267,10 +260,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         inputs = self._compute_dtype_input(inputs)
         if context is not None:
             context = self._compute_dtype_input(context)
+        arguments = {"padding_mask": None, "context_padding_mask": None,
+                     "attention_mask": None, "use_causal_mask": False,
+                     "training": None}  # fmt: skip
+        unknown = set(masks_and_training) - set(arguments)
+        if unknown:
+            raise ValueError(
+                "`call_with_scores` takes `call`'s masks and `training` (no "
+                f"cache). Received: {sorted(unknown)}"
+            )
+        arguments.update(masks_and_training)
         outputs, scores, _ = self._attend(
-            inputs, context, padding_mask, context_padding_mask, attention_mask,
-            use_causal_mask, None, training, return_scores=True,
-        )  # fmt: skip
+            inputs, context, cache=None, return_scores=True, **arguments
+        )
         return outputs, scores
 
     def _compute_dtype_input(self, x):

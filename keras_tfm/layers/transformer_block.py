@@ -19,8 +19,8 @@ from keras_tfm.validation import (
 class TransformerBlock(keras.layers.Layer):
     """Base class of `TransformerEncoderBlock` and `DecoderBlock`.
 
-    Holds the arguments both take and makes their sublayers. Each block's
-    `call` writes out the residual recipe for every sublayer:
+    Holds the arguments both take, makes their sublayers, and writes the
+    residual recipe around every sublayer once (`_pre` and `_post`):
 
         residual = x
         x = norm(x)            # pre-LN (normalize_first=True) only
@@ -105,6 +105,59 @@ class TransformerBlock(keras.layers.Layer):
 
     def _make_dropout(self, name):
         return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
+    def _build_self_attention(self, inputs_shape):
+        self.self_attention = self._make_attention("self_attention", self.use_rotary)
+        self.self_attention.build(inputs_shape)
+        self.self_attention_norm = self._make_norm("self_attention_norm")
+        self.self_attention_norm.build(inputs_shape)
+        self.self_attention_dropout = self._make_dropout("self_attention_dropout")
+
+    def _build_feed_forward(self, inputs_shape):
+        self.feed_forward = self._make_feed_forward()
+        self.feed_forward.build(inputs_shape)
+        self.feed_forward_norm = self._make_norm("feed_forward_norm")
+        self.feed_forward_norm.build(inputs_shape)
+        self.feed_forward_dropout = self._make_dropout("feed_forward_dropout")
+
+    def _pre(self, x, norm):
+        """The sublayer's input: `norm(x)` in a pre-LN block, else `x`."""
+        return norm(x) if self.normalize_first else x
+
+    def _post(self, x, residual, norm, dropout, training):
+        """`residual + dropout(x)`, then `norm` in a post-LN block."""
+        x = dropout(x, training=training)
+        x = x + residual
+        return x if self.normalize_first else norm(x)
+
+    def _self_attention_block(self, x, masks, training, cache=None, scores=False):
+        """`(x, extra)`: the residual self-attention sublayer.
+
+        `extra` is the updated cache with a `cache`, the attention weights
+        with `scores=True`, else None; `masks` are `call`'s mask arguments.
+        """
+        residual, extra = x, None
+        x = self._pre(x, self.self_attention_norm)
+        if cache is not None:
+            x, extra = self.self_attention(x, cache=cache, training=training, **masks)
+        elif scores:
+            x, extra = self.self_attention.call_with_scores(
+                x, training=training, **masks
+            )
+        else:
+            x = self.self_attention(x, training=training, **masks)
+        x = self._post(
+            x, residual, self.self_attention_norm, self.self_attention_dropout,
+            training,
+        )  # fmt: skip
+        return x, extra
+
+    def _feed_forward_block(self, x, training):
+        residual = x
+        x = self.feed_forward(self._pre(x, self.feed_forward_norm))
+        return self._post(
+            x, residual, self.feed_forward_norm, self.feed_forward_dropout, training
+        )
 
     def compute_output_shape(self, inputs_shape, *args, **kwargs):
         return inputs_shape

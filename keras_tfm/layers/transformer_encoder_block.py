@@ -55,16 +55,8 @@ class TransformerEncoderBlock(TransformerBlock):
     """
 
     def build(self, inputs_shape):
-        self.self_attention = self._make_attention("self_attention", self.use_rotary)
-        self.self_attention.build(inputs_shape)
-        self.self_attention_norm = self._make_norm("self_attention_norm")
-        self.self_attention_norm.build(inputs_shape)
-        self.self_attention_dropout = self._make_dropout("self_attention_dropout")
-        self.feed_forward = self._make_feed_forward()
-        self.feed_forward.build(inputs_shape)
-        self.feed_forward_norm = self._make_norm("feed_forward_norm")
-        self.feed_forward_norm.build(inputs_shape)
-        self.feed_forward_dropout = self._make_dropout("feed_forward_dropout")
+        self._build_self_attention(inputs_shape)
+        self._build_feed_forward(inputs_shape)
 
     def call(
         self,
@@ -81,28 +73,11 @@ class TransformerEncoderBlock(TransformerBlock):
         x = inputs
 
         # Self-attention block.
-        residual = x
-        if self.normalize_first:
-            x = self.self_attention_norm(x)
         masks = {"padding_mask": padding_mask, "attention_mask": attention_mask}
-        if return_attention_scores:
-            x, scores = self.self_attention.call_with_scores(
-                x, training=training, **masks
-            )
-        else:
-            x = self.self_attention(x, training=training, **masks)
-        x = self.self_attention_dropout(x, training=training)
-        x = x + residual
-        if not self.normalize_first:
-            x = self.self_attention_norm(x)
+        x, scores = self._self_attention_block(
+            x, masks, training, scores=return_attention_scores
+        )
 
         # Feed-forward block.
-        residual = x
-        if self.normalize_first:
-            x = self.feed_forward_norm(x)
-        x = self.feed_forward(x)
-        x = self.feed_forward_dropout(x, training=training)
-        x = x + residual
-        if not self.normalize_first:
-            x = self.feed_forward_norm(x)
+        x = self._feed_forward_block(x, training)
         return (x, scores) if return_attention_scores else x

@@ -2,10 +2,14 @@ import keras
 import numpy as np
 
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
-from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.pooling import mean_pool
 from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.task import Task, restore_preprocessor
+from keras_tfm.models.task import (
+    Task,
+    check_backbone,
+    deserialize_parts,
+    restore_preprocessor,
+)
 from keras_tfm.models.text_classifier_preprocessor import TextClassifierPreprocessor
 from keras_tfm.models.text_inputs import (
     check_preprocessor,
@@ -113,11 +117,7 @@ class EncoderClassifier(QuantizationMixin, Task):
         **kwargs,
     ):
         refuse_tokenizer(kwargs, "EncoderClassifier", "TextClassifierPreprocessor")
-        if not isinstance(backbone, EncoderBackbone):
-            raise ValueError(
-                "`backbone` must be an EncoderBackbone. "
-                f"Received: backbone={backbone!r}"
-            )
+        check_backbone(backbone, EncoderBackbone)
         super().__init__(**kwargs)
         self.backbone = backbone
         self.num_classes = check_positive_int("num_classes", num_classes)
@@ -266,10 +266,5 @@ class EncoderClassifier(QuantizationMixin, Task):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        # Files saved before issue 36 hold a `tokenizer`, no preprocessor.
-        preprocessor_from_legacy_config(
-            config, TextClassifierPreprocessor, config["backbone"].max_sequence_length
-        )
+        config = deserialize_parts(config, TextClassifierPreprocessor)
         return cls._from_quantized_config(config)

@@ -7,10 +7,14 @@ from keras_tfm.models.encoder_backbone import (
     EncoderBackbone,
     unpack_encoder_inputs,
 )
-from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.masked_lm_preprocessor import MaskedLMPreprocessor
 from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.task import Task, restore_preprocessor
+from keras_tfm.models.task import (
+    Task,
+    check_backbone,
+    deserialize_parts,
+    restore_preprocessor,
+)
 from keras_tfm.models.text_inputs import (
     check_preprocessor,
     check_sequence_length,
@@ -76,11 +80,7 @@ class MaskedLanguageModel(QuantizationMixin, Task):
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         refuse_tokenizer(kwargs, "MaskedLanguageModel", "MaskedLMPreprocessor")
-        if not isinstance(backbone, EncoderBackbone):
-            raise ValueError(
-                "`backbone` must be an EncoderBackbone. "
-                f"Received: backbone={backbone!r}"
-            )
+        check_backbone(backbone, EncoderBackbone)
         super().__init__(**kwargs)
         self.backbone = backbone
         self.preprocessor = check_sequence_length(
@@ -226,10 +226,5 @@ class MaskedLanguageModel(QuantizationMixin, Task):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        # Files saved before issue 36 hold a `tokenizer`, no preprocessor.
-        preprocessor_from_legacy_config(
-            config, MaskedLMPreprocessor, config["backbone"].max_sequence_length
-        )
+        config = deserialize_parts(config, MaskedLMPreprocessor)
         return cls._from_quantized_config(config)

@@ -3,9 +3,13 @@ import numpy as np
 from keras import ops
 
 from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
-from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.pooling import mean_pool
-from keras_tfm.models.task import Task, restore_preprocessor
+from keras_tfm.models.task import (
+    Task,
+    check_backbone,
+    deserialize_parts,
+    restore_preprocessor,
+)
 from keras_tfm.models.text_classifier_preprocessor import TextClassifierPreprocessor
 from keras_tfm.models.text_inputs import (
     check_preprocessor,
@@ -53,11 +57,7 @@ class SentenceEncoder(Task):
 
     def __init__(self, backbone, preprocessor=None, normalize=True, **kwargs):
         refuse_tokenizer(kwargs, "SentenceEncoder", "TextClassifierPreprocessor")
-        if not isinstance(backbone, EncoderBackbone):
-            raise ValueError(
-                "`backbone` must be an EncoderBackbone. "
-                f"Received: backbone={backbone!r}"
-            )
+        check_backbone(backbone, EncoderBackbone)
         super().__init__(**kwargs)
         self.backbone = backbone
         self.preprocessor = check_sequence_length(
@@ -122,13 +122,6 @@ class SentenceEncoder(Task):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        backbone = keras.saving.deserialize_keras_object(config["backbone"])
-        config["backbone"] = backbone
         # Files saved before issue 36 hold a `tokenizer` and the texts' limit.
         length = config.pop("max_sequence_length", None)
-        preprocessor_from_legacy_config(
-            config,
-            TextClassifierPreprocessor,
-            length or backbone.max_sequence_length,
-        )
-        return cls(**config)
+        return cls(**deserialize_parts(config, TextClassifierPreprocessor, length))

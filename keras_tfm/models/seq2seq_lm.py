@@ -118,18 +118,7 @@ class Seq2SeqLM(CausalLM):
             logits = self.logits_bias(logits)
         return logits
 
-    def call(self, inputs, training=None, return_attention_scores=False):
-        outputs = self.backbone(
-            inputs, training=training, return_attention_scores=return_attention_scores
-        )
-        if return_attention_scores:
-            hidden, scores = outputs
-            return self.logits(hidden), scores
-        return self.logits(outputs)
-
-    def empty_cache(self, batch_size, max_length):
-        """A zero self-attention cache (batch, layers, 2, max_length, heads, dim)."""
-        return ops.stack(self.backbone.empty_cache(batch_size, max_length), axis=1)
+    # `call` and `empty_cache` (the decoder's self-attention) are CausalLM's.
 
     def compute_cross_attention_cache(self, encoder_outputs):
         """Every decoder block's cross-attention keys and values, computed once.

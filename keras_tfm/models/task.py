@@ -23,6 +23,7 @@ from keras_tfm.models.class_labels import (
     label_errors,
     with_checked_labels,
 )
+from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.preprocessor import Preprocessor
 from keras_tfm.models.preset_loading import PresetMixin
 from keras_tfm.models.tokenizer_attachment import is_text
@@ -45,6 +46,41 @@ def _holds_text(dataset):
     spec = dataset.element_spec
     spec = spec[0] if isinstance(spec, tuple) else spec
     return getattr(spec, "dtype", None) == tf.string
+
+
+def check_backbone(backbone, backbone_class):
+    """`backbone` if it is a `backbone_class`, else a ValueError that says so.
+
+    Example:
+    >>> from keras_tfm.models import DecoderBackbone, EncoderBackbone
+    >>> check_backbone("bert", EncoderBackbone)
+    Traceback (most recent call last):
+    ...
+    ValueError: `backbone` must be an EncoderBackbone. Received: backbone='bert'
+    """
+    if not isinstance(backbone, backbone_class):
+        name = backbone_class.__name__
+        article = "an" if name[0] in "AEIOU" else "a"
+        raise ValueError(
+            f"`backbone` must be {article} {name}. Received: backbone={backbone!r}"
+        )
+    return backbone
+
+
+def deserialize_parts(config, preprocessor_class, sequence_length=None):
+    """A task's `config` with its backbone deserialized and a preprocessor.
+
+    Files saved before issue 36 hold a `tokenizer` and no preprocessor: one
+    of `preprocessor_class` is built around it, for `sequence_length`
+    tokens (by default the backbone's `max_sequence_length`).
+    """
+    config = dict(config)
+    backbone = keras.saving.deserialize_keras_object(config["backbone"])
+    config["backbone"] = backbone
+    preprocessor_from_legacy_config(
+        config, preprocessor_class, sequence_length or backbone.max_sequence_length
+    )
+    return config
 
 
 class Task(PresetMixin, keras.Model):

@@ -37,6 +37,7 @@ from keras_tfm.training.language_model_recipe import (
     held_out_comparison,
     language_model_splits,
     text_split,
+    text_tokenizer,
     train_on_text,
     use_device_settings,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "prune_heads",
     "train_language_model",
     "text_split",
+    "text_tokenizer",
     "train_on_text",
     "training_flops_per_token",
     "use_device_settings",

@@ -9,7 +9,7 @@
     -> samples
 
 `keras_tfm.cli` parses the flags and calls `train_on_text` with a zoo
-preset;
+preset and `text_tokenizer`;
 `examples/generate_kjv.py` shares `use_device_settings` and
 `train_language_model`.
 """
@@ -140,6 +140,28 @@ def held_out_comparison(model, text, sequence_length, compressor="bzip2"):
         train_text, utf8(windows), compressor
     )
     return bytes_per_token, anchor
+
+
+def text_tokenizer(train_text, vocabulary_size):
+    """The tokenizer of a model trained on `train_text` alone.
+
+    At `vocabulary_size=256` the bytes (case kept; keras-hub's
+    `ByteTokenizer` lowercases by default); above, a byte-level BPE learned
+    on `train_text`'s lines, lossless too.
+
+    Example:
+    >>> text_tokenizer("In the beginning", 256).vocabulary_size()
+    256
+    """
+    if vocabulary_size == 256:
+        import keras_hub
+
+        return keras_hub.tokenizers.ByteTokenizer(lowercase=False)
+    from keras_tfm.data import train_byte_pair_tokenizer
+
+    return train_byte_pair_tokenizer(
+        train_text.splitlines(keepends=True), vocabulary_size, name="tokenizer"
+    )
 
 
 def train_on_text(

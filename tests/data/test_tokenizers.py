@@ -1,3 +1,5 @@
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -52,6 +54,37 @@ def test_bad_arguments():
         train_word_piece_tokenizer("one string", 50)
     with pytest.raises(ValueError, match="texts"):
         train_word_piece_tokenizer(["", "  "], 50)
+
+
+def test_huggingface_learner_covers_its_text_in_word_pieces():
+    texts = [*TEXTS, "El niño cantó una canción; ¿dónde está?"]
+    tokenizer = train_word_piece_tokenizer(
+        texts, 60, lowercase=False, strip_accents=False, learner="huggingface"
+    )
+    vocabulary = tokenizer.get_vocabulary()
+    assert vocabulary[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert len(vocabulary) == len(set(vocabulary)) == tokenizer.vocabulary_size()
+    assert tokenizer.vocabulary_size() <= 60
+    assert "the" in vocabulary  # the most frequent word is one token
+    for text in texts:
+        for word in re.findall(r"\w+|[^\w\s]", text):  # punctuation apart
+            pieces = [vocabulary[i] for i in np.asarray(tokenizer(word)).tolist()]
+            # Word pieces: the first bare, the rest "##"-prefixed, joining to the word.
+            assert all(p.startswith("##") for p in pieces[1:]), pieces
+            assert pieces[0] + "".join(p[2:] for p in pieces[1:]) == word
+    batched = train_word_piece_tokenizer(
+        keras_tfm_dataset(texts), 60, False, False, learner="huggingface"
+    )
+    # The same tokens (the learner orders its alphabet by hash, not stably).
+    assert sorted(batched.get_vocabulary()) == sorted(vocabulary)
+    with pytest.raises(ValueError, match="Received: learner='bpe'"):
+        train_word_piece_tokenizer(texts, 60, learner="bpe")
+
+
+def keras_tfm_dataset(texts):
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(texts).batch(3)
 
 
 def classifier_with(tokenizer):

@@ -126,7 +126,7 @@ def exported(tmp_path_factory, smollm2):
     subprocess.run(
         [sys.executable, str(HERE / "load_and_call.py"), root / "requests.json",
          root / "answers.json"],
-        check=True, timeout=900,
+        check=True, timeout=1800,
     )  # fmt: skip
     answers = json.loads((root / "answers.json").read_text(encoding="utf-8"))
     answers["answers"] = dict(zip(asked, answers["answers"], strict=True))
