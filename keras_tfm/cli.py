@@ -1,9 +1,9 @@
 """The `keras-tfm` command: train, generate, evaluate, chat, classify, presets,
 cache.
 
-keras-tfm train            # gpt_micro, byte-level, on the shipped KJV text
-keras-tfm generate gpt_micro_genesis_exodus.keras --prompt "And God said"
-keras-tfm evaluate gpt_micro_genesis_exodus.keras
+keras-tfm train            # gpt_micro, byte-level BPE, on the shipped KJV
+keras-tfm generate gpt_micro_kjv.keras --prompt "And God said"
+keras-tfm evaluate gpt_micro_kjv.keras
 keras-tfm generate kjv_gpt --prompt "And God said"      # a preset, alike
 keras-tfm presets          # each preset's task, parameters and command
 
@@ -25,9 +25,9 @@ from pathlib import Path
 
 from keras_tfm.serving import command as serving_command
 
-# `train` writes <preset>_<text>.keras: gpt_micro_genesis_exodus.keras by
-# default, named for what it is (not for the zoo's kjv_gpt, a BPE model).
-SHIPPED_TEXT_NAME = "genesis_exodus"
+# `train` writes <preset>_<text>.keras: gpt_micro_kjv.keras by default, named
+# for what it is (not kjv_gpt.keras: the zoo's kjv_gpt is another model).
+SHIPPED_TEXT_NAME = "kjv"
 
 
 def _positive_int(text):
@@ -42,7 +42,7 @@ def _read_corpus(path):
     from keras_tfm.datasets import load_default_corpus
 
     if path is None:
-        shipped = "the shipped KJV Genesis and Exodus"
+        shipped = "the shipped King James Bible"
         return load_default_corpus(), shipped, SHIPPED_TEXT_NAME
     path = Path(path)
     if not path.is_file():
@@ -430,11 +430,11 @@ def build_parser():
     p.add_argument(
         "--vocabulary-size",
         type=_vocabulary_size,
-        default=1024,
+        default=2048,
         help="tokens of the byte-level BPE learned on the training text "
-        "(default 1024); 256: one token a byte",
+        "(default 2048); 256: one token a byte",
     )
-    p.add_argument("--epochs", type=_positive_int, default=24)  # 50 BPE steps each
+    p.add_argument("--epochs", type=_positive_int, default=3)  # ~500 steps each (KJV)
     p.add_argument("--batch-size", type=_positive_int, default=16)
     p.add_argument("--sequence-length", type=_positive_int, default=128)
     p.add_argument("--learning-rate", type=_positive_float, default=3e-3)

@@ -9,7 +9,7 @@ Turning the text into batches is `keras_tfm.data`'s job.
 - `trans_de_en`: German-English sentence pairs (`apt-get install trans-de-en`).
 - `sword_parallel`: Spanish-English verse pairs of two SWORD Bibles
   (`apt-get install sword-text-sparv sword-text-web`, `pip install pysword`).
-- `default_corpus`: KJV Genesis and Exodus, shipped inside the package.
+- `default_corpus`: the whole KJV, shipped inside the package.
 - `digits`: scikit-learn's 8x8 handwritten digits as images (`digits_splits`).
 
 Example:

@@ -3,8 +3,8 @@
 The package's `bible` command prints any range of verses; this module runs it
 for Genesis 1:1 to Revelation 22:21 (31,102 verses, about 4.3 MB) and returns
 the text one verse a line, without verse numbers or chapter headings. The
-text is in the public domain. For the small slice shipped inside keras-tfm
-(Genesis and Exodus, no Debian package needed) see `load_default_corpus`.
+text is in the public domain. The same text ships inside keras-tfm (no
+Debian package needed): `load_default_corpus`.
 """
 
 import re

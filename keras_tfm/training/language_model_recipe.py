@@ -70,9 +70,9 @@ def text_split(text):
     """`(train_text, held_out_text)` of `keras-tfm train` and `evaluate`.
 
     Every tenth of 100 blocks of whole lines is held out (a block of the
-    shipped Genesis and Exodus is about a chapter): chapters from all
-    through both books, not the end of Exodus, whose last chapters repeat
-    earlier ones almost word for word (`keras_tfm.data.interleaved_split`).
+    shipped KJV is 311 verses, a few chapters): text from all through the
+    Bible, not its end, so that no one book or style is all of the
+    held-out part (`keras_tfm.data.interleaved_split`).
 
     Example:
     >>> train, held_out = text_split("".join(f"{i:03d}\\n" for i in range(1000)))

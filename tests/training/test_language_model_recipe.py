@@ -13,6 +13,7 @@ import pytest
 from keras_tfm import training
 from keras_tfm.data import split_at_line, train_byte_pair_tokenizer
 from keras_tfm.datasets import load_default_corpus
+from keras_tfm.datasets.default_corpus import GENESIS_EXODUS_VERSES
 from keras_tfm.training import language_model_recipe
 
 
@@ -74,8 +75,9 @@ def eight_word_overlap(train, held_out):
     return sum(g in seen for g in held) / len(held)
 
 
-def test_the_shipped_text_is_held_out_from_all_through_both_books():
-    text = load_default_corpus()
+def test_genesis_and_exodus_are_held_out_from_all_through_both_books():
+    # The shipped KJV's first two books: the exodus tail problem in small.
+    text = "".join(load_default_corpus().splitlines(True)[:GENESIS_EXODUS_VERSES])
     train, held_out = training.text_split(text)
     assert len(held_out) == pytest.approx(len(text) / 10, rel=0.05)
     # Ten runs of whole verses (about a chapter each), spread evenly.
