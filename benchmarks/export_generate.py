@@ -6,7 +6,7 @@ generation of `--max-new-tokens` tokens for the same prompts through the
 SavedModel's `generate` signature and through `model.generate`, each after
 a warm-up call (which compiles), the median of `--repeats` calls. Both give
 the same texts (checked), so they do the same work; tokens/s counts
-rows x max_new_tokens. It prints where the export's time went (each
+the new tokens actually decoded. It prints where the export's time went (each
 signature's tracing, then writing the SavedModel).
 
     nice -n 10 python benchmarks/export_generate.py [--max-new-tokens 32] [--repeats 3]
@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from keras_tfm import export, zoo
 
-PROMPTS = [
+QUESTIONS = [
     "Write a short story about a robot who learns to paint.",
     "Explain how a bicycle works.",
     "List the planets of the solar system.",
@@ -30,6 +30,11 @@ PROMPTS = [
     "Give me three tips for learning a language.",
     "Why is the sky blue?",
     "How do bees make honey?",
+]
+# In SmolLM2's chat format (ChatML), as text: raw questions make the instruct
+# model end at once, and both sides must decode tokens to be compared.
+PROMPTS = [
+    f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n" for q in QUESTIONS
 ]
 
 
@@ -57,8 +62,11 @@ def main():
     print(f"export: {time.perf_counter() - start:.0f} s, {size / 1e6:.0f} MB; "
           + ", ".join(f"{name} {s:.0f} s" for name, s in steps.items()))  # fmt: skip
     generate = tf.saved_model.load(folder).signatures["generate"]
-    print("| batch | model.generate tokens/s | exported generate tokens/s | ratio |")
-    print("|---|---|---|---|")
+    print(
+        "| batch | new tokens | model.generate tokens/s "
+        "| exported generate tokens/s | ratio |"
+    )
+    print("|---|---|---|---|---|")
     for batch in (1, 8):
         prompts = PROMPTS[:batch]
         python_s, python_texts = timed(
@@ -68,10 +76,17 @@ def main():
             lambda p=prompts: generate(prompts=tf.constant(p))["texts"], args.repeats
         )
         same = [t.decode() for t in export_texts.numpy()] == python_texts
-        tokens = batch * args.max_new_tokens
+        # The new tokens actually decoded (a row stops at its end token,
+        # often before max_new_tokens): the prompt's ids subtracted from the
+        # text's, both tokenized alike.
+        tokens = sum(
+            len(model.tokenizer(text)) - len(model.tokenizer(prompt))
+            for prompt, text in zip(prompts, python_texts, strict=True)
+        )
         print(
-            f"| {batch} | {tokens / python_s:.1f} | {tokens / export_s:.1f} | "
-            f"{python_s / export_s:.2f} |" + ("" if same else " (texts differ!)")
+            f"| {batch} | {tokens} | {tokens / python_s:.1f} "
+            f"| {tokens / export_s:.1f} | {python_s / export_s:.2f} |"
+            + ("" if same else " (texts differ!)")
         )
 
 
