@@ -80,7 +80,7 @@ def test_byte_pair_graph_gives_the_python_ids_on_whitespace_and_special_tokens()
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory, request):
+def exported(tmp_path_factory, smollm2):
     """Each preset kind exported once, and one fresh process's answers."""
     from tests.conftest import require_data
 
@@ -93,9 +93,7 @@ def exported(tmp_path_factory, request):
         )
     }  # fmt: skip
     if EXPORT_SMOLLM2:
-        # The session's, loaded once; asked for only here, so that without it
-        # this module is not pinned to the SmolLM2 worker (tests/conftest.py).
-        models["smollm2_135m_instruct"] = request.getfixturevalue("smollm2")
+        models["smollm2_135m_instruct"] = smollm2  # the session's, loaded once
     only = {"smollm2_135m_instruct": ("chat", "generate_with_options")}
     for name, model in models.items():
         export.export_saved_model(
