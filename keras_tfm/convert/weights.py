@@ -30,24 +30,31 @@ def refuse_unknown_tensors(tensors, known, what, directory):
         )
 
 
+def check_mapping(variables, weights):
+    """Checks that `weights` (path -> array) gives every one of `variables`
+    (path -> variable) and nothing else, each with the variable's shape."""
+    if set(variables) != set(weights):
+        raise ValueError(
+            "The model's weights do not match the mapping. Unmapped: "
+            f"{sorted(set(variables) - set(weights))[:4]}; unknown: "
+            f"{sorted(set(weights) - set(variables))[:4]}"
+        )
+    for path, variable in variables.items():
+        if tuple(variable.shape) != tuple(weights[path].shape):
+            raise ValueError(
+                f"Weight {path} has shape {tuple(variable.shape)} but the "
+                f"checkpoint's has {tuple(weights[path].shape)}"
+            )
+
+
 def assign_weights(model, weights):
     """Assigns `weights` (our weight path -> array) to every weight of `model`.
 
     Every weight of the model must be given, with its shape.
     """
     ours = {w.path: w for w in model.weights}
-    if set(ours) != set(weights):
-        raise ValueError(
-            "The model's weights do not match the mapping. Unmapped: "
-            f"{sorted(set(ours) - set(weights))[:4]}; unknown: "
-            f"{sorted(set(weights) - set(ours))[:4]}"
-        )
+    check_mapping(ours, weights)
     for path, value in weights.items():
-        if tuple(ours[path].shape) != tuple(value.shape):
-            raise ValueError(
-                f"Weight {path} has shape {tuple(ours[path].shape)} but the "
-                f"checkpoint's has {tuple(value.shape)}"
-            )
         ours[path].assign(np.asarray(value, "float32"))
 
 
@@ -92,18 +99,7 @@ def built_with_weights(cls, config, weights, prepare=None, **arguments):
     created = [v for v in created if id(v) in live]
     weight_ids = {id(w) for w in model.weights}
     deferred = {v.path: v for v in created if id(v) in weight_ids}
-    if set(deferred) != set(weights):
-        raise ValueError(
-            "The model's weights do not match the mapping. Unmapped: "
-            f"{sorted(set(deferred) - set(weights))[:4]}; unknown: "
-            f"{sorted(set(weights) - set(deferred))[:4]}"
-        )
-    for path, variable in deferred.items():
-        if tuple(variable.shape) != tuple(weights[path].shape):
-            raise ValueError(
-                f"Weight {path} has shape {tuple(variable.shape)} but the "
-                f"checkpoint's has {tuple(weights[path].shape)}"
-            )
+    check_mapping(deferred, weights)
     for variable in created:
         value = weights.pop(variable.path, None) if id(variable) in weight_ids else None
         if value is not None:
