@@ -18,7 +18,7 @@ from keras_tfm.layers.positional_encoding import PositionalEncoding
 from keras_tfm.layers.transformer_block import BLOCK_ARGUMENTS
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.quantized_weights import QuantizableDense
-from keras_tfm.validation import check_choice, check_heads, check_rank
+from keras_tfm.validation import check_choice, check_heads, check_rank, check_token_id
 
 # Where positions enter: added to the embeddings ("learned" table,
 # "sinusoidal" formula with sine and cosine interleaved, "sinusoidal_split"
@@ -44,20 +44,6 @@ SHARED_CHECKS = {
     **{name: CHECKS[name] for name in SHARED_ARGUMENTS if name in CHECKS},
     "position_encoding": one_of(POSITION_ENCODINGS),
 }
-
-
-def check_padding_id(padding_id, vocabulary_size):
-    """`padding_id` is an id in [0, vocabulary_size), or None for no padding."""
-    if padding_id is not None and (
-        isinstance(padding_id, bool)
-        or not isinstance(padding_id, int)
-        or not 0 <= padding_id < vocabulary_size
-    ):
-        raise ValueError(
-            f"`padding_id` must be None or an id in [0, {vocabulary_size}). "
-            f"Received: padding_id={padding_id!r}"
-        )
-    return padding_id
 
 
 def padding_mask_of(token_ids, padding_id):
@@ -185,8 +171,8 @@ class TransformerModel(QuantizationMixin, keras.Model):
                 f"`head_dim`. Received: hidden_dim={self.hidden_dim}, "
                 f"num_heads={self.num_heads}"
             )
-        self.padding_id = check_padding_id(
-            arguments["padding_id"], self.vocabulary_size
+        self.padding_id = check_token_id(
+            "padding_id", arguments["padding_id"], self.vocabulary_size, optional=True
         )
 
     @property
