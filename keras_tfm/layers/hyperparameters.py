@@ -5,10 +5,14 @@ the same arguments under the same names (`num_heads`, `activation`,
 `dropout`, ...). Each argument's check is written once, in `CHECKS`, and
 `store_checked` stores a constructor's arguments on the layer under their
 own names, checked, so a class lists its argument names once (the order of
-its `get_config`) instead of a line of checking per argument.
+its `get_config`) instead of a line of checking per argument. `config_of`
+reads them back for `get_config`, and `values_of` for the sublayers that
+take arguments of the same names.
 """
 
 import functools
+
+import keras
 
 from keras_tfm.kernels.activations import ACTIVATIONS
 from keras_tfm.validation import (
@@ -86,3 +90,33 @@ def store_checked(layer, arguments, checks):
         checks = {name: CHECKS[name] for name in checks}
     for name, check in checks.items():
         setattr(layer, name, check(name, arguments[name]))
+
+
+# The projections' initializers, taken by the layers that own projections.
+INITIALIZERS = ("kernel_initializer", "bias_initializer")
+
+
+def store_initializers(layer, arguments):
+    """Sets `layer.<name>` to the Keras initializer of `arguments[name]`."""
+    for name in INITIALIZERS:
+        setattr(layer, name, keras.initializers.get(arguments[name]))
+
+
+def values_of(layer, names):
+    """`{name: layer.<name>}`: the arguments of a sublayer that shares `names`."""
+    return {name: getattr(layer, name) for name in names}
+
+
+def config_of(layer, names):
+    """`get_config` entries: `names` as stored, then the initializers serialized.
+
+    Example:
+    >>> ffn = keras_tfm.layers.FeedForward(intermediate_dim=32)
+    >>> config = config_of(ffn, ("intermediate_dim", "activation"))
+    >>> config["activation"], config["bias_initializer"]["class_name"]
+    ('relu', 'Zeros')
+    """
+    config = values_of(layer, names)
+    for name in INITIALIZERS:
+        config[name] = keras.initializers.serialize(getattr(layer, name))
+    return config

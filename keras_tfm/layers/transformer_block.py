@@ -2,9 +2,18 @@
 
 import keras
 
-from keras_tfm.layers.feed_forward import FeedForward
-from keras_tfm.layers.hyperparameters import store_checked
-from keras_tfm.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_tfm.layers.feed_forward import FEED_FORWARD_ARGUMENTS, FeedForward
+from keras_tfm.layers.hyperparameters import (
+    INITIALIZERS,
+    config_of,
+    store_checked,
+    store_initializers,
+    values_of,
+)
+from keras_tfm.layers.multi_head_self_attention import (
+    ATTENTION_ARGUMENTS,
+    MultiHeadSelfAttention,
+)
 from keras_tfm.layers.normalization import make_normalization
 from keras_tfm.validation import check_heads
 
@@ -63,24 +72,13 @@ class TransformerBlock(keras.layers.Layer):
         # Each argument above, checked, under its own name.
         store_checked(self, locals(), BLOCK_ARGUMENTS)
         check_heads(num_heads, head_dim, num_key_value_heads)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        store_initializers(self, locals())
         self.supports_masking = True
 
     def _make_attention(self, name, use_rotary):
-        return MultiHeadSelfAttention(
-            num_heads=self.num_heads,
-            head_dim=self.head_dim,
-            num_key_value_heads=self.num_key_value_heads,
-            dropout=self.dropout,
-            use_bias=self.use_bias,
-            use_rotary=use_rotary,
-            rotary_max_wavelength=self.rotary_max_wavelength,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-            name=name,
-        )
+        arguments = values_of(self, ATTENTION_ARGUMENTS + INITIALIZERS)
+        arguments["use_rotary"] = use_rotary
+        return MultiHeadSelfAttention(**arguments, dtype=self.dtype_policy, name=name)
 
     def _make_norm(self, name):
         return make_normalization(
@@ -89,11 +87,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def _make_feed_forward(self):
         return FeedForward(
-            intermediate_dim=self.intermediate_dim,
-            activation=self.activation,
-            use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            **values_of(self, FEED_FORWARD_ARGUMENTS + INITIALIZERS),
             dtype=self.dtype_policy,
             name="feed_forward",
         )
@@ -159,9 +153,5 @@ class TransformerBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in BLOCK_ARGUMENTS})
-        config.update(
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-        )
+        config.update(config_of(self, BLOCK_ARGUMENTS))
         return config
