@@ -194,6 +194,17 @@ class TransformerModel(QuantizationMixin, keras.Model):
             **kwargs,
         )
 
+    def _embed(self, token_ids, position_embedding, dropout, start_index=0, **kwargs):
+        """Token plus position embeddings (batch, seq, hidden_dim), dropped out.
+
+        `position_embedding` is None with rotary positions; `kwargs` are the
+        dropout's (`training`).
+        """
+        x = self.token_embedding(token_ids)
+        if position_embedding is not None:
+            x = position_embedding(x, start_index=start_index)
+        return dropout(x, **kwargs)
+
     def _make_norm(self, name):
         return make_normalization(
             self.normalization,

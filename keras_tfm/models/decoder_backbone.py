@@ -118,10 +118,13 @@ class DecoderBackbone(PresetMixin, TransformerModel):
 
     def embed(self, token_ids, start_index=0, training=None):
         """Token plus position embeddings (batch, seq, hidden_dim), dropped out."""
-        x = self.token_embedding(token_ids)
-        if self.position_embedding is not None:
-            x = self.position_embedding(x, start_index=start_index)
-        return self.embeddings_dropout(x, training=training)
+        return self._embed(
+            token_ids,
+            self.position_embedding,
+            self.embeddings_dropout,
+            start_index,
+            training=training,
+        )
 
     def _final(self, x):
         return x if self.final_norm is None else self.final_norm(x)

@@ -181,10 +181,12 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         check_token_ids("source_ids", source_ids, self.max_sequence_length)
         if encoder_padding_mask is None:
             encoder_padding_mask = self.padding_mask_of(source_ids)
-        x = self.token_embedding(source_ids)
-        if self.encoder_position_embedding is not None:
-            x = self.encoder_position_embedding(x)
-        x = self.encoder_embeddings_dropout(x, training=training)
+        x = self._embed(
+            source_ids,
+            self.encoder_position_embedding,
+            self.encoder_embeddings_dropout,
+            training=training,
+        )
         scores = []
         for block in self.encoder_transformer_layers:
             x = block(
@@ -202,10 +204,13 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
 
     def embed_target(self, target_ids, start_index=0, training=None):
         """Target token plus position embeddings, dropped out."""
-        x = self.token_embedding(target_ids)
-        if self.decoder_position_embedding is not None:
-            x = self.decoder_position_embedding(x, start_index=start_index)
-        return self.decoder_embeddings_dropout(x, training=training)
+        return self._embed(
+            target_ids,
+            self.decoder_position_embedding,
+            self.decoder_embeddings_dropout,
+            start_index,
+            training=training,
+        )
 
     def _final(self, x):
         return x if self.decoder_final_norm is None else self.decoder_final_norm(x)
