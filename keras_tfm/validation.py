@@ -7,6 +7,7 @@ refused when not finite (NaN, infinity), whatever their range.
 """
 
 import math
+import numbers
 
 NORMALIZATIONS = ("layer_norm", "rms_norm")
 
@@ -17,6 +18,34 @@ def check_positive_int(name, value):
             f"`{name}` must be a positive integer. Received: {name}={value!r}"
         )
     return value
+
+
+def check_token_id(name, value, vocabulary_size, optional=False):
+    """An id in [0, vocabulary_size) (an int or NumPy integer), as an int.
+
+    With `optional=True`, None passes too (e.g. "no padding id").
+
+    Example:
+    >>> check_token_id("padding_id", 0, 10)
+    0
+    >>> check_token_id("start_id", 10, 10, optional=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: `start_id` must be None or an id in [0, 10). Received: start_id=10
+    """
+    if optional and value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not 0 <= value < vocabulary_size
+    ):
+        allowed = "None or an id" if optional else "an id"
+        raise ValueError(
+            f"`{name}` must be {allowed} in [0, {vocabulary_size}). "
+            f"Received: {name}={value!r}"
+        )
+    return int(value)
 
 
 def check_int_at_least(name, value, minimum, requirement):

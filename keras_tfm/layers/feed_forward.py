@@ -1,17 +1,20 @@
 import keras
 from keras import ops
 
-from keras_tfm.kernels.activations import (
-    ACTIVATION_FUNCTIONS,
-    ACTIVATIONS,
-    GATED_ACTIVATIONS,
-)
+from keras_tfm.kernels.activations import ACTIVATION_FUNCTIONS, GATED_ACTIVATIONS
 from keras_tfm.kernels.chunked_feed_forward import (
     CHUNKED_FEED_FORWARD_MIN_LENGTH,
     chunked_feed_forward,
 )
+from keras_tfm.layers.hyperparameters import (
+    config_of,
+    store_checked,
+    store_initializers,
+)
 from keras_tfm.quantized_weights import projection
-from keras_tfm.validation import check_choice, check_positive_int
+
+# The constructor arguments besides the initializers, in `get_config` order.
+FEED_FORWARD_ARGUMENTS = ("intermediate_dim", "activation", "use_bias")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -63,11 +66,8 @@ class FeedForward(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
-        self.activation = check_choice("activation", activation, ACTIVATIONS)
-        self.use_bias = bool(use_bias)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        store_checked(self, locals(), FEED_FORWARD_ARGUMENTS)
+        store_initializers(self, locals())
         self.supports_masking = True
 
     def build(self, inputs_shape):
@@ -122,15 +122,5 @@ class FeedForward(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "intermediate_dim": self.intermediate_dim,
-                "activation": self.activation,
-                "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-            }
-        )
+        config.update(config_of(self, FEED_FORWARD_ARGUMENTS))
         return config

@@ -7,6 +7,11 @@ from keras_tfm.kernels import kv_cache
 from keras_tfm.kernels import masks as mask_utils
 from keras_tfm.kernels.attention import dot_product_attention
 from keras_tfm.layers.attention_cache import AttentionCache
+from keras_tfm.layers.hyperparameters import (
+    config_of,
+    store_checked,
+    store_initializers,
+)
 from keras_tfm.layers.positions import is_per_row
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.quantized_weights import projection
@@ -14,10 +19,18 @@ from keras_tfm.validation import (
     check_heads,
     check_last_dim,
     check_mask_shape,
-    check_positive_float,
-    check_positive_int,
     check_rank,
-    check_rate,
+)
+
+# The constructor arguments besides the initializers, in `get_config` order.
+ATTENTION_ARGUMENTS = (
+    "num_heads",
+    "head_dim",
+    "num_key_value_heads",
+    "dropout",
+    "use_bias",
+    "use_rotary",
+    "rotary_max_wavelength",
 )
 
 
@@ -124,24 +137,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int("num_heads", num_heads)
         # The constructor's values, kept as given so that `get_config` is the
         # same before and after `build`; the values in effect (which may
         # depend on the input width) are `effective_head_dim` and
         # `effective_num_key_value_heads`.
-        self.head_dim, self.num_key_value_heads = check_heads(
-            num_heads, head_dim, num_key_value_heads
-        )
+        store_checked(self, locals(), ATTENTION_ARGUMENTS)
+        check_heads(num_heads, head_dim, num_key_value_heads)
+        store_initializers(self, locals())
         self.effective_num_key_value_heads = self.num_key_value_heads or num_heads
         self.effective_head_dim = head_dim
-        self.dropout = check_rate("dropout", dropout)
-        self.use_bias = bool(use_bias)
-        self.use_rotary = bool(use_rotary)
-        self.rotary_max_wavelength = check_positive_float(
-            "rotary_max_wavelength", rotary_max_wavelength
-        )
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
         self.kv_cache_dtype = None  # see `keras_tfm.kernels.kv_cache`
 
@@ -465,21 +469,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "head_dim": self.head_dim,
-                "num_key_value_heads": self.num_key_value_heads,
-                "dropout": self.dropout,
-                "use_bias": self.use_bias,
-                "use_rotary": self.use_rotary,
-                "rotary_max_wavelength": self.rotary_max_wavelength,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-            }
-        )
+        config.update(config_of(self, ATTENTION_ARGUMENTS))
         return config
 
 

@@ -2,17 +2,37 @@
 
 import keras
 
-from keras_tfm.kernels.activations import ACTIVATIONS
-from keras_tfm.layers.feed_forward import FeedForward
-from keras_tfm.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_tfm.layers.feed_forward import FEED_FORWARD_ARGUMENTS, FeedForward
+from keras_tfm.layers.hyperparameters import (
+    INITIALIZERS,
+    config_of,
+    store_checked,
+    store_initializers,
+    values_of,
+)
+from keras_tfm.layers.multi_head_self_attention import (
+    ATTENTION_ARGUMENTS,
+    MultiHeadSelfAttention,
+)
 from keras_tfm.layers.normalization import make_normalization
-from keras_tfm.validation import (
-    NORMALIZATIONS,
-    check_choice,
-    check_heads,
-    check_positive_float,
-    check_positive_int,
-    check_rate,
+from keras_tfm.validation import check_heads
+
+# The arguments every block takes, in `get_config` order (besides the
+# initializers); each is stored under its own name, checked as in
+# `hyperparameters.CHECKS`.
+BLOCK_ARGUMENTS = (
+    "num_heads",
+    "intermediate_dim",
+    "head_dim",
+    "num_key_value_heads",
+    "activation",
+    "dropout",
+    "normalize_first",
+    "normalization",
+    "layer_norm_epsilon",
+    "use_rotary",
+    "rotary_max_wavelength",
+    "use_bias",
 )
 
 
@@ -49,43 +69,16 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
-        self.head_dim, self.num_key_value_heads = check_heads(
-            num_heads, head_dim, num_key_value_heads
-        )
-        self.activation = check_choice("activation", activation, ACTIVATIONS)
-        self.dropout = check_rate("dropout", dropout)
-        self.normalize_first = bool(normalize_first)
-        self.normalization = check_choice(
-            "normalization", normalization, NORMALIZATIONS
-        )
-        self.layer_norm_epsilon = check_positive_float(
-            "layer_norm_epsilon", layer_norm_epsilon
-        )
-        self.use_rotary = bool(use_rotary)
-        self.rotary_max_wavelength = check_positive_float(
-            "rotary_max_wavelength", rotary_max_wavelength
-        )
-        self.use_bias = bool(use_bias)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        # Each argument above, checked, under its own name.
+        store_checked(self, locals(), BLOCK_ARGUMENTS)
+        check_heads(num_heads, head_dim, num_key_value_heads)
+        store_initializers(self, locals())
         self.supports_masking = True
 
     def _make_attention(self, name, use_rotary):
-        return MultiHeadSelfAttention(
-            num_heads=self.num_heads,
-            head_dim=self.head_dim,
-            num_key_value_heads=self.num_key_value_heads,
-            dropout=self.dropout,
-            use_bias=self.use_bias,
-            use_rotary=use_rotary,
-            rotary_max_wavelength=self.rotary_max_wavelength,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-            name=name,
-        )
+        arguments = values_of(self, ATTENTION_ARGUMENTS + INITIALIZERS)
+        arguments["use_rotary"] = use_rotary
+        return MultiHeadSelfAttention(**arguments, dtype=self.dtype_policy, name=name)
 
     def _make_norm(self, name):
         return make_normalization(
@@ -94,11 +87,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def _make_feed_forward(self):
         return FeedForward(
-            intermediate_dim=self.intermediate_dim,
-            activation=self.activation,
-            use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            **values_of(self, FEED_FORWARD_ARGUMENTS + INITIALIZERS),
             dtype=self.dtype_policy,
             name="feed_forward",
         )
@@ -164,24 +153,5 @@ class TransformerBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "head_dim": self.head_dim,
-                "num_key_value_heads": self.num_key_value_heads,
-                "activation": self.activation,
-                "dropout": self.dropout,
-                "normalize_first": self.normalize_first,
-                "normalization": self.normalization,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "use_rotary": self.use_rotary,
-                "rotary_max_wavelength": self.rotary_max_wavelength,
-                "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-            }
-        )
+        config.update(config_of(self, BLOCK_ARGUMENTS))
         return config

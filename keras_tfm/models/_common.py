@@ -1,31 +1,24 @@
 """What the three model families share, written once.
 
-`CausalLM`, `EncoderBackbone` and `Seq2SeqTransformer` derive from
+`DecoderBackbone`, `EncoderBackbone` and `Seq2SeqBackbone` derive from
 `TransformerModel`, which checks the constructor arguments they have in
 common, makes the sublayers they build alike (position embedding, norms,
-embedding dropout, the output projection) and lists the shared arguments in
+embedding dropout, the output projection) and lists the arguments in
 `get_config`. A family adds only what is its own (the layer counts,
-segments, a tokenizer) and calls `super()` for the rest.
+segments) and calls `super()` for the rest.
 """
 
 import keras
 from keras import ops
 
-from keras_tfm.kernels.activations import ACTIVATIONS
+from keras_tfm.layers.hyperparameters import CHECKS, one_of, store_checked
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
 from keras_tfm.layers.normalization import make_normalization
 from keras_tfm.layers.positional_encoding import PositionalEncoding
+from keras_tfm.layers.transformer_block import BLOCK_ARGUMENTS
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.quantized_weights import QuantizableDense
-from keras_tfm.validation import (
-    NORMALIZATIONS,
-    check_choice,
-    check_heads,
-    check_positive_float,
-    check_positive_int,
-    check_rank,
-    check_rate,
-)
+from keras_tfm.validation import check_choice, check_heads, check_rank, check_token_id
 
 # Where positions enter: added to the embeddings ("learned" table,
 # "sinusoidal" formula with sine and cosine interleaved, "sinusoidal_split"
@@ -33,39 +26,24 @@ from keras_tfm.validation import (
 # keys ("rotary").
 POSITION_ENCODINGS = ("learned", "sinusoidal", "sinusoidal_split", "rotary")
 
-# The constructor arguments every family takes, in `get_config` order.
+# The constructor arguments every family takes, in `get_config` order: the
+# embedding's and those of its blocks (`position_encoding` in place of their
+# `use_rotary`).
 SHARED_ARGUMENTS = (
     "vocabulary_size",
-    "num_heads",
     "hidden_dim",
-    "intermediate_dim",
     "max_sequence_length",
-    "head_dim",
-    "num_key_value_heads",
-    "activation",
-    "dropout",
-    "normalize_first",
-    "normalization",
-    "layer_norm_epsilon",
-    "position_encoding",
-    "rotary_max_wavelength",
-    "use_bias",
+    *(
+        "position_encoding" if name == "use_rotary" else name
+        for name in BLOCK_ARGUMENTS
+    ),
     "padding_id",
 )
-
-
-def check_padding_id(padding_id, vocabulary_size):
-    """`padding_id` is an id in [0, vocabulary_size), or None for no padding."""
-    if padding_id is not None and (
-        isinstance(padding_id, bool)
-        or not isinstance(padding_id, int)
-        or not 0 <= padding_id < vocabulary_size
-    ):
-        raise ValueError(
-            f"`padding_id` must be None or an id in [0, {vocabulary_size}). "
-            f"Received: padding_id={padding_id!r}"
-        )
-    return padding_id
+# Their checks (`padding_id` is checked against `vocabulary_size`).
+SHARED_CHECKS = {
+    **{name: CHECKS[name] for name in SHARED_ARGUMENTS if name in CHECKS},
+    "position_encoding": one_of(POSITION_ENCODINGS),
+}
 
 
 def padding_mask_of(token_ids, padding_id):
@@ -171,84 +149,31 @@ class _LogitsBias(keras.layers.Layer):
 class TransformerModel(QuantizationMixin, keras.Model):
     """Base of the three families: shared arguments, sublayers and config.
 
-    Args:
-        vocabulary_size: number of token ids.
-        num_heads: query heads per attention layer.
-        hidden_dim: width of the model.
-        intermediate_dim: inner width of the feed-forward networks.
-        max_sequence_length: the longest sequence accepted.
-        head_dim: size of each head; by default `hidden_dim // num_heads`,
-            which must then divide evenly.
-        num_key_value_heads: fewer key/value heads for grouped-query
-            attention; must divide `num_heads`. None: `num_heads`.
-        activation: the feed-forward's "relu", "gelu", "gelu_approximate",
-            "silu" or "swiglu".
-        dropout: dropout rate of the embeddings, attention and sublayers.
-        normalize_first: pre-LN blocks (with a final norm) or post-LN.
-        normalization: "layer_norm" or "rms_norm".
-        layer_norm_epsilon: epsilon of every normalization layer.
-        position_encoding: one of `POSITION_ENCODINGS`.
-        rotary_max_wavelength: the RoPE base with "rotary" positions.
-        use_bias: whether the attention and feed-forward projections have
-            biases.
-        padding_id: the id of padding tokens, never attended to; None when
-            no id is padding (the padding mask is then all ones).
+    A family's constructor lists its arguments (all of `SHARED_ARGUMENTS`,
+    with the family's defaults, and its own), calls `super().__init__` with
+    the Keras ones (`name`, `dtype`, ...) and then
+    `self._store_arguments(locals())`: every argument is checked (a
+    ValueError names it and quotes the value) and stored under its own name,
+    and `get_config` lists them all, the shared ones first, then the
+    family's `own_arguments` in their order.
     """
 
-    def __init__(
-        self,
-        vocabulary_size,
-        num_heads,
-        hidden_dim,
-        intermediate_dim,
-        max_sequence_length,
-        head_dim=None,
-        num_key_value_heads=None,
-        activation="gelu",
-        dropout=0.0,
-        normalize_first=True,
-        normalization="layer_norm",
-        layer_norm_epsilon=1e-5,
-        position_encoding="learned",
-        rotary_max_wavelength=10000,
-        use_bias=True,
-        padding_id=0,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
-        self.num_heads = check_positive_int("num_heads", num_heads)
-        self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
-        self.intermediate_dim = check_positive_int("intermediate_dim", intermediate_dim)
-        self.max_sequence_length = check_positive_int(
-            "max_sequence_length", max_sequence_length
-        )
-        self.head_dim, self.num_key_value_heads = check_heads(
-            num_heads, head_dim, num_key_value_heads
-        )
-        if head_dim is None and hidden_dim % num_heads:
+    # The family's own constructor arguments and their checks, by name.
+    own_arguments = {}
+
+    def _store_arguments(self, arguments):
+        """Checks and stores the shared and the family's own `arguments`."""
+        store_checked(self, arguments, {**SHARED_CHECKS, **self.own_arguments})
+        check_heads(self.num_heads, self.head_dim, self.num_key_value_heads)
+        if self.head_dim is None and self.hidden_dim % self.num_heads:
             raise ValueError(
                 "`hidden_dim` must be divisible by `num_heads`, or pass "
-                f"`head_dim`. Received: hidden_dim={hidden_dim}, "
-                f"num_heads={num_heads}"
+                f"`head_dim`. Received: hidden_dim={self.hidden_dim}, "
+                f"num_heads={self.num_heads}"
             )
-        self.activation = check_choice("activation", activation, ACTIVATIONS)
-        self.dropout = check_rate("dropout", dropout)
-        self.normalize_first = bool(normalize_first)
-        self.normalization = check_choice(
-            "normalization", normalization, NORMALIZATIONS
+        self.padding_id = check_token_id(
+            "padding_id", arguments["padding_id"], self.vocabulary_size, optional=True
         )
-        self.layer_norm_epsilon = check_positive_float(
-            "layer_norm_epsilon", layer_norm_epsilon
-        )
-        self.position_encoding = check_choice(
-            "position_encoding", position_encoding, POSITION_ENCODINGS
-        )
-        self.rotary_max_wavelength = check_positive_float(
-            "rotary_max_wavelength", rotary_max_wavelength
-        )
-        self.use_bias = bool(use_bias)
-        self.padding_id = check_padding_id(padding_id, self.vocabulary_size)
 
     @property
     def fill_id(self):
@@ -269,6 +194,17 @@ class TransformerModel(QuantizationMixin, keras.Model):
             **kwargs,
         )
 
+    def _embed(self, token_ids, position_embedding, dropout, start_index=0, **kwargs):
+        """Token plus position embeddings (batch, seq, hidden_dim), dropped out.
+
+        `position_embedding` is None with rotary positions; `kwargs` are the
+        dropout's (`training`).
+        """
+        x = self.token_embedding(token_ids)
+        if position_embedding is not None:
+            x = position_embedding(x, start_index=start_index)
+        return dropout(x, **kwargs)
+
     def _make_norm(self, name):
         return make_normalization(
             self.normalization,
@@ -285,25 +221,19 @@ class TransformerModel(QuantizationMixin, keras.Model):
 
     def _block_arguments(self, **overrides):
         """The constructor arguments of this model's Transformer blocks."""
-        arguments = dict(
-            num_heads=self.num_heads,
-            intermediate_dim=self.intermediate_dim,
-            head_dim=self.head_dim,
-            num_key_value_heads=self.num_key_value_heads,
-            activation=self.activation,
-            dropout=self.dropout,
-            normalize_first=self.normalize_first,
-            normalization=self.normalization,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            use_rotary=self.position_encoding == "rotary",
-            rotary_max_wavelength=self.rotary_max_wavelength,
-            use_bias=self.use_bias,
-            dtype=self.dtype_policy,
+        # The blocks take the model's arguments of the same names; their
+        # `use_rotary` is the model's `position_encoding == "rotary"`.
+        arguments = {
+            name: getattr(self, name) for name in BLOCK_ARGUMENTS if hasattr(self, name)
+        }
+        arguments.update(
+            use_rotary=self.position_encoding == "rotary", dtype=self.dtype_policy
         )
         arguments.update(overrides)
         return arguments
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in SHARED_ARGUMENTS})
+        for name in (*SHARED_ARGUMENTS, *self.own_arguments):
+            config[name] = getattr(self, name)
         return self._add_quantization_config(config)

@@ -27,7 +27,7 @@ from keras_tfm.models.legacy_configs import (
     split_legacy_config,
 )
 from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.task import Task, restore_preprocessor
+from keras_tfm.models.task import Task, check_backbone, restore_preprocessor
 from keras_tfm.validation import check_positive_int, check_rank
 
 
@@ -92,11 +92,7 @@ class CausalLM(QuantizationMixin, Task):
     `keras_tfm.generation.generation_config.request_base`)."""
 
     def __init__(self, backbone, preprocessor=None, tie_word_embeddings=True, **kwargs):
-        if not isinstance(backbone, self.backbone_class):
-            raise ValueError(
-                f"`backbone` must be a {self.backbone_class.__name__}. "
-                f"Received: backbone={backbone!r}"
-            )
+        check_backbone(backbone, self.backbone_class)
         kwargs.setdefault("dtype", backbone.dtype_policy)
         super().__init__(**kwargs)
         self.backbone = backbone
@@ -840,13 +836,7 @@ class CausalLM(QuantizationMixin, Task):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "backbone": keras.saving.serialize_keras_object(self.backbone),
-                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
-                "tie_word_embeddings": self.tie_word_embeddings,
-            }
-        )
+        config["tie_word_embeddings"] = self.tie_word_embeddings
         return self._add_quantization_config(config)
 
     @classmethod

@@ -67,6 +67,8 @@ class DecoderBackbone(PresetMixin, TransformerModel):
     TensorShape([1, 3, 16])
     """
 
+    own_arguments = {"num_layers": check_positive_int}
+
     def __init__(
         self,
         vocabulary_size,
@@ -88,26 +90,9 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         padding_id=0,
         **kwargs,
     ):
-        super().__init__(
-            vocabulary_size=vocabulary_size,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            head_dim=head_dim,
-            num_key_value_heads=num_key_value_heads,
-            activation=activation,
-            dropout=dropout,
-            normalize_first=normalize_first,
-            normalization=normalization,
-            layer_norm_epsilon=layer_norm_epsilon,
-            position_encoding=position_encoding,
-            rotary_max_wavelength=rotary_max_wavelength,
-            use_bias=use_bias,
-            padding_id=padding_id,
-            **kwargs,
-        )
-        self.num_layers = check_positive_int("num_layers", num_layers)
+        super().__init__(**kwargs)
+        # Each argument above, checked, under its own name.
+        self._store_arguments(locals())
 
         # All weights exist from construction: saving needs no build config.
         self.token_embedding = TokenEmbedding(
@@ -133,10 +118,13 @@ class DecoderBackbone(PresetMixin, TransformerModel):
 
     def embed(self, token_ids, start_index=0, training=None):
         """Token plus position embeddings (batch, seq, hidden_dim), dropped out."""
-        x = self.token_embedding(token_ids)
-        if self.position_embedding is not None:
-            x = self.position_embedding(x, start_index=start_index)
-        return self.embeddings_dropout(x, training=training)
+        return self._embed(
+            token_ids,
+            self.position_embedding,
+            self.embeddings_dropout,
+            start_index,
+            training=training,
+        )
 
     def _final(self, x):
         return x if self.final_norm is None else self.final_norm(x)
@@ -195,8 +183,3 @@ class DecoderBackbone(PresetMixin, TransformerModel):
             )
             updated.append(cache)
         return self._final(x), tuple(updated)
-
-    def get_config(self):
-        config = super().get_config()
-        config["num_layers"] = self.num_layers
-        return config

@@ -1,3 +1,5 @@
+import functools
+
 import keras
 from keras import ops
 
@@ -5,7 +7,12 @@ from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfm.models._common import TransformerModel
 from keras_tfm.models.preset_loading import PresetMixin
-from keras_tfm.validation import check_mask_shape, check_positive_int, check_rank
+from keras_tfm.validation import (
+    check_int_at_least,
+    check_mask_shape,
+    check_positive_int,
+    check_rank,
+)
 
 INPUT_KEYS = ("token_ids", "segment_ids", "padding_mask")
 
@@ -129,6 +136,13 @@ class EncoderBackbone(PresetMixin, TransformerModel):
     TensorShape([1, 4, 16])
     """
 
+    own_arguments = {
+        "num_layers": check_positive_int,
+        "num_segments": functools.partial(
+            check_int_at_least, minimum=0, requirement="a non-negative integer"
+        ),
+    }
+
     def __init__(
         self,
         vocabulary_size,
@@ -153,36 +167,9 @@ class EncoderBackbone(PresetMixin, TransformerModel):
         intermediate_dim_per_layer=None,
         **kwargs,
     ):
-        super().__init__(
-            vocabulary_size=vocabulary_size,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            head_dim=head_dim,
-            num_key_value_heads=num_key_value_heads,
-            activation=activation,
-            dropout=dropout,
-            normalize_first=normalize_first,
-            normalization=normalization,
-            layer_norm_epsilon=layer_norm_epsilon,
-            position_encoding=position_encoding,
-            rotary_max_wavelength=rotary_max_wavelength,
-            use_bias=use_bias,
-            padding_id=padding_id,
-            **kwargs,
-        )
-        self.num_layers = check_positive_int("num_layers", num_layers)
-        if (
-            isinstance(num_segments, bool)
-            or not isinstance(num_segments, int)
-            or num_segments < 0
-        ):
-            raise ValueError(
-                "`num_segments` must be a non-negative integer. "
-                f"Received: num_segments={num_segments!r}"
-            )
-        self.num_segments = num_segments
+        super().__init__(**kwargs)
+        # Each argument above, checked, under its own name.
+        self._store_arguments(locals())
         self.num_heads_per_layer = check_per_layer(
             "num_heads_per_layer", num_heads_per_layer, self.num_layers
         )
@@ -318,9 +305,6 @@ class EncoderBackbone(PresetMixin, TransformerModel):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {"num_layers": self.num_layers, "num_segments": self.num_segments}
-        )
         # Written only when set: the configs of unpruned models stay as they were.
         for name in ("num_heads_per_layer", "intermediate_dim_per_layer"):
             if getattr(self, name):

@@ -1,22 +1,10 @@
 import keras
 import numpy as np
 
-from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
+from keras_tfm.models.encoder_backbone import unpack_encoder_inputs
+from keras_tfm.models.encoder_task import EncoderTask
 from keras_tfm.models.pooling import mean_pool
 from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.task import (
-    Task,
-    check_backbone,
-    deserialize_parts,
-    restore_preprocessor,
-)
-from keras_tfm.models.text_classifier_preprocessor import TextClassifierPreprocessor
-from keras_tfm.models.text_inputs import (
-    check_preprocessor,
-    check_sequence_length,
-    check_texts,
-    refuse_tokenizer,
-)
 from keras_tfm.models.tokenizer_attachment import is_text
 from keras_tfm.quantized_weights import QuantizableDense
 from keras_tfm.validation import check_choice, check_positive_int, check_rate
@@ -43,7 +31,7 @@ def check_class_names(class_names, num_classes):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class EncoderClassifier(QuantizationMixin, Task):
+class EncoderClassifier(QuantizationMixin, EncoderTask):
     """Sequence classification on top of an `EncoderBackbone`.
 
         cls:   pooled = tanh(h[:, 0] W_p + b_p)     (BERT's pooler)
@@ -116,16 +104,10 @@ class EncoderClassifier(QuantizationMixin, Task):
         class_names=None,
         **kwargs,
     ):
-        refuse_tokenizer(kwargs, "EncoderClassifier", "TextClassifierPreprocessor")
-        check_backbone(backbone, EncoderBackbone)
-        super().__init__(**kwargs)
-        self.backbone = backbone
+        super().__init__(backbone, preprocessor, **kwargs)
         self.num_classes = check_positive_int("num_classes", num_classes)
         self.pooling = check_choice("pooling", pooling, POOLINGS)
         self.dropout = check_rate("dropout", dropout)
-        self.preprocessor = check_sequence_length(
-            restore_preprocessor(preprocessor), backbone
-        )
         self.class_names = check_class_names(class_names, self.num_classes)
 
         hidden_dim = backbone.hidden_dim
@@ -191,8 +173,7 @@ class EncoderClassifier(QuantizationMixin, Task):
             (at most the preprocessor's `sequence_length`); padding changes
             no prediction (it is masked).
         """
-        texts, _ = check_texts("texts", texts)
-        check_preprocessor(self, "texts", texts)
+        texts, _ = self._read_texts(texts)
         return self.preprocessor.pack_texts(texts)
 
     def classify(self, texts, top_k=None, batch_size=32):
@@ -217,8 +198,7 @@ class EncoderClassifier(QuantizationMixin, Task):
         >>> model.classify([])
         []
         """
-        texts, single = check_texts("texts", texts)
-        check_preprocessor(self, "texts", texts)
+        texts, single = self._read_texts(texts)
         if top_k is not None:
             if (
                 isinstance(top_k, bool)
@@ -254,11 +234,9 @@ class EncoderClassifier(QuantizationMixin, Task):
         config = super().get_config()
         config.update(
             {
-                "backbone": keras.saving.serialize_keras_object(self.backbone),
                 "num_classes": self.num_classes,
                 "pooling": self.pooling,
                 "dropout": self.dropout,
-                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
                 "class_names": self.class_names,
             }
         )
@@ -266,5 +244,4 @@ class EncoderClassifier(QuantizationMixin, Task):
 
     @classmethod
     def from_config(cls, config):
-        config = deserialize_parts(config, TextClassifierPreprocessor)
-        return cls._from_quantized_config(config)
+        return cls._from_quantized_config(cls._deserialize_parts(config))

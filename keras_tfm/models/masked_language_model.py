@@ -3,31 +3,17 @@ import keras_hub
 import numpy as np
 
 from keras_tfm.data.detokenization import detokenize
-from keras_tfm.models.encoder_backbone import (
-    EncoderBackbone,
-    unpack_encoder_inputs,
-)
+from keras_tfm.models.encoder_backbone import unpack_encoder_inputs
+from keras_tfm.models.encoder_task import EncoderTask
 from keras_tfm.models.masked_lm_preprocessor import MaskedLMPreprocessor
 from keras_tfm.models.quantization import QuantizationMixin
-from keras_tfm.models.task import (
-    Task,
-    check_backbone,
-    deserialize_parts,
-    restore_preprocessor,
-)
-from keras_tfm.models.text_inputs import (
-    check_preprocessor,
-    check_sequence_length,
-    check_texts,
-    refuse_tokenizer,
-)
 from keras_tfm.validation import check_rank
 
 INPUT_KEYS = ("token_ids", "mask_positions", "segment_ids", "padding_mask")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class MaskedLanguageModel(QuantizationMixin, Task):
+class MaskedLanguageModel(QuantizationMixin, EncoderTask):
     """BERT's masked-language-model head on an `EncoderBackbone`.
 
     For the hidden states h at the masked positions only:
@@ -77,15 +63,10 @@ class MaskedLanguageModel(QuantizationMixin, Task):
     """
 
     label_kind = "token"
+    preprocessor_class = MaskedLMPreprocessor
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
-        refuse_tokenizer(kwargs, "MaskedLanguageModel", "MaskedLMPreprocessor")
-        check_backbone(backbone, EncoderBackbone)
-        super().__init__(**kwargs)
-        self.backbone = backbone
-        self.preprocessor = check_sequence_length(
-            restore_preprocessor(preprocessor), backbone
-        )
+        super().__init__(backbone, preprocessor, **kwargs)
         # keras-hub's MaskedLMHead (autocast=False) adds its float32 bias to
         # logits cast to the compute dtype, which fails under a mixed policy;
         # there the head runs in float32, as the logits should anyway.
@@ -167,8 +148,7 @@ class MaskedLanguageModel(QuantizationMixin, Task):
         >>> len(candidates), sorted(candidates[0])
         (3, ['probability', 'text', 'token', 'token_id'])
         """
-        texts, single = check_texts("texts", texts)
-        check_preprocessor(self, "texts", texts)
+        texts, single = self._read_texts(texts)
         vocabulary_size = self.backbone.vocabulary_size
         if (
             isinstance(top_k, bool)
@@ -219,12 +199,8 @@ class MaskedLanguageModel(QuantizationMixin, Task):
         return results[0] if single else results
 
     def get_config(self):
-        config = super().get_config()
-        config["backbone"] = keras.saving.serialize_keras_object(self.backbone)
-        config["preprocessor"] = keras.saving.serialize_keras_object(self.preprocessor)
-        return self._add_quantization_config(config)
+        return self._add_quantization_config(super().get_config())
 
     @classmethod
     def from_config(cls, config):
-        config = deserialize_parts(config, MaskedLMPreprocessor)
-        return cls._from_quantized_config(config)
+        return cls._from_quantized_config(cls._deserialize_parts(config))

@@ -3,7 +3,7 @@ import keras_hub
 import tensorflow as tf
 
 from keras_tfm._keras_compat import MASK_GENERATOR_TF_ONLY
-from keras_tfm.validation import check_positive_int
+from keras_tfm.validation import check_positive_int, check_token_id
 
 
 def _check_fraction(name, value):
@@ -12,19 +12,6 @@ def _check_fraction(name, value):
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"`{name}` must be in [0, 1]. Received: {name}={value!r}")
     return float(value)
-
-
-def _check_id(name, value, vocabulary_size):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 0 <= value < vocabulary_size
-    ):
-        raise ValueError(
-            f"`{name}` must be an id in [0, vocabulary_size={vocabulary_size}). "
-            f"Received: {name}={value!r}"
-        )
-    return value
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -98,7 +85,9 @@ class MaskedLMMasker:
         random_token_rate=0.1,
     ):
         self.vocabulary_size = check_positive_int("vocabulary_size", vocabulary_size)
-        self.mask_token_id = _check_id("mask_token_id", mask_token_id, vocabulary_size)
+        self.mask_token_id = check_token_id(
+            "mask_token_id", mask_token_id, vocabulary_size
+        )
         self.mask_selection_length = check_positive_int(
             "mask_selection_length", mask_selection_length
         )
@@ -106,10 +95,10 @@ class MaskedLMMasker:
             "mask_selection_rate", mask_selection_rate
         )
         self.unselectable_token_ids = [
-            _check_id("unselectable_token_ids", i, vocabulary_size)
+            check_token_id("unselectable_token_ids", i, vocabulary_size)
             for i in unselectable_token_ids
         ]
-        self.padding_id = _check_id("padding_id", padding_id, vocabulary_size)
+        self.padding_id = check_token_id("padding_id", padding_id, vocabulary_size)
         self.mask_token_rate = _check_fraction("mask_token_rate", mask_token_rate)
         self.random_token_rate = _check_fraction("random_token_rate", random_token_rate)
         if self.mask_token_rate + self.random_token_rate > 1.0:

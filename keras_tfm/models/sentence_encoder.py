@@ -2,26 +2,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.models.encoder_backbone import EncoderBackbone, unpack_encoder_inputs
+from keras_tfm.models.encoder_backbone import unpack_encoder_inputs
+from keras_tfm.models.encoder_task import EncoderTask
 from keras_tfm.models.pooling import mean_pool
-from keras_tfm.models.task import (
-    Task,
-    check_backbone,
-    deserialize_parts,
-    restore_preprocessor,
-)
-from keras_tfm.models.text_classifier_preprocessor import TextClassifierPreprocessor
-from keras_tfm.models.text_inputs import (
-    check_preprocessor,
-    check_sequence_length,
-    check_texts,
-    refuse_tokenizer,
-)
 from keras_tfm.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class SentenceEncoder(Task):
+class SentenceEncoder(EncoderTask):
     """Sentence embeddings: an `EncoderBackbone`'s mean over real tokens.
 
         e = m / |m|,   m = sum_t mask_t h_t / sum_t mask_t
@@ -56,13 +44,7 @@ class SentenceEncoder(Task):
     """
 
     def __init__(self, backbone, preprocessor=None, normalize=True, **kwargs):
-        refuse_tokenizer(kwargs, "SentenceEncoder", "TextClassifierPreprocessor")
-        check_backbone(backbone, EncoderBackbone)
-        super().__init__(**kwargs)
-        self.backbone = backbone
-        self.preprocessor = check_sequence_length(
-            restore_preprocessor(preprocessor), backbone
-        )
+        super().__init__(backbone, preprocessor, **kwargs)
         self.normalize = bool(normalize)
         self.built = True
 
@@ -92,8 +74,7 @@ class SentenceEncoder(Task):
         list (an empty list gives (0, hidden_dim)). Texts are batched by
         length, each batch padded to its longest.
         """
-        texts, single = check_texts("texts", texts)
-        check_preprocessor(self, "texts", texts)
+        texts, single = self._read_texts(texts)
         check_positive_int("batch_size", batch_size)
         embeddings = np.zeros((len(texts), self.backbone.hidden_dim), "float32")
         if not texts:
@@ -110,13 +91,7 @@ class SentenceEncoder(Task):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "backbone": keras.saving.serialize_keras_object(self.backbone),
-                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
-                "normalize": self.normalize,
-            }
-        )
+        config["normalize"] = self.normalize
         return config
 
     @classmethod
@@ -124,4 +99,4 @@ class SentenceEncoder(Task):
         config = dict(config)
         # Files saved before issue 36 hold a `tokenizer` and the texts' limit.
         length = config.pop("max_sequence_length", None)
-        return cls(**deserialize_parts(config, TextClassifierPreprocessor, length))
+        return cls(**cls._deserialize_parts(config, length))

@@ -2,6 +2,7 @@ import keras
 
 from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.layers.decoder_block import DecoderBlock
+from keras_tfm.layers.hyperparameters import as_bool
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfm.models._common import TransformerModel, check_token_ids
@@ -88,6 +89,12 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
     TensorShape([1, 2, 16])
     """
 
+    own_arguments = {
+        "num_encoder_layers": check_positive_int,
+        "num_decoder_layers": check_positive_int,
+        "scale_embeddings": as_bool,
+    }
+
     def __init__(
         self,
         vocabulary_size,
@@ -111,32 +118,9 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         padding_id=0,
         **kwargs,
     ):
-        super().__init__(
-            vocabulary_size=vocabulary_size,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            head_dim=head_dim,
-            num_key_value_heads=num_key_value_heads,
-            activation=activation,
-            dropout=dropout,
-            normalize_first=normalize_first,
-            normalization=normalization,
-            layer_norm_epsilon=layer_norm_epsilon,
-            position_encoding=position_encoding,
-            rotary_max_wavelength=rotary_max_wavelength,
-            use_bias=use_bias,
-            padding_id=padding_id,
-            **kwargs,
-        )
-        self.num_encoder_layers = check_positive_int(
-            "num_encoder_layers", num_encoder_layers
-        )
-        self.num_decoder_layers = check_positive_int(
-            "num_decoder_layers", num_decoder_layers
-        )
-        self.scale_embeddings = bool(scale_embeddings)
+        super().__init__(**kwargs)
+        # Each argument above, checked, under its own name.
+        self._store_arguments(locals())
 
         # All weights exist from construction: saving needs no build config.
         hidden_shape = (None, None, self.hidden_dim)
@@ -197,10 +181,12 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         check_token_ids("source_ids", source_ids, self.max_sequence_length)
         if encoder_padding_mask is None:
             encoder_padding_mask = self.padding_mask_of(source_ids)
-        x = self.token_embedding(source_ids)
-        if self.encoder_position_embedding is not None:
-            x = self.encoder_position_embedding(x)
-        x = self.encoder_embeddings_dropout(x, training=training)
+        x = self._embed(
+            source_ids,
+            self.encoder_position_embedding,
+            self.encoder_embeddings_dropout,
+            training=training,
+        )
         scores = []
         for block in self.encoder_transformer_layers:
             x = block(
@@ -218,10 +204,13 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
 
     def embed_target(self, target_ids, start_index=0, training=None):
         """Target token plus position embeddings, dropped out."""
-        x = self.token_embedding(target_ids)
-        if self.decoder_position_embedding is not None:
-            x = self.decoder_position_embedding(x, start_index=start_index)
-        return self.decoder_embeddings_dropout(x, training=training)
+        return self._embed(
+            target_ids,
+            self.decoder_position_embedding,
+            self.decoder_embeddings_dropout,
+            start_index,
+            training=training,
+        )
 
     def _final(self, x):
         return x if self.decoder_final_norm is None else self.decoder_final_norm(x)
@@ -319,14 +308,3 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
             )
             updated.append(cache)
         return self._final(x), tuple(updated)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_encoder_layers": self.num_encoder_layers,
-                "num_decoder_layers": self.num_decoder_layers,
-                "scale_embeddings": self.scale_embeddings,
-            }
-        )
-        return config

@@ -8,7 +8,7 @@ from keras_tfm.models._common import make_logits_bias
 from keras_tfm.models.causal_lm import CausalLM
 from keras_tfm.models.seq2seq_backbone import Seq2SeqBackbone
 from keras_tfm.models.seq2seq_lm_preprocessor import Seq2SeqLMPreprocessor
-from keras_tfm.validation import check_rank
+from keras_tfm.validation import check_rank, check_token_id
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -77,17 +77,9 @@ class Seq2SeqLM(CausalLM):
         self.logits_bias = None
         if self.use_logits_bias:
             self.logits_bias = make_logits_bias(backbone.vocabulary_size)
-        if start_token_id is not None and (
-            isinstance(start_token_id, bool)
-            or not isinstance(start_token_id, (int, np.integer))
-            or not 0 <= start_token_id < backbone.vocabulary_size
-        ):
-            raise ValueError(
-                f"`start_token_id` must be None or an id in "
-                f"[0, {backbone.vocabulary_size}). Received: "
-                f"start_token_id={start_token_id!r}"
-            )
-        self.start_token_id = None if start_token_id is None else int(start_token_id)
+        self.start_token_id = check_token_id(
+            "start_token_id", start_token_id, backbone.vocabulary_size, optional=True
+        )
 
     @staticmethod
     def teacher_forcing(target_ids, start_token_id):

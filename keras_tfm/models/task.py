@@ -100,6 +100,13 @@ class Task(PresetMixin, keras.Model):
         preprocessor = getattr(self, "preprocessor", None)
         return None if preprocessor is None else preprocessor.tokenizer
 
+    def get_config(self):
+        """The Keras arguments and the two parts; a task adds its own."""
+        config = super().get_config()
+        config["backbone"] = keras.saving.serialize_keras_object(self.backbone)
+        config["preprocessor"] = keras.saving.serialize_keras_object(self.preprocessor)
+        return config
+
     def label_range(self):
         """The exclusive upper bound of label ids, or None to check nothing."""
         return None

@@ -12,6 +12,7 @@ from keras_tfm.kernels import activations, attention, masks, plain_attention
 from keras_tfm.layers import (
     decoder_block,
     feed_forward,
+    hyperparameters,
     learned_positional_embedding,
     multi_head_self_attention,
     patch_embedding,
@@ -30,6 +31,7 @@ MODULES = [
     plain_attention,
     decoder_block,
     feed_forward,
+    hyperparameters,
     learned_positional_embedding,
     multi_head_self_attention,
     patch_embedding,
