@@ -138,7 +138,31 @@ def test_presets_lists_weights_task_parameters_and_command(capsys):
     assert rows["smollm2_135m_instruct"][3].startswith("keras-tfm chat ")
 
 
-def test_each_suggested_command_runs(capsys):
+@pytest.fixture(scope="module")
+def kjv_gpt():
+    from keras_tfm import zoo
+
+    return zoo.from_preset("kjv_gpt")
+
+
+@pytest.fixture
+def one_kjv_gpt(kjv_gpt, monkeypatch):
+    """`zoo.from_preset("kjv_gpt")` gives the module's one kjv_gpt: a new
+    model would trace its decoding loop again (seconds) for the same answer.
+    Returns the names the command asked for."""
+    from keras_tfm import zoo
+
+    asked, load = [], zoo.from_preset
+
+    def from_preset(name, **kwargs):
+        asked.append(name)
+        return kjv_gpt if name == "kjv_gpt" and not kwargs else load(name, **kwargs)
+
+    monkeypatch.setattr(zoo, "from_preset", from_preset)
+    return asked
+
+
+def test_each_suggested_command_runs(capsys, one_kjv_gpt):
     """The commands `presets` suggests for the trained presets work as shown."""
     cli.main(["generate", "kjv_gpt", "--prompt", "And God said",
               "--max-new-tokens", "4", "--sampler", "greedy"])  # fmt: skip
@@ -150,14 +174,11 @@ def test_each_suggested_command_runs(capsys):
     assert capsys.readouterr().out == "computers\tReal programmers use vi.\n"
 
 
-def test_generate_takes_a_preset_as_it_takes_a_file(capsys):
-    from keras_tfm import zoo
-
+def test_generate_takes_a_preset_as_it_takes_a_file(capsys, one_kjv_gpt, kjv_gpt):
     cli.main(["generate", "kjv_gpt", "--prompt", "In the beginning",
               "--max-new-tokens", "6", "--sampler", "greedy"])  # fmt: skip
-    expected = zoo.from_preset("kjv_gpt").generate(
-        "In the beginning", max_new_tokens=6, sampler="greedy"
-    )
+    assert one_kjv_gpt == ["kjv_gpt"]
+    expected = kjv_gpt.generate("In the beginning", max_new_tokens=6, sampler="greedy")
     assert capsys.readouterr().out == expected + "\n"
 
 
