@@ -69,6 +69,28 @@ def test_train_learns_more_than_byte_frequencies(trained):
     assert loss < unigram - 0.2, (loss, unigram)
 
 
+@pytest.fixture(scope="module")
+def trained_model(trained):
+    from keras_tfm import saving
+
+    return saving.load_model(trained[0])
+
+
+@pytest.fixture
+def one_trained_model(trained, trained_model, monkeypatch):
+    """The command loads the module's one copy of the trained model: a new
+    copy would trace its decoding loop again for the same answer."""
+    from keras_tfm import saving
+
+    load = saving.load_model
+
+    def load_model(path, **kwargs):
+        return trained_model if Path(path) == trained[0] else load(path, **kwargs)
+
+    monkeypatch.setattr(saving, "load_model", load_model)
+    return trained_model
+
+
 def test_train_uses_the_device_defaults(trained):
     model, _, _ = trained
     expected = training.device_defaults().dtype_policy
@@ -80,15 +102,19 @@ def test_an_unknown_dtype_policy_is_refused():
         cli.main(["train", "--preset", "gpt_tiny", "--dtype-policy", "float8"])
 
 
-def test_generate_prints_what_the_saved_model_generates(trained, capsys):
+def test_generate_prints_what_the_saved_model_generates(
+    trained, one_trained_model, capsys
+):
     model, _, _ = trained
     prompts = ["In the", "And God"]
     arguments = ["--sampler", "greedy", "--max-new-tokens", "5"]
     cli.main(["generate", str(model), "--prompt", prompts[0], "--prompt", prompts[1]]
              + arguments)  # fmt: skip
     printed = capsys.readouterr().out.splitlines()[-2:]
-    loaded = keras.models.load_model(model)
-    expected = [loaded.generate(p, max_new_tokens=5, sampler="greedy") for p in prompts]
+    expected = [
+        one_trained_model.generate(p, max_new_tokens=5, sampler="greedy")
+        for p in prompts
+    ]
     assert printed == expected
 
 
@@ -337,7 +363,9 @@ def test_the_stderr_filter_drops_only_absl_lines():
     assert not any(launcher._ABSL_LINE.match(line) for line in kept)
 
 
-def test_generate_prints_the_streamed_sample_equal_to_the_whole(trained, capsys):
+def test_generate_prints_the_streamed_sample_equal_to_the_whole(
+    trained, one_trained_model, capsys
+):
     """Greedy: the pieces printed as they come join into `generate`'s output."""
     model, *_ = trained
     cli.main(
@@ -345,7 +373,7 @@ def test_generate_prints_the_streamed_sample_equal_to_the_whole(trained, capsys)
          "--sampler", "greedy"]
     )  # fmt: skip
     out = capsys.readouterr().out
-    expected = cli.resolve_model(str(model)).generate("In the", max_new_tokens=6)
+    expected = one_trained_model.generate("In the", max_new_tokens=6)
     assert expected.startswith("In the") and out.endswith(expected + "\n")
 
 
