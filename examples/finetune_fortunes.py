@@ -68,6 +68,7 @@ CONFIG = dict(
     head_probe_c=1.0,  # inverse L2 strength of that probe
     seed=0,  # the splits, the tokenizer's sample, pretraining
     finetune_seed=1,  # each fine-tuning run's head, dropout and batch order
+    run_eagerly=False,
 )
 QUICK = dict(
     vocabulary_size=300,
@@ -89,6 +90,7 @@ QUICK = dict(
     lora_rank=2,
     unlabelled_examples=300,
     evaluation_examples=150,
+    run_eagerly=True,  # a few steps a fit: tracing them would cost more
 )
 # ---------------------------------------------------------------------------
 
@@ -257,6 +259,7 @@ def pretrain(config, tokenizer, texts):
         ),
         weighted_metrics=["accuracy"],
         jit_compile=config["jit_compile"],
+        run_eagerly=config["run_eagerly"],
     )
     history = mlm.fit(
         unlabelled,
@@ -326,6 +329,7 @@ def finetune(config, tokenizer, new_backbone, datasets, num_classes, rates):
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
             jit_compile=config["jit_compile"],
+            run_eagerly=config["run_eagerly"],
         )
         probe_accuracy = None
         if config["probe_head"]:

@@ -109,13 +109,18 @@ def pytest_collection_modifyitems(config, items):
     # Under pytest-xdist's --dist loadgroup (the README's test command), every
     # test of the real SmolLM2 runs in one worker, which loads it once. Run
     # after pytest-xdist's own hook, the marks came too late and each worker
-    # loaded SmolLM2 and compiled its generation loop. Other tests are
-    # scheduled one by one; xdist starts the largest groups first.
+    # loaded SmolLM2 and compiled its generation loop. Every other module is
+    # a group of its own: scheduled test by test, a module's tests ran on
+    # both workers, which each built its module fixtures (a trained model, a
+    # converted checkpoint, a built site) and traced their functions. xdist
+    # starts the groups with the most tests first.
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
         if "smollm2" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("smollm2"))
+        elif item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def pytest_runtest_setup(item):

@@ -69,6 +69,28 @@ def test_train_learns_more_than_byte_frequencies(trained):
     assert loss < unigram - 0.2, (loss, unigram)
 
 
+@pytest.fixture(scope="module")
+def trained_model(trained):
+    from keras_tfm import saving
+
+    return saving.load_model(trained[0])
+
+
+@pytest.fixture
+def one_trained_model(trained, trained_model, monkeypatch):
+    """The command loads the module's one copy of the trained model: a new
+    copy would trace its decoding loop again for the same answer."""
+    from keras_tfm import saving
+
+    load = saving.load_model
+
+    def load_model(path, **kwargs):
+        return trained_model if Path(path) == trained[0] else load(path, **kwargs)
+
+    monkeypatch.setattr(saving, "load_model", load_model)
+    return trained_model
+
+
 def test_train_uses_the_device_defaults(trained):
     model, _, _ = trained
     expected = training.device_defaults().dtype_policy
@@ -80,15 +102,19 @@ def test_an_unknown_dtype_policy_is_refused():
         cli.main(["train", "--preset", "gpt_tiny", "--dtype-policy", "float8"])
 
 
-def test_generate_prints_what_the_saved_model_generates(trained, capsys):
+def test_generate_prints_what_the_saved_model_generates(
+    trained, one_trained_model, capsys
+):
     model, _, _ = trained
     prompts = ["In the", "And God"]
     arguments = ["--sampler", "greedy", "--max-new-tokens", "5"]
     cli.main(["generate", str(model), "--prompt", prompts[0], "--prompt", prompts[1]]
              + arguments)  # fmt: skip
     printed = capsys.readouterr().out.splitlines()[-2:]
-    loaded = keras.models.load_model(model)
-    expected = [loaded.generate(p, max_new_tokens=5, sampler="greedy") for p in prompts]
+    expected = [
+        one_trained_model.generate(p, max_new_tokens=5, sampler="greedy")
+        for p in prompts
+    ]
     assert printed == expected
 
 
@@ -138,7 +164,31 @@ def test_presets_lists_weights_task_parameters_and_command(capsys):
     assert rows["smollm2_135m_instruct"][3].startswith("keras-tfm chat ")
 
 
-def test_each_suggested_command_runs(capsys):
+@pytest.fixture(scope="module")
+def kjv_gpt():
+    from keras_tfm import zoo
+
+    return zoo.from_preset("kjv_gpt")
+
+
+@pytest.fixture
+def one_kjv_gpt(kjv_gpt, monkeypatch):
+    """`zoo.from_preset("kjv_gpt")` gives the module's one kjv_gpt: a new
+    model would trace its decoding loop again (seconds) for the same answer.
+    Returns the names the command asked for."""
+    from keras_tfm import zoo
+
+    asked, load = [], zoo.from_preset
+
+    def from_preset(name, **kwargs):
+        asked.append(name)
+        return kjv_gpt if name == "kjv_gpt" and not kwargs else load(name, **kwargs)
+
+    monkeypatch.setattr(zoo, "from_preset", from_preset)
+    return asked
+
+
+def test_each_suggested_command_runs(capsys, one_kjv_gpt):
     """The commands `presets` suggests for the trained presets work as shown."""
     cli.main(["generate", "kjv_gpt", "--prompt", "And God said",
               "--max-new-tokens", "4", "--sampler", "greedy"])  # fmt: skip
@@ -150,14 +200,11 @@ def test_each_suggested_command_runs(capsys):
     assert capsys.readouterr().out == "computers\tReal programmers use vi.\n"
 
 
-def test_generate_takes_a_preset_as_it_takes_a_file(capsys):
-    from keras_tfm import zoo
-
+def test_generate_takes_a_preset_as_it_takes_a_file(capsys, one_kjv_gpt, kjv_gpt):
     cli.main(["generate", "kjv_gpt", "--prompt", "In the beginning",
               "--max-new-tokens", "6", "--sampler", "greedy"])  # fmt: skip
-    expected = zoo.from_preset("kjv_gpt").generate(
-        "In the beginning", max_new_tokens=6, sampler="greedy"
-    )
+    assert one_kjv_gpt == ["kjv_gpt"]
+    expected = kjv_gpt.generate("In the beginning", max_new_tokens=6, sampler="greedy")
     assert capsys.readouterr().out == expected + "\n"
 
 
@@ -316,7 +363,9 @@ def test_the_stderr_filter_drops_only_absl_lines():
     assert not any(launcher._ABSL_LINE.match(line) for line in kept)
 
 
-def test_generate_prints_the_streamed_sample_equal_to_the_whole(trained, capsys):
+def test_generate_prints_the_streamed_sample_equal_to_the_whole(
+    trained, one_trained_model, capsys
+):
     """Greedy: the pieces printed as they come join into `generate`'s output."""
     model, *_ = trained
     cli.main(
@@ -324,7 +373,7 @@ def test_generate_prints_the_streamed_sample_equal_to_the_whole(trained, capsys)
          "--sampler", "greedy"]
     )  # fmt: skip
     out = capsys.readouterr().out
-    expected = cli.resolve_model(str(model)).generate("In the", max_new_tokens=6)
+    expected = one_trained_model.generate("In the", max_new_tokens=6)
     assert expected.startswith("In the") and out.endswith(expected + "\n")
 
 
