@@ -18,9 +18,18 @@ import), and TensorFlow's C++ logging must be configured before then:
   warnings raised by dependencies are ignored (keras_tfm's own still show).
 
 `keras-tfm ... --verbose` skips all of this.
+
+It also spares the commands two imports they never use: Keras imports
+scikit-learn (for `keras.wrappers`' estimators) and matplotlib (for
+`keras.visualization`) when they are installed, ~2.5 of the ~10 CPU seconds
+and 80 MB of `import keras_tfm` (benchmarks/cold_start.py). While
+TensorFlow, Keras and keras_tfm are imported, both look absent
+(`_deferred_imports`), as Keras allows (it then leaves those two features
+out); afterwards they import normally.
 """
 
 import contextlib
+import importlib.abc
 import logging
 import os
 import re
@@ -61,6 +70,34 @@ def _drop_absl_lines_from_stderr():
         os.close(saved)
 
 
+# Imported by Keras if present, used by no keras-tfm command.
+DEFERRED = ("sklearn", "matplotlib")
+
+
+class _Absent(importlib.abc.MetaPathFinder):
+    """An import finder for which the packages `names` are not installed."""
+
+    def __init__(self, names):
+        self.names = set(names)
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+@contextlib.contextmanager
+def _deferred_imports(names=DEFERRED):
+    """Within the block, the packages `names` cannot be imported (unless they
+    already are); after it, they import as usual."""
+    finder = _Absent(name for name in names if name not in sys.modules)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
 def quiet():
     """Silences TensorFlow's C++ logs and dependencies' Python warnings.
 
@@ -84,10 +121,11 @@ def main(argv=None):
     """The `keras-tfm` command (see `keras_tfm.cli`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--verbose" in argv:
-        from keras_tfm import cli
+        with _deferred_imports():
+            from keras_tfm import cli
     else:
         quiet()
-        with _drop_absl_lines_from_stderr():
+        with _drop_absl_lines_from_stderr(), _deferred_imports():
             import tensorflow  # noqa: F401 (imported here to filter its start-up lines)
 
             from keras_tfm import cli

@@ -5,9 +5,16 @@
 streamed as it is generated, with the whole conversation so far as the
 prompt. An empty line is skipped, `/reset` forgets the conversation, and
 end of input (Ctrl-D) or Ctrl-C ends it.
+
+A first short prompt goes through the compiled decoding step alone
+(`CausalLM.prompt_through_step`), so the answer comes without tracing and
+loading the compiled prefill; the later, longer prompts need it, and it is
+traced and loaded in the background while the user reads and types
+(`warm_next_turn`), not when the next line is sent.
 """
 
 import sys
+import threading
 
 PROMPT = "> "
 RESET = "/reset"
@@ -68,6 +75,7 @@ def converse(model, lines=None, out=None, max_new_tokens=256, **generate_kwargs)
     tokenizer = getattr(model, "tokenizer", None)
     limit = getattr(getattr(model, "backbone", None), "max_sequence_length", None)
     history = []
+    warming = None
     try:
         for line in lines:
             message = line.strip()
@@ -76,6 +84,8 @@ def converse(model, lines=None, out=None, max_new_tokens=256, **generate_kwargs)
             if message == RESET:
                 history = []
                 continue
+            if warming is not None:
+                warming.join()
             history.append({"role": "user", "content": message})
             if limit is not None and tokenizer is not None:
                 history = fitting_history(history, tokenizer, limit - max_new_tokens)
@@ -87,9 +97,44 @@ def converse(model, lines=None, out=None, max_new_tokens=256, **generate_kwargs)
                 out.flush()
             out.write("\n")
             history.append({"role": "assistant", "content": "".join(pieces)})
+            warming = warm_next_turn(model, history, max_new_tokens, generate_kwargs)
     except KeyboardInterrupt:
         out.write("\n")
+    if warming is not None:
+        warming.join()
     return history
+
+
+def warm_next_turn(model, history, max_new_tokens, generate_kwargs):
+    """Starts tracing (and loading) in a thread what the next turn needs.
+
+    The next prompt is `history` plus a user message: past the model's
+    `prompt_through_step` tokens it goes through the compiled prefill,
+    which this thread calls once on a stand-in of that prompt, with the
+    same settings and decoding buffer (the first new token is decoded and
+    dropped). Returns the thread (to join before the next turn), or None
+    for a model without the compiled prefill.
+    """
+    limit = getattr(model, "prompt_through_step", None)
+    tokenizer = getattr(model, "tokenizer", None)
+    if limit is None or tokenizer is None:
+        return None
+    upcoming = [*history, {"role": "user", "content": "?"}]
+    prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(upcoming))]
+    if len(prompt) <= limit:
+        return None
+
+    def warm():
+        steps = model.generate(
+            prompt, max_new_tokens, stream=True,
+            stop_token_ids=(tokenizer.end_token_id,), **generate_kwargs,
+        )  # fmt: skip
+        next(iter(steps), None)
+        steps.close()
+
+    thread = threading.Thread(target=warm, name="keras-tfm-warm", daemon=True)
+    thread.start()
+    return thread
 
 
 def _stdin_lines(prompt):

@@ -363,6 +363,22 @@ def test_the_stderr_filter_drops_only_absl_lines():
     assert not any(launcher._ABSL_LINE.match(line) for line in kept)
 
 
+def test_deferred_packages_look_absent_only_while_keras_is_imported(
+    tmp_path, monkeypatch
+):
+    launcher = pytest.importorskip("keras_tfm_launcher")
+    assert set(launcher.DEFERRED) == {"sklearn", "matplotlib"}
+    (tmp_path / "deferred_probe.py").write_text("value = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with launcher._deferred_imports(("deferred_probe",)):
+        with pytest.raises(ModuleNotFoundError, match="deferred_probe"):
+            import deferred_probe  # noqa: F401
+    import deferred_probe
+
+    assert deferred_probe.value == 1
+    monkeypatch.delitem(sys.modules, "deferred_probe")
+
+
 def test_generate_prints_the_streamed_sample_equal_to_the_whole(
     trained, one_trained_model, capsys
 ):

@@ -253,6 +253,10 @@ def test_docstring_examples(module):
 
 def test_chat_without_a_message_converses_with_history(tiny_gguf, monkeypatch):
     model = llama.load_gguf_llama(tiny_gguf)
+    # The first prompt goes through the compiled step, the next (longer)
+    # through the prefill, traced in the background after the first answer.
+    first = model.tokenizer(model.tokenizer.apply_chat_template("hello"))
+    model.prompt_through_step = len(first)
     asked = []
     real_chat = model.chat
 
@@ -274,3 +278,8 @@ def test_chat_without_a_message_converses_with_history(tiny_gguf, monkeypatch):
     greedy = real_chat([{"role": "user", "content": "hello"}], max_new_tokens=3)
     assert first_answer == greedy
     assert out.getvalue().split("\n")[0] == greedy
+    # Each compiled function traced once: the next turn found its prefill warm.
+    prefill, step = model.compiled_loops.get(("stream", ("tensor",)), None)
+    counts = [f.experimental_get_tracing_count() for f in (prefill, step)]
+    assert counts == [1, 1]
+

@@ -1,8 +1,9 @@
-"""TF-IDF + logistic regression: the classic text-classification baseline."""
+"""TF-IDF + logistic regression: the classic text-classification baseline.
 
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
+scikit-learn is imported when the baseline is fitted, not with keras_tfm:
+importing it (and SciPy with it) cost every `keras-tfm` command ~1 CPU
+second that only this function needs (benchmarks/cold_start.py).
+"""
 
 
 def tfidf_classifier(texts, labels, seed=0):
@@ -31,6 +32,10 @@ def tfidf_classifier(texts, labels, seed=0):
             "`texts` and `labels` must have the same length. Received: "
             f"len(texts)={len(texts)}, len(labels)={len(labels)}"
         )
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
     pipeline = make_pipeline(
         TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True),
         LogisticRegression(C=10.0, max_iter=2000, random_state=seed),

@@ -141,6 +141,7 @@ def stream_tokens(
     window_shift,
     fill_id,
     stop_token_ids,
+    prompt_through_step=False,
 ):
     """Decodes token by token on the host, yielding each step's new tokens.
 
@@ -151,6 +152,11 @@ def stream_tokens(
     is full and rows still need tokens, the window slides by `window_shift`
     (None: never) and the cache is re-filled.
 
+    `prompt_through_step`: the prompts go through `step` one token at a
+    time (after `prefill(tokens, 0)`, an empty cache) instead of through
+    `prefill`: for a short prompt, what saves tracing and loading the
+    compiled prefill (seconds) at the price of a few steps.
+
     Yields, per step, a list with one entry per row: the new token id, or
     None for a row that is still reading its prompt or is done. Every row
     ends after `max_new_tokens` new tokens or a stop id (which is yielded).
@@ -159,7 +165,10 @@ def stream_tokens(
     tokens, mask = pad_rows(windows, buffer_length, fill_id)
     counts, done = [0] * len(rows), [False] * len(rows)
     index = min(len(w) for w in windows)
-    cache = prefill(tokens, index)
+    if prompt_through_step:  # each prompt token's step samples nothing kept
+        cache, index = prefill(tokens, 0), 1
+    else:
+        cache = prefill(tokens, index)
     while not all(done):
         if index == buffer_length:
             if window_shift is None:

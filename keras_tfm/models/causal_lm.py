@@ -318,6 +318,16 @@ class CausalLM(QuantizationMixin, Task):
 
         return gen.compile_loop(prefill), gen.compile_loop(step)
 
+    prompt_through_step = 64
+    """Streamed prompts of at most this many tokens go through the compiled
+    decoding step one token at a time, not through the compiled prefill.
+
+    A process that streams one short answer (`keras-tfm chat "..."`) then
+    traces and loads one compiled function, not two: tracing SmolLM2's
+    prefill and loading its compiled program took ~8 CPU seconds of a
+    second run, 64 steps take ~1 (benchmarks/cold_start.py). 0: always the
+    prefill (a sequence-to-sequence model's context needs it)."""
+
     def decode_buffer_length(self, needed):
         """The buffer of the built-in samplers' loop: a power of two (at least
         64) holding `needed` positions, at most `max_sequence_length`. Few
@@ -704,8 +714,11 @@ class CausalLM(QuantizationMixin, Task):
         length = self.backbone.max_sequence_length
         if not slides:
             length = self.decode_buffer_length(longest + max_new_tokens)
+        through_step = longest <= self.prompt_through_step
 
         def prefill_state(tokens, start):
+            if through_step and start == 0:  # the compiled prefill is not needed
+                return (), self.backbone.empty_cache(tokens.shape[0], tokens.shape[1])
             return prefill(encoder_inputs, tokens, np.int32(start))
 
         def step_state(tokens, state, index, mask):
@@ -722,6 +735,7 @@ class CausalLM(QuantizationMixin, Task):
             window_shift if slides else None,
             self.fill_id,
             stop_token_ids,
+            prompt_through_step=through_step,
         )
         if any(strings):
             steps = stop_text.stop_at_strings(steps, strings, settings["token_bytes"])

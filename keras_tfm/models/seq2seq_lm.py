@@ -62,6 +62,7 @@ class Seq2SeqLM(CausalLM):
 
     backbone_class = Seq2SeqBackbone
     preprocessor_class = Seq2SeqLMPreprocessor
+    prompt_through_step = 0  # the decoding steps read the encoder's context
 
     def __init__(
         self,

@@ -81,3 +81,27 @@ def test_prefill_captures_no_all_ones_mask_between_its_loops(padding_id):
     else:
         masks = [np.asarray(mask) for mask in seen]
         assert all(np.array_equal(m, tokens != 0) for m in masks)
+
+
+def test_a_short_streamed_prompt_goes_through_the_step_and_traces_no_prefill():
+    # A one-shot `keras-tfm chat` pays the tracing and loading of each
+    # compiled function it calls: a short prompt needs only the step.
+    model = causal_lm(
+        vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=64,
+    )  # fmt: skip
+    whole = model.generate([1, 2, 3, 4, 5], 6)
+    model.compiled_loops.invalidate()
+    streamed = [int(t) for t in model.generate([1, 2, 3, 4, 5], 6, stream=True)]
+    assert streamed == [int(t) for t in whole[5:]]
+    ((prefill, step),) = model.compiled_loops.values()
+    assert prefill.experimental_get_tracing_count() == 0
+    assert step.experimental_get_tracing_count() == 1
+    # A new prompt length and a sampler setting reuse the one traced step.
+    list(model.generate([7, 8], 3, stream=True, sampler="top_k", top_k=5, seed=1))
+    assert step.experimental_get_tracing_count() == 1
+    # Past `prompt_through_step` the prompt goes through the prefill.
+    model.prompt_through_step = 2
+    long = [int(t) for t in model.generate([1, 2, 3, 4, 5], 6, stream=True)]
+    assert long == streamed
+    assert prefill.experimental_get_tracing_count() == 1
