@@ -25,7 +25,7 @@ preset.
 
     python examples/prune_classifier.py              # ~20 min on 2 cores
     python examples/prune_classifier.py --save-preset zoo/fortunes_classifier_pruned
-    python examples/prune_classifier.py --distill --step 0.125  # ~25 min
+    python examples/prune_classifier.py --distill --step 0.125  # ~16 min
     python examples/prune_classifier.py --quick      # a minute: slices, 1 step
 """
 
