@@ -2,17 +2,20 @@
 
 Starts from `zoo/fortunes_classifier` (2 layers of 4 heads and 256
 feed-forward units) and removes 25%, then 50%, then 75% of all heads and
-of all units, each step from the last: the importance of every head and
-unit is measured on training examples (`keras_tfm.training.head_importance`
-and `ffn_importance`: the gradient of the loss by a gate on each output,
-Michel et al., 2019), the least important are removed across layers
-(`least_important`: every layer keeps a head), the smaller dense model is
-built (`prune_heads`, `prune_ffn`), then fine-tuned for a few epochs (with
---distill also towards the unpruned model's softened logits),
-keeping its epoch of best validation accuracy (or no fine-tuning, if none
-beats the pruned model as it was). Every variant is measured on the same
-test split (`fortune_splits(seed=0)`, the zoo card's): accuracy,
-macro-F1, parameters, `.keras` size and CPU latency of one compiled
+of all units, each from the last (with --step, in smaller steps): the
+importance of every head and unit is measured on training examples
+(`keras_tfm.training.head_importance` and `ffn_importance`: the gradient
+of the loss by a gate on each output, Michel et al., 2019), the least
+important are removed across layers (`least_important`: every layer
+keeps a head), the smaller dense model is built (`prune_heads`,
+`prune_ffn`), then fine-tuned (up to three epochs at 25/50/75%, one
+after an intermediate step) on the labels (with --distill also towards
+the unpruned model's softened logits: knowledge distillation), keeping
+its epoch of best validation accuracy (or no fine-tuning, if none beats
+the pruned model as it was). Every variant is measured on the validation
+split and on the same test split (`fortune_splits(seed=0)`, the zoo
+card's): accuracy, macro-F1, parameters, `.keras` size and CPU latency of
+one compiled
 `predict_on_batch` at batch 1 and 32 (median of repeated calls on the
 first 32 test texts, padded to the longest), beside the unpruned preset,
 its `model.quantize("int8")` and the distilled student of
@@ -22,13 +25,14 @@ preset.
 
     python examples/prune_classifier.py              # ~20 min on 2 cores
     python examples/prune_classifier.py --save-preset zoo/fortunes_classifier_pruned
-    python examples/prune_classifier.py --distill    # the unpruned model teaches
+    python examples/prune_classifier.py --distill --step 0.125  # ~16 min
     python examples/prune_classifier.py --quick      # a minute: slices, 1 step
 """
 
 import argparse
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -40,6 +44,8 @@ from pathlib import Path
 CONFIG = dict(
     preset="fortunes_classifier",
     fractions=[0.25, 0.5, 0.75],  # of all heads and of all units, removed
+    step=0.25,  # at most this share of all removed at a time
+    step_epochs=1,  # fine-tuning after a step between two `fractions`
     method="gradient",  # or "magnitude"
     importance_examples=2048,  # training examples the importance is read on
     importance_batch_size=4,  # rows of the longest bucket: near per-example
@@ -55,6 +61,7 @@ CONFIG = dict(
     preset_fraction=0.5,  # the step saved by --save-preset
     # --distill: fine-tune against the unpruned model's softened logits too
     # (keras_tfm.training.Distiller: alpha on the labels, 1 - alpha on it).
+    distill=False,
     alpha=0.5,
     temperature=2.0,
     seed=0,
@@ -62,6 +69,7 @@ CONFIG = dict(
 # --quick: slices of the splits, one step, one epoch, few repeats.
 QUICK = dict(
     fractions=[0.5],
+    step=0.5,
     importance_examples=32,
     importance_batch_size=32,
     fine_tune_epochs=1,
@@ -87,6 +95,8 @@ def parse_args(argv=None):
     parser.add_argument("--method", choices=["gradient", "magnitude"], default=None)
     parser.add_argument("--distill", action="store_true",
                         help="the unpruned model teaches each fine-tuning")  # fmt: skip
+    parser.add_argument("--step", type=float, default=None,
+                        help="share of heads and units removed at a time")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -163,13 +173,28 @@ def latencies_ms(models, inputs, repeats, jit_compile="auto"):
     return {name: 1000 * statistics.median(t) for name, t in times.items()}
 
 
-def fine_tune(model, train_ds, validation_ds, evaluate, config, teacher=None):
-    """Fine-tunes `model` in place, keeping the best validation epoch; keeps
-    the model as it was if no epoch beats it. Returns the epoch (0: none).
-    With a `teacher`, the loss also pulls towards its softened logits."""
+def fractions_on_the_way(fractions, step):
+    """Every fraction pruned to, in order: `fractions` and, between two of
+    them, steps of at most `step`; e.g. [0.25, 0.5] by 0.125 is
+    [0.125, 0.25, 0.375, 0.5]."""
+    if isinstance(step, bool) or not 0 < step < 1:
+        raise ValueError(f"`step` must be in (0, 1). Received: step={step!r}")
+    path, last = [], 0.0
+    for fraction in fractions:
+        count = max(1, math.ceil(round((fraction - last) / step, 9)))
+        path += [last + (fraction - last) * (i + 1) / count for i in range(count)]
+        last = fraction
+    return path
+
+
+def fine_tune(model, train_ds, validation_ds, evaluate, config, epochs, teacher=None):
+    """Fine-tunes `model` in place for at most `epochs`, keeping the best
+    validation epoch; keeps the model as it was if no epoch beats it.
+    Returns the epoch (0: none). With a `teacher`, the loss also pulls
+    towards its softened logits."""
     before = evaluate(model, validation_ds)["accuracy"]
     weights = model.get_weights()
-    steps = sum(1 for _ in train_ds) * config["fine_tune_epochs"]
+    steps = sum(1 for _ in train_ds) * epochs
     schedule = keras.optimizers.schedules.CosineDecay(
         0.0, decay_steps=max(1, steps - steps // 10),
         warmup_target=config["learning_rate"], warmup_steps=max(1, steps // 10),
@@ -186,11 +211,10 @@ def fine_tune(model, train_ds, validation_ds, evaluate, config, teacher=None):
                         alpha=config["alpha"], temperature=config["temperature"],
                         run_eagerly=config["run_eagerly"])  # fmt: skip
     best = keras.callbacks.EarlyStopping(
-        "val_accuracy", mode="max", patience=config["fine_tune_epochs"],
-        restore_best_weights=True,
-    )  # fmt: skip
+        "val_accuracy", mode="max", patience=epochs, restore_best_weights=True
+    )
     trainer.fit(train_ds, validation_data=validation_ds, shuffle=False, verbose=2,
-                epochs=config["fine_tune_epochs"], callbacks=[best])  # fmt: skip
+                epochs=epochs, callbacks=[best])  # fmt: skip
     if evaluate(model, validation_ds)["accuracy"] <= before:
         model.set_weights(weights)
         return 0
@@ -200,7 +224,7 @@ def fine_tune(model, train_ds, validation_ds, evaluate, config, teacher=None):
 def table(rows):
     lines = [
         f"{'model':<34} {'heads':>5} {'units':>5} {'params':>9} {'.keras':>8} "
-        f"{'acc':>6} {'F1':>6} {'b=1 ms':>7} {'b=32 ms':>8} {'speed-up':>8}"
+        f"{'val':>6} {'acc':>6} {'F1':>6} {'b=1 ms':>7} {'b=32 ms':>8} {'speed-up':>8}"
     ]
     base = rows["unpruned (zoo)"]["latency_32_ms"]
     for name, row in rows.items():
@@ -208,7 +232,8 @@ def table(rows):
         units = "" if row["units"] is None else row["units"]
         lines.append(
             f"{name:<34} {heads:>5} {units:>5} {row['parameters']:>9,} "
-            f"{row['bytes'] / 1e6:>6.2f}MB {row['accuracy']:>6.3f} "
+            f"{row['bytes'] / 1e6:>6.2f}MB {row['validation_accuracy']:>6.3f} "
+            f"{row['accuracy']:>6.3f} "
             f"{row['macro_f1']:>6.3f} {row['latency_1_ms']:>7.2f} "
             f"{row['latency_32_ms']:>8.2f} {base / row['latency_32_ms']:>7.2f}x"
         )
@@ -222,6 +247,10 @@ def main(argv=None):
         config["fine_tune_epochs"] = args.epochs
     if args.method is not None:
         config["method"] = args.method
+    if args.step is not None:
+        config["step"] = args.step
+    if args.distill:
+        config["distill"] = True
     helpers = _classify_fortunes()
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
@@ -262,6 +291,7 @@ def main(argv=None):
     def measure(model, pruned=True):
         heads, units = shape_of(model) if pruned else (None, None)
         return dict(evaluate(model), heads=heads, units=units,
+                    validation_accuracy=evaluate(model, validation_ds)["accuracy"],
                     parameters=model.count_params(),
                     bytes=file_size(model))  # fmt: skip
 
@@ -277,14 +307,25 @@ def main(argv=None):
     heads, units = shape_of(model)
     steps, models = [], {}
     current = model
-    for fraction in config["fractions"]:
+    teacher = model if config["distill"] else None
+    for fraction in fractions_on_the_way(config["fractions"], config["step"]):
         step_start = time.time()
         current = prune_to(current, round(heads * (1 - fraction)),
                            round(units * (1 - fraction)), importance_ds,
                            config["method"])  # fmt: skip
+        reported = any(math.isclose(fraction, f) for f in config["fractions"])
+        if not reported:
+            epoch = fine_tune(current, train_ds, validation_ds, evaluate, config,
+                              config["step_epochs"], teacher)  # fmt: skip
+            seconds = time.time() - step_start
+            steps.append(dict(fraction=fraction, seconds=seconds,
+                              shape=shape_of(current), epoch=epoch))  # fmt: skip
+            print(f"pruned {fraction:.1%}: {shape_of(current)} heads/units "
+                  f"(epoch {epoch})", flush=True)  # fmt: skip
+            continue
         before = evaluate(current)
         epoch = fine_tune(current, train_ds, validation_ds, evaluate, config,
-                          teacher=model if args.distill else None)  # fmt: skip
+                          config["fine_tune_epochs"], teacher)  # fmt: skip
         name = f"pruned {fraction:.0%}"
         backbone = current.backbone
         rows[name] = dict(
@@ -295,7 +336,8 @@ def main(argv=None):
             units_per_layer=backbone.intermediate_dim_per_layer,
         )
         models[fraction] = variants[name] = current
-        steps.append(dict(fraction=fraction, seconds=time.time() - step_start))
+        steps.append(dict(fraction=fraction, seconds=time.time() - step_start,
+                          shape=shape_of(current), epoch=epoch))  # fmt: skip
         after = rows[name]["accuracy"]
         print(f"{name}: {shape_of(current)} heads/units, accuracy "
               f"{before['accuracy']:.3f} before fine-tuning, {after:.3f} after "
@@ -309,7 +351,7 @@ def main(argv=None):
     print(f"load average {os.getloadavg()[0]:.1f}; inputs: the first 32 test texts, "
           f"{inputs['token_ids'].shape[1]} tokens")  # fmt: skip
     print(table(rows))
-    summary = dict(config=config, distill=args.distill, results=rows, steps=steps,
+    summary = dict(config=config, results=rows, steps=steps,
                    sequence_length=int(inputs["token_ids"].shape[1]),
                    load_average=os.getloadavg()[0],
                    seconds=time.time() - start)  # fmt: skip
@@ -326,19 +368,27 @@ def save_preset(model, directory, summary, argv):
     row, base = summary["results"][name], summary["results"]["unpruned (zoo)"]
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["python examples/prune_classifier.py", *argv])
+    points = 100 * (round(base["accuracy"], 3) - round(row["accuracy"], 3))
+    gap = "within 1 point" if points <= 1 + 1e-9 else f"{points:.1f} points lower"
+    teacher = (" and the unpruned model's softened logits"
+               if summary["config"]["distill"] else "")  # fmt: skip
     return keras_tfm.zoo.save_preset(
         uncompiled_copy(model),
         directory,
         description=(
             f"`fortunes_classifier` with {summary['config']['preset_fraction']:.0%} "
             f"of its attention heads and feed-forward units removed by "
-            f"importance, then fine-tuned: {row['heads']} of {base['heads']} heads "
+            f"importance in steps of {summary['config']['step']:.1%}, each "
+            f"fine-tuned on the labels{teacher}: {row['heads']} of "
+            f"{base['heads']} heads "
             f"({list(row['heads_per_layer'])} per layer) and {row['units']} of "
             f"{base['units']} units ({list(row['units_per_layer'])}), a smaller "
             "dense model (`EncoderBackbone`'s `num_heads_per_layer` and "
             "`intermediate_dim_per_layer`). Test split: accuracy "
             f"{row['accuracy']:.3f}, macro-F1 {row['macro_f1']:.3f} (unpruned "
-            f"{base['accuracy']:.3f} / {base['macro_f1']:.3f}); CPU latency at "
+            f"{base['accuracy']:.3f} / {base['macro_f1']:.3f}: {gap}); "
+            f"validation accuracy {row['validation_accuracy']:.3f} (unpruned "
+            f"{base['validation_accuracy']:.3f}); CPU latency at "
             f"batch 32 {row['latency_32_ms']:.1f} ms against "
             f"{base['latency_32_ms']:.1f} ms, at batch 1 {row['latency_1_ms']:.1f} "
             f"against {base['latency_1_ms']:.1f} ms (2 shared cores, load "

@@ -2,15 +2,18 @@
 
 The images are cut into 2x2 patches (16 per image, plus a class token) and
 read by the text encoder's own `TransformerEncoderBlock`s
-(`keras_tfm.models.VisionTransformer`). Baselines on the same stratified
-split (`keras_tfm.datasets.digits_splits(seed=0)`: 1,077 training, 360
-validation and 360 test images): logistic regression on the 64 pixels (its
-C chosen on validation) and a small CNN (two 3x3 convolutions, max-pooling,
+(`keras_tfm.models.VisionTransformer`); the head reads the mean of the
+patch vectors (mean pooling beat the class token on validation).
+Baselines on the same stratified split
+(`keras_tfm.datasets.digits_splits(seed=0)`: 1,077 training, 360
+validation and 360 test images): logistic regression on the 64 pixels
+(its C chosen on validation) and a small CNN (two 3x3 convolutions, max-pooling,
 a dense layer) trained like the ViT, with the same random shifts of up to
-one pixel, each keeping its epoch of best validation accuracy. Prints test
-accuracy and parameters of all three, draws the class token's attention
-over the patches (last layer, mean of the heads) for a few test digits,
-and writes results.json to --output.
+one pixel, each keeping its epoch of best validation accuracy. Prints
+validation and test accuracy and parameters of all three, draws the
+attention paid to each patch (last layer, mean of the heads and of the
+patches reading) for a few test digits, and writes results.json to
+--output.
 
     python examples/vit_digits.py                          # a few minutes
     python examples/vit_digits.py --figure docs/images/vit_digits_attention.png \
@@ -27,10 +30,15 @@ from pathlib import Path
 
 # --- Configuration ---------------------------------------------------------
 CONFIG = dict(
+    # Chosen on validation (accuracy): mean pooling 0.969 against the class
+    # token's 0.961 (150 epochs, dropout 0.1); then, the training accuracy
+    # at 0.96, no dropout and 300 epochs 0.981; random rotations of 10
+    # degrees and label smoothing 0.1 lost (0.953), rotations alone on top
+    # of this recipe tied (0.981, docs/results.md).
     vit=dict(patch_size=2, num_layers=4, num_heads=4, hidden_dim=64,
-             intermediate_dim=128, dropout=0.1),  # fmt: skip
+             intermediate_dim=128, dropout=0.0, pooling="mean"),  # fmt: skip
     cnn=dict(filters=(32, 64), dense=128, dropout=0.1),
-    epochs=150,  # at most: each network keeps its best validation epoch
+    epochs=300,  # at most: each network keeps its best validation epoch
     batch_size=64,
     learning_rate=1e-3,  # AdamW peak, linear warm-up then cosine decay
     weight_decay=0.05,
@@ -90,7 +98,8 @@ def logistic_regression(splits, grid, seed):
             best = (score, c, model)
     _, c, model = best
     accuracy = model.score(flattened(splits["test"][0]), splits["test"][1])
-    return dict(accuracy=float(accuracy), parameters=int(model.coef_.size
+    return dict(accuracy=float(accuracy), validation_accuracy=float(best[0]),
+                parameters=int(model.coef_.size
                 + model.intercept_.size), c=c)  # fmt: skip
 
 
@@ -146,6 +155,7 @@ def fit(model, splits, config):
     model.fit(train, validation_data=splits["validation"], epochs=config["epochs"],
               callbacks=[best], shuffle=False, verbose=0)  # fmt: skip
     return dict(accuracy=test_accuracy(model, splits["test"]),
+                validation_accuracy=test_accuracy(model, splits["validation"]),
                 parameters=model.count_params(), best_epoch=best.best_epoch + 1,
                 fit_seconds=round(time.time() - start, 1))  # fmt: skip
 
@@ -156,12 +166,15 @@ def test_accuracy(model, split):
     return float(np.mean(logits.argmax(-1) == labels))
 
 
-def class_token_attention(model, images):
-    """(n, rows, columns): the class token's attention over the patches in
-    the last layer, averaged over heads."""
+def patch_attention(model, images):
+    """(n, rows, columns): the attention paid to each patch in the last
+    layer, averaged over heads, by what the head reads: the class token
+    (`pooling="cls"`) or, averaged, every patch (`pooling="mean"`)."""
     _, scores = model(images, return_attention_scores=True)
     last = np.asarray(scores[-1]).mean(axis=1)  # (n, 1 + N, 1 + N)
-    return last[:, 0, 1:].reshape(len(images), *model.patch_embedding.grid)
+    readers = last[:, :1] if model.pooling == "cls" else last[:, 1:]
+    paid = readers.mean(axis=1)[:, 1:]  # (n, N): to the patches
+    return paid.reshape(len(images), *model.patch_embedding.grid)
 
 
 def draw_attention(model, images, labels, path):
@@ -170,7 +183,7 @@ def draw_attention(model, images, labels, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    attention = class_token_attention(model, images)
+    attention = patch_attention(model, images)
     predicted = model.predict(images, verbose=0).argmax(-1)
     figure, axes = plt.subplots(2, len(images), figsize=(1.6 * len(images), 3.6))
     axes = np.asarray(axes).reshape(2, len(images))
@@ -186,9 +199,10 @@ def draw_attention(model, images, labels, path):
             axis.set_xticks([])
             axis.set_yticks([])
     axes[0, 0].set_ylabel("digit\n(label -> predicted)", fontsize=8)
-    axes[1, 0].set_ylabel("class token's\nattention", fontsize=8)
-    figure.suptitle("ViT on 8x8 digits: the class token's attention over the "
-                    "2x2 patches (last layer, mean of heads)", fontsize=9)  # fmt: skip
+    reader = "the class token" if model.pooling == "cls" else "all patches (mean)"
+    axes[1, 0].set_ylabel(f"attention paid by\n{reader}", fontsize=8)
+    figure.suptitle(f"ViT on 8x8 digits: attention paid to the 2x2 patches by "
+                    f"{reader} (last layer, mean of heads)", fontsize=9)  # fmt: skip
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -225,9 +239,11 @@ def main(argv=None):
     )
     results["ViT (keras_tfm)"] = fit(vit, splits, config)
 
-    print(f"{'model':<30} {'test accuracy':>13} {'parameters':>10} {'epoch':>5}")
+    print(f"{'model':<30} {'validation':>10} {'test accuracy':>13} "
+          f"{'parameters':>10} {'epoch':>5}")  # fmt: skip
     for name, row in results.items():
-        print(f"{name:<30} {row['accuracy']:>13.3f} {row['parameters']:>10,} "
+        print(f"{name:<30} {row['validation_accuracy']:>10.3f} "
+              f"{row['accuracy']:>13.3f} {row['parameters']:>10,} "
               f"{row.get('best_epoch', ''):>5}")  # fmt: skip
     count = config["figure_digits"]
     figure = draw_attention(vit, splits["test"][0][:count], splits["test"][1][:count],
@@ -257,14 +273,18 @@ def save_preset(model, directory, summary, argv):
         description=(
             f"A Vision Transformer ({vit['num_layers']} layers, hidden "
             f"{vit['hidden_dim']}, {vit['num_heads']} heads, "
-            f"{vit['patch_size']}x{vit['patch_size']} patches and a class token) "
-            "that reads scikit-learn's 8x8 handwritten digits (float32 images "
+            f"{vit['patch_size']}x{vit['patch_size']} patches, "
+            f"{'a class token' if vit.get('pooling', 'cls') == 'cls' else 'mean'} "
+            "pooling) that reads scikit-learn's 8x8 handwritten digits (float32 images "
             "(batch, 8, 8, 1), pixels / 16) and returns the logits of the ten "
             "digits, built from the text encoder's `TransformerEncoderBlock`. "
             f"Test accuracy {ours['accuracy']:.3f} on "
             "`keras_tfm.datasets.digits_splits(seed=0)`; on the same split a "
             f"small CNN: {cnn['accuracy']:.3f}, logistic regression on the "
-            f"pixels: {logistic['accuracy']:.3f}. "
+            f"pixels: {logistic['accuracy']:.3f} (validation accuracy: ViT "
+            f"{ours['validation_accuracy']:.3f}, CNN "
+            f"{cnn['validation_accuracy']:.3f}, logistic regression "
+            f"{logistic['validation_accuracy']:.3f}). "
             '`model.predict(digits_splits()["test"][0])` gives the logits; '
             "`model(images, return_attention_scores=True)` the attention."
         ),

@@ -34,6 +34,18 @@ def test_prune_to_reaches_the_counts_asked_for_across_steps():
     assert model(np.array([[2, 5, 7, 0]])).shape == (1, 3)
 
 
+def test_fractions_on_the_way_step_between_the_reported_fractions():
+    example = load_example()
+    path = example.fractions_on_the_way([0.25, 0.5, 0.75], 0.125)
+    np.testing.assert_allclose(path, [0.125, 0.25, 0.375, 0.5, 0.625, 0.75])
+    # A step that does not divide a gap: equal steps no larger than it.
+    np.testing.assert_allclose(example.fractions_on_the_way([0.5], 0.2),
+                               [1 / 6, 2 / 6, 0.5])  # fmt: skip
+    assert example.fractions_on_the_way([0.5], 0.5) == [0.5]
+    with pytest.raises(ValueError, match="Received: step=0"):
+        example.fractions_on_the_way([0.5], 0)
+
+
 @requires_debian_package("fortunes")
 @pytest.mark.slow
 def test_quick_run_prunes_the_zoo_classifier_and_prints_the_table(tmp_path, capsys):

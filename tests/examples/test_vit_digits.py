@@ -15,20 +15,28 @@ def load_example():
     return example
 
 
-def test_the_class_tokens_attention_is_a_distribution_over_the_patches():
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_the_attention_paid_to_the_patches_is_read_off_the_last_layer(pooling):
     import keras_tfm
 
     example = load_example()
     model = keras_tfm.models.VisionTransformer(
         image_shape=(8, 8, 1), patch_size=2, num_layers=1, num_heads=2,
-        hidden_dim=8, intermediate_dim=8, num_classes=10)  # fmt: skip
+        hidden_dim=8, intermediate_dim=8, num_classes=10, pooling=pooling)  # fmt: skip
     images = np.random.default_rng(0).uniform(size=(3, 8, 8, 1)).astype("float32")
-    attention = example.class_token_attention(model, images)
+    attention = example.patch_attention(model, images)
     assert attention.shape == (3, 4, 4)
-    # The class token also attends to itself: the patches hold the rest.
     _, scores = model(images, return_attention_scores=True)
-    itself = np.asarray(scores[-1]).mean(1)[:, 0, 0]
-    np.testing.assert_allclose(attention.sum((1, 2)) + itself, 1.0, atol=1e-5)
+    last = np.asarray(scores[-1], np.float64).mean(1)  # (3, 17, 17)
+    # Every reader's row is a distribution; what the patches get is the rest
+    # after the class token's column.
+    readers = slice(0, 1) if pooling == "cls" else slice(1, 17)
+    to_class_token = last[:, readers, 0].mean(1)
+    np.testing.assert_allclose(attention.sum((1, 2)) + to_class_token, 1.0,
+                               atol=1e-5)  # fmt: skip
+    # Patch (row 1, column 2) is token 1 + 1 * 4 + 2.
+    np.testing.assert_allclose(attention[:, 1, 2], last[:, readers, 7].mean(1),
+                               atol=1e-6)  # fmt: skip
 
 
 @pytest.mark.slow

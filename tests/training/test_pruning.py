@@ -10,6 +10,7 @@ import pytest
 import keras_tfm
 from keras_tfm.models import EncoderBackbone, EncoderClassifier
 from keras_tfm.training import pruning
+from tests.conftest import requires_debian_package
 from tests.layers import numpy_reference as ref
 from tests.layers.test_multi_head_self_attention import reference_weights
 
@@ -262,14 +263,33 @@ def test_docstring_examples():
     assert result.attempted > 0 and result.failed == 0
 
 
-def test_the_shipped_pruned_preset_is_the_smaller_dense_model():
+@requires_debian_package("fortunes")
+def test_the_shipped_pruned_preset_is_the_smaller_dense_model_its_card_claims():
+    import re
+
     from keras_tfm import zoo
+    from keras_tfm.data.classification import classification_dataset
+    from keras_tfm.datasets.fortunes import fortune_splits
+    from keras_tfm.models.text_classification import predict_with_labels
 
     pruned = zoo.from_preset("fortunes_classifier_pruned")
-    full = zoo.from_preset("fortunes_classifier")
     backbone = pruned.backbone
     assert sum(backbone.num_heads_per_layer) == 4  # half of 2 x 4
     assert sum(backbone.intermediate_dim_per_layer) == 256  # half of 2 x 256
-    assert pruned.count_params() < full.count_params()
-    assert pruned.class_names == full.class_names
+    assert pruned.count_params() < 798_747  # the unpruned classifier's
+    card = zoo.preset_card("fortunes_classifier_pruned")
+    pattern = r"Test split: accuracy (0\.\d+), .*?\(unpruned (0\.\d+)"
+    claimed, unpruned = (float(x) for x in re.search(pattern, card).groups())
+    # Its unpruned figure is the unpruned card's, and the gap is as stated.
+    full = zoo.preset_card("fortunes_classifier")
+    assert f"Test split: accuracy {unpruned:.3f}" in full
+    gap = round(100 * (unpruned - claimed), 1)
+    assert ("within 1 point" in card) == (gap <= 1), gap
+    # ... and its accuracy is what the shipped weights score on the test split.
+    texts, labels = fortune_splits(seed=0)["test"]
+    assert len(labels) > 1000
+    data = classification_dataset(texts, labels, pruned.tokenizer, 64, 128)
+    logits, labels = predict_with_labels(pruned, data)
+    accuracy = float(np.mean(logits.argmax(-1) == labels))
+    assert abs(accuracy - claimed) <= 0.0005 + 1.5 / len(labels)
     assert pruned.classify("Real programmers use vi.") in pruned.class_names
