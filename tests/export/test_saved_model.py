@@ -92,15 +92,13 @@ def exported(tmp_path_factory, smollm2):
         )
     }  # fmt: skip
     models["smollm2_135m_instruct"] = smollm2  # the session's, loaded once
-    # Weight-only int8 and bfloat16 through the new signatures.
+    # A weight-only int8 model through the new signatures (bfloat16 is the
+    # same path, `cast_weights`: not repeated here, each costs two compiles).
     models["kjv_gpt_int8"] = zoo.from_preset("kjv_gpt")
     models["kjv_gpt_int8"].quantize("int8", config=int8_weight_only_config())
-    models["translator_bfloat16"] = zoo.from_preset("translator_de_en")
-    models["translator_bfloat16"].cast_weights("bfloat16")
     options = {"smollm2_135m_instruct": {"signatures": ["chat"],
                                          "max_new_tokens": SMOLLM2_NEW_TOKENS},
-               "kjv_gpt_int8": {"signatures": ["generate_with_options"]},
-               "translator_bfloat16": {"signatures": ["translate"]}}
+               "kjv_gpt_int8": {"signatures": ["generate_with_options"]}}
     for name, model in models.items():
         kwargs = {"max_new_tokens": MAX_NEW_TOKENS, **options.get(name, {})}
         export.export_saved_model(model, root / name, **kwargs)
@@ -122,7 +120,6 @@ def exported(tmp_path_factory, smollm2):
           "length_penalty": 1.5}),
         ("kjv_gpt_int8", "generate_with_options",
          {"prompts": KJV_PROMPTS, "max_new_tokens": 8, **GREEDY}),
-        ("translator_bfloat16", "translate", {"sources": SOURCES}),
     ]  # fmt: skip
     payload = [
         {"directory": str(root / name), "signature": sig, "inputs": inputs}
@@ -255,14 +252,12 @@ def test_translate_gives_the_python_greedy_and_beam_texts(exported):
     assert "“" in beam["texts"][1] or "'" in beam["texts"][1]  # quotes rejoined
 
 
-def test_int8_and_bfloat16_models_give_their_python_texts(exported):
+def test_an_int8_model_gives_its_python_texts(exported):
     # The exported loop is the quantized model's own: its greedy texts are
-    # those of the same int8 / bfloat16 model in Python, not merely close.
-    # Their drift from float32 is the quantization's (docs/export.md).
+    # those of the same int8 model in Python, not merely close. Its drift
+    # from float32 is the quantization's (docs/export.md).
     model, inputs, got = answer(exported, 10)
     assert got["texts"] == model.generate(inputs["prompts"], inputs["max_new_tokens"])
-    model, inputs, got = answer(exported, 11)
-    assert got["texts"] == model.generate(inputs["sources"], MAX_NEW_TOKENS)
     models, _, _, root = exported
     float32 = sum(f.stat().st_size for f in (root / "kjv_gpt").rglob("*"))
     int8 = sum(f.stat().st_size for f in (root / "kjv_gpt_int8").rglob("*"))
