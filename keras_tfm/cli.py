@@ -340,8 +340,9 @@ def cache(args):
 
 
 def export(args):
-    from keras_tfm.export.command import run_export
+    from keras_tfm.export.command import run_export, saved_model_options
 
+    saved_model_options(args)  # a bad flag is reported before the model loads
     model = resolve_model(args.model)
     if not args.litert:  # LiteRT quantizes in its converter
         model = _store_weights(model, args.weights)
@@ -578,6 +579,19 @@ def build_parser():
     p.add_argument("--overwrite", action="store_true", help="replace a folder")
     p.add_argument(
         "--max-new-tokens", type=int, default=32, help="the answers' length"
+    )
+    p.add_argument(
+        "--num-beams",
+        type=int,
+        default=1,
+        help="translate's beam width (1: greedy; translate_with_options "
+        "takes 1 or this width, 4 when it is 1)",
+    )
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=0.0,
+        help="translate's beam length penalty (the translator's card: 1.5)",
     )
     p.add_argument(
         "--litert", action="store_true", help="an encoder task as model.tflite"

@@ -111,7 +111,7 @@ class Decoder:
                 self.sampler.penalty = penalty
                 return inner(encoder_inputs, tokens, mask, start, end, settings)
 
-            self.beam_loop = tf.function(beam, jit_compile=True)
+            self.beam_loop = gen.compile_loop(beam)
 
     def _inputs(self, rows):
         """`(encoder_inputs, decoder_rows)` of ragged int32 `rows`."""

@@ -32,7 +32,7 @@ def classify_signature(model):
     names = model.class_names or [str(i) for i in range(model.num_classes)]
     names = tf.constant(names)
 
-    @tf.function(input_signature=[TEXTS])
+    @tf.function(input_signature=[TEXTS], autograph=False)
     def classify(texts):
         logits = tf.cast(
             model(_packed(model.preprocessor, texts), training=False), tf.float32
@@ -49,7 +49,7 @@ def classify_signature(model):
 def embed_signature(model):
     """`embed(texts) -> {"embeddings": float32[b, hidden_dim]}`."""
 
-    @tf.function(input_signature=[TEXTS])
+    @tf.function(input_signature=[TEXTS], autograph=False)
     def embed(texts):
         inputs = _packed(model.preprocessor, texts)
         return {"embeddings": tf.cast(model(inputs, training=False), tf.float32)}

@@ -44,7 +44,7 @@ def generate_with_options_signature(model, decoder):
     tokenizer = model.preprocessor.tokenizer
     stops = decoding.default_stops(model)
 
-    @tf.function(input_signature=OPTIONS)
+    @tf.function(input_signature=OPTIONS, autograph=False)
     def generate_with_options(prompts, max_new_tokens, temperature, top_k, top_p, seed):
         _check_options(max_new_tokens, temperature, top_k, top_p)
         ids = graph_text.tokenize(tokenizer, prompts)
@@ -64,7 +64,7 @@ def generate_signature(with_options, max_new_tokens):
     loop serves both signatures.
     """
 
-    @tf.function(input_signature=[PROMPTS])
+    @tf.function(input_signature=[PROMPTS], autograph=False)
     def generate(prompts):
         return with_options(
             prompts, tf.constant(max_new_tokens, tf.int32), tf.constant(0.0),
@@ -85,7 +85,10 @@ def chat_signature(model, decoder, max_new_tokens):
     head = "" if system is None else f"{IM_START}system\n{system}{IM_END}\n"
     end_id = tokenizer.end_token_id
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="messages")])
+    @tf.function(
+        input_signature=[tf.TensorSpec([None], tf.string, name="messages")],
+        autograph=False,
+    )
     def chat(messages):
         texts = tf.strings.join(
             [f"{head}{IM_START}user\n", messages, f"{IM_END}\n{IM_START}assistant\n"]
@@ -111,7 +114,10 @@ def score_signature(model):
     """
     tokenizer = model.preprocessor.tokenizer
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
+    @tf.function(
+        input_signature=[tf.TensorSpec([None], tf.string, name="texts")],
+        autograph=False,
+    )
     def score(texts):
         ids = graph_text.tokenize(tokenizer, texts)
         tokens = ids.to_tensor(default_value=model.fill_id)

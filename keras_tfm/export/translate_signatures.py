@@ -41,7 +41,8 @@ def translate_signatures(model, max_new_tokens, num_beams=1, length_penalty=0.0)
             tf.TensorSpec([], tf.int32, name="max_new_tokens"),
             tf.TensorSpec([], tf.int32, name="num_beams"),
             tf.TensorSpec([], tf.float32, name="length_penalty"),
-        ]
+        ],
+        autograph=False,
     )
     def translate_with_options(sources, max_new_tokens, num_beams, length_penalty):
         tf.debugging.assert_positive(
@@ -67,7 +68,7 @@ def translate_signatures(model, max_new_tokens, num_beams=1, length_penalty=0.0)
         texts = graph_text.detokenize(tokenizer, decoding.drop(ids, stops))
         return {"texts": texts}
 
-    @tf.function(input_signature=[SOURCES])
+    @tf.function(input_signature=[SOURCES], autograph=False)
     def translate(sources):
         return translate_with_options(
             sources, tf.constant(max_new_tokens, tf.int32),

@@ -10,6 +10,7 @@ memory linear in the length) as the shapes call for, and returns
 
 from keras import ops
 
+from keras_tfm.kernels import plain_scope
 from keras_tfm.kernels.chunked_attention import chunked_dot_product_attention
 from keras_tfm.kernels.masks import attention_mask
 from keras_tfm.kernels.plain_attention import plain_dot_product_attention
@@ -38,8 +39,10 @@ def dot_product_attention(
     or more (a run-time choice when their number is unknown at trace time),
     unless the scores are asked for or attention dropout is active (both
     need the weights), or there is a single query (a decoding step: its
-    logits are one row, which a tile of queries would only pad). Both
-    kernels give the same numbers to float32 rounding, gradients included.
+    logits are one row, which a tile of queries would only pad), or the
+    number of keys is unknown inside `plain_scope.plain_kernels()` (a graph
+    that only runs forward). Both kernels give the same numbers to float32
+    rounding, gradients included.
 
     Args:
         query: (batch, q_len, num_heads, head_dim).
@@ -76,6 +79,7 @@ def dot_product_attention(
         or (dropout_layer is not None and bool(training))
         or query_length == 1
         or (key_length is not None and key_length < CHUNKED_ATTENTION_MIN_LENGTH)
+        or (key_length is None and plain_scope.active())
     ):
         combined = attention_mask(
             ops.shape(query)[1], ops.shape(key)[1], key_mask, mask, causal_start

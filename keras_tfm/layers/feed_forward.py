@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_tfm.kernels import plain_scope
 from keras_tfm.kernels.activations import ACTIVATION_FUNCTIONS, GATED_ACTIVATIONS
 from keras_tfm.kernels.chunked_feed_forward import (
     CHUNKED_FEED_FORWARD_MIN_LENGTH,
@@ -36,7 +37,8 @@ class FeedForward(keras.layers.Layer):
     recomputes the hidden activations a chunk at a time instead of keeping
     them), unless the layer is quantized; when the length is unknown at
     trace time (a `tf.function` with a `None` length) the choice is made
-    when the graph runs.
+    when the graph runs, except inside `kernels.plain_scope.plain_kernels()`
+    (a forward-only graph: plain).
 
     Args:
         intermediate_dim: the inner width (2048 in the paper's base model).
@@ -108,7 +110,9 @@ class FeedForward(keras.layers.Layer):
         ):
             return False, None
         length = inputs.shape[-2]
-        if length is None:
+        if length is None:  # plain in a forward-only graph (`plain_scope`)
+            if plain_scope.active():
+                return False, None
             return True, CHUNKED_FEED_FORWARD_MIN_LENGTH
         return length >= CHUNKED_FEED_FORWARD_MIN_LENGTH, None
 
