@@ -29,6 +29,7 @@ verses, translating word by word.
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -40,14 +41,16 @@ FULL = dict(
     train_pairs=None,  # all training verses
     test_pairs=None,  # all 449 test verses
     max_length=128,  # tokens per side, with [START]/[END]
-    # Sized for the hour on 2 busy cores it had: a quarter of translator_de_en's
-    # compute per token.
+    # Sized for an hour on 2 busy cores: d 192 (4.65M parameters) got 3.5
+    # passes in 51 min and stopped under-trained (BLEU 11.5); d 128 costs about
+    # half the FLOPs a token (2.4M multiply-adds a token pair against 4.6M), so
+    # twice the passes in the same time.
     model=dict(
         num_encoder_layers=3,
         num_decoder_layers=3,
         num_heads=4,
-        hidden_dim=192,
-        intermediate_dim=768,
+        hidden_dim=128,
+        intermediate_dim=512,
         dropout=0.1,
         activation="gelu",
         normalize_first=True,
@@ -55,11 +58,14 @@ FULL = dict(
     batch_size=128,
     tokens_per_batch=4096,
     bucket_boundaries=(16, 24, 32, 40, 48, 64, 80, 96),
-    device_defaults=True,  # the dtype policy and XLA setting fastest here
-    steps=3000,  # optimizer steps, in `epochs` equal parts
-    epochs=15,
-    learning_rate=1.5e-3,
-    warmup_steps=300,
+    # float32 without XLA: at this width mixed_bfloat16 is no faster (2.48
+    # against 2.43 s a step at d 192, load 10) and XLA recompiles for every
+    # bucket shape (35 s each), benchmarks/translate_es_en_steps.py.
+    device_defaults=False,
+    steps=3000,  # optimizer steps, in `epochs` equal parts (with
+    epochs=15,  # --max-minutes: steps a checkpoint is steps // epochs)
+    learning_rate=2e-3,
+    warmup_steps=100,
     label_smoothing=0.1,
     curve_verses=64,  # validation verses translated after each epoch
 )
@@ -99,7 +105,9 @@ def parse_args(argv=None):
     parser.add_argument(
         "--max-minutes",
         type=float,
-        help="stop training after the first epoch that ends past this budget",
+        help="the training budget: the learning rate's cosine decays over "
+        "these minutes of wall time (not over --steps, then only a cap) and "
+        "training stops when they are spent",
     )
     parser.add_argument(
         "--run-dir",
@@ -160,6 +168,54 @@ class ValidationBLEU(keras.callbacks.Callback):
         logs["val_bleu"], logs["val_chrf"] = scores["bleu"], scores["chrf"]
         print(f"epoch {epoch + 1}: validation greedy BLEU {scores['bleu']:.2f}, "
               f"chrF {scores['chrf']:.2f}, e.g. {hypotheses[0]!r}")  # fmt: skip
+
+
+class WallClockCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """A linear warm-up over `warmup_steps`, then a cosine from `peak` to 0
+    over a wall-clock budget rather than a step count: `spent`, the fraction
+    of the budget used (set by `SpendBudget` before each step), is the
+    cosine's clock. On a shared machine whose speed changes by the minute,
+    a run of `minutes` then ends annealed, whatever steps it managed."""
+
+    def __init__(self, peak, warmup_steps, minutes):
+        self.peak, self.warmup_steps, self.minutes = peak, warmup_steps, minutes
+        self.spent = keras.Variable(0.0, trainable=False, name="budget_spent")
+
+    def __call__(self, step):
+        ops = keras.ops
+        warmup = ops.minimum(1.0, (ops.cast(step, "float32") + 1) / self.warmup_steps)
+        cosine = 0.5 * (1 + ops.cos(math.pi * ops.minimum(self.spent, 1.0)))
+        return self.peak * warmup * cosine
+
+    def get_config(self):
+        return dict(
+            peak=self.peak, warmup_steps=self.warmup_steps, minutes=self.minutes
+        )
+
+
+class SpendBudget(keras.callbacks.Callback):
+    """Moves `schedule.spent` (a `WallClockCosine`) before each step and
+    stops training after the step that spends the budget (the epoch is then
+    validated and checkpointed as usual)."""
+
+    def __init__(self, schedule):
+        super().__init__()
+        self.schedule = schedule
+
+    def on_train_begin(self, logs=None):
+        self.began = time.time()
+
+    def fraction(self):
+        return (time.time() - self.began) / (60 * self.schedule.minutes)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.schedule.spent.assign(min(1.0, self.fraction()))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.fraction() >= 1 and not self.model.stop_training:
+            print(f"Time budget of {self.schedule.minutes} min spent "
+                  f"after {self.model.optimizer.iterations.numpy()} steps")  # fmt: skip
+            self.model.stop_training = True
 
 
 class HistoryFile(keras.callbacks.Callback):
@@ -226,7 +282,13 @@ def train(config, args, train_pairs, validation):
     ]
     if config["device_defaults"]:
         keras.config.set_dtype_policy(training.device_defaults().dtype_policy)
-    model = build_model(config, tokenizer)
+    budget = []
+    if args.max_minutes:  # the cosine runs on the clock, the steps only cap
+        schedule = WallClockCosine(
+            config["learning_rate"], config["warmup_steps"], args.max_minutes
+        )
+        budget = [SpendBudget(schedule)]
+    model = build_model(config, tokenizer, schedule=budget and schedule)
     history = HistoryFile(run_dir / "history.json")
     if init:
         policy = keras.config.dtype_policy()
@@ -250,7 +312,7 @@ def train(config, args, train_pairs, validation):
             ValidationBLEU(validation[: config["curve_verses"]]),
             training.BestModelCheckpoint(run_dir),
             history,
-            training.TimeBudget(args.max_minutes),
+            *budget,
         ],
         shuffle=False,  # the training dataset shuffles itself
         verbose=2,
