@@ -60,9 +60,11 @@ FULL = dict(
     batch_size=128,
     tokens_per_batch=4096,
     bucket_boundaries=(16, 24, 32, 40, 48, 64, 80, 96),
-    # float32 without XLA: at this width mixed_bfloat16 is no faster (2.48
-    # against 2.43 s a step at d 192, load 10) and XLA recompiles for every
-    # bucket shape (35 s each), benchmarks/translate_es_en_steps.py.
+    # float32 without XLA: at this width mixed_bfloat16 gains little (d 128:
+    # 0.45 against 0.48 s a step at load 3; d 192: 0.97 against 1.08, and
+    # 2.48 against 2.43 at load 10) and XLA recompiles for every bucket shape
+    # (35 s each): benchmarks/translate_es_en_steps.py. d 128 steps are 2.2x
+    # cheaper than d 192's (0.48 against 1.08 s, float32, load 3).
     device_defaults=False,
     steps=3000,  # optimizer steps, in `epochs` equal parts (with
     epochs=15,  # --max-minutes: steps a checkpoint is steps // epochs)
