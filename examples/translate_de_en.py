@@ -133,21 +133,23 @@ def results_table(results, num_pairs):
     return "\n".join(lines)
 
 
-def build_model(config, tokenizer):
-    """The Seq2SeqLM, compiled with AdamW on a warm-up + cosine schedule."""
+def build_model(config, tokenizer, schedule=None):
+    """The Seq2SeqLM, compiled with AdamW on a warm-up + cosine schedule
+    over `config["steps"]` (or on `schedule`, a learning rate schedule)."""
     backbone = Seq2SeqBackbone(
         vocabulary_size=tokenizer.vocabulary_size(),
         max_sequence_length=config["max_length"],
         **config["model"],
     )
     model = Seq2SeqLM(backbone, Seq2SeqLM.preprocessor_for(tokenizer, backbone))
-    warmup_steps = min(config["warmup_steps"], config["steps"] // 5)
-    schedule = keras.optimizers.schedules.CosineDecay(
-        0.0,
-        decay_steps=config["steps"] - warmup_steps,
-        warmup_target=config["learning_rate"],
-        warmup_steps=warmup_steps,
-    )
+    if schedule is None:
+        warmup_steps = min(config["warmup_steps"], config["steps"] // 5)
+        schedule = keras.optimizers.schedules.CosineDecay(
+            0.0,
+            decay_steps=config["steps"] - warmup_steps,
+            warmup_target=config["learning_rate"],
+            warmup_steps=warmup_steps,
+        )
     model.compile(
         optimizer=keras.optimizers.AdamW(schedule, beta_2=0.98, weight_decay=0.01),
         loss=training.TokenCrossEntropy(label_smoothing=config["label_smoothing"]),

@@ -18,17 +18,20 @@ verses, translating word by word.
 
     apt-get install -y sword-text-sparv sword-text-web
     pip install pysword sacrebleu
-    python examples/translate_es_en.py --steps 1000 --epochs 10 \\
-        --max-minutes 68                                    # writes runs/es_en
+    python examples/translate_es_en.py --steps 8000 --epochs 40 \\
+        --max-minutes 64      # writes runs/es_en; the cosine spans the 64 min
     python examples/translate_es_en.py --init runs/es_en --run-dir runs/es_en2 \\
         --steps 500 --epochs 5 --learning-rate 1e-3 --warmup-steps 50  # more
     python examples/translate_es_en.py --checkpoint runs/es_en \\
-        --save zoo/translator_es_en    # score the best model, write the preset
+        --num-beams 4          # score the best model, greedy and beam search
+    python examples/translate_es_en.py --checkpoint runs/es_en \\
+        --save zoo/translator_es_en    # ... and write the preset
     python examples/translate_es_en.py --quick      # a small slice, < 1 minute
 """
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -40,14 +43,16 @@ FULL = dict(
     train_pairs=None,  # all training verses
     test_pairs=None,  # all 449 test verses
     max_length=128,  # tokens per side, with [START]/[END]
-    # Sized for the hour on 2 busy cores it had: a quarter of translator_de_en's
-    # compute per token.
+    # Sized for an hour on 2 busy cores: d 192 (4.65M parameters) got 3.5
+    # passes in 51 min and stopped under-trained (BLEU 11.5); d 128 costs about
+    # half the FLOPs a token (2.4M multiply-adds a token pair against 4.6M), so
+    # twice the passes in the same time.
     model=dict(
         num_encoder_layers=3,
         num_decoder_layers=3,
         num_heads=4,
-        hidden_dim=192,
-        intermediate_dim=768,
+        hidden_dim=128,
+        intermediate_dim=512,
         dropout=0.1,
         activation="gelu",
         normalize_first=True,
@@ -55,11 +60,16 @@ FULL = dict(
     batch_size=128,
     tokens_per_batch=4096,
     bucket_boundaries=(16, 24, 32, 40, 48, 64, 80, 96),
-    device_defaults=True,  # the dtype policy and XLA setting fastest here
-    steps=3000,  # optimizer steps, in `epochs` equal parts
-    epochs=15,
-    learning_rate=1.5e-3,
-    warmup_steps=300,
+    # float32 without XLA: at this width mixed_bfloat16 gains little (d 128:
+    # 0.45 against 0.48 s a step at load 3; d 192: 0.97 against 1.08, and
+    # 2.48 against 2.43 at load 10) and XLA recompiles for every bucket shape
+    # (35 s each): benchmarks/translate_es_en_steps.py. d 128 steps are 2.2x
+    # cheaper than d 192's (0.48 against 1.08 s, float32, load 3).
+    device_defaults=False,
+    steps=3000,  # optimizer steps, in `epochs` equal parts (with
+    epochs=15,  # --max-minutes: steps a checkpoint is steps // epochs)
+    learning_rate=2e-3,
+    warmup_steps=100,
     label_smoothing=0.1,
     curve_verses=64,  # validation verses translated after each epoch
 )
@@ -99,7 +109,9 @@ def parse_args(argv=None):
     parser.add_argument(
         "--max-minutes",
         type=float,
-        help="stop training after the first epoch that ends past this budget",
+        help="the training budget: the learning rate's cosine decays over "
+        "these minutes of wall time (not over --steps, then only a cap) and "
+        "training stops when they are spent",
     )
     parser.add_argument(
         "--run-dir",
@@ -122,6 +134,13 @@ def parse_args(argv=None):
         metavar="RUN_DIR",
         help="start from an earlier run's best model and vocabulary (its "
         "history comes first in the curves): a second, fresh schedule",
+    )
+    parser.add_argument(
+        "--num-beams",
+        type=int,
+        default=1,
+        help="also translate the test books with beam search of this width "
+        "(length penalty 0.6)",
     )
     parser.add_argument("--sword-path", default="/usr/share/sword")
     parser.add_argument(
@@ -160,6 +179,54 @@ class ValidationBLEU(keras.callbacks.Callback):
         logs["val_bleu"], logs["val_chrf"] = scores["bleu"], scores["chrf"]
         print(f"epoch {epoch + 1}: validation greedy BLEU {scores['bleu']:.2f}, "
               f"chrF {scores['chrf']:.2f}, e.g. {hypotheses[0]!r}")  # fmt: skip
+
+
+class WallClockCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """A linear warm-up over `warmup_steps`, then a cosine from `peak` to 0
+    over a wall-clock budget rather than a step count: `spent`, the fraction
+    of the budget used (set by `SpendBudget` before each step), is the
+    cosine's clock. On a shared machine whose speed changes by the minute,
+    a run of `minutes` then ends annealed, whatever steps it managed."""
+
+    def __init__(self, peak, warmup_steps, minutes):
+        self.peak, self.warmup_steps, self.minutes = peak, warmup_steps, minutes
+        self.spent = keras.Variable(0.0, trainable=False, name="budget_spent")
+
+    def __call__(self, step):
+        ops = keras.ops
+        warmup = ops.minimum(1.0, (ops.cast(step, "float32") + 1) / self.warmup_steps)
+        cosine = 0.5 * (1 + ops.cos(math.pi * ops.minimum(self.spent, 1.0)))
+        return self.peak * warmup * cosine
+
+    def get_config(self):
+        return dict(
+            peak=self.peak, warmup_steps=self.warmup_steps, minutes=self.minutes
+        )
+
+
+class SpendBudget(keras.callbacks.Callback):
+    """Moves `schedule.spent` (a `WallClockCosine`) before each step and
+    stops training after the step that spends the budget (the epoch is then
+    validated and checkpointed as usual)."""
+
+    def __init__(self, schedule):
+        super().__init__()
+        self.schedule = schedule
+
+    def on_train_begin(self, logs=None):
+        self.began = time.time()
+
+    def fraction(self):
+        return (time.time() - self.began) / (60 * self.schedule.minutes)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.schedule.spent.assign(min(1.0, self.fraction()))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.fraction() >= 1 and not self.model.stop_training:
+            print(f"Time budget of {self.schedule.minutes} min spent "
+                  f"after {self.model.optimizer.iterations.numpy()} steps")  # fmt: skip
+            self.model.stop_training = True
 
 
 class HistoryFile(keras.callbacks.Callback):
@@ -226,7 +293,13 @@ def train(config, args, train_pairs, validation):
     ]
     if config["device_defaults"]:
         keras.config.set_dtype_policy(training.device_defaults().dtype_policy)
-    model = build_model(config, tokenizer)
+    schedule, budget = None, []
+    if args.max_minutes:  # the cosine runs on the clock, the steps only cap
+        schedule = WallClockCosine(
+            config["learning_rate"], config["warmup_steps"], args.max_minutes
+        )
+        budget = [SpendBudget(schedule)]
+    model = build_model(config, tokenizer, schedule=schedule)
     history = HistoryFile(run_dir / "history.json")
     if init:
         policy = keras.config.dtype_policy()
@@ -250,7 +323,7 @@ def train(config, args, train_pairs, validation):
             ValidationBLEU(validation[: config["curve_verses"]]),
             training.BestModelCheckpoint(run_dir),
             history,
-            training.TimeBudget(args.max_minutes),
+            *budget,
         ],
         shuffle=False,  # the training dataset shuffles itself
         verbose=2,
@@ -326,6 +399,13 @@ def main(argv=None):
     samples["greedy"] = translate(model, sources)
     results["greedy"] = score(samples["greedy"], references)
     print(f"test greedy: {results['greedy']} ({time.time() - tick:.0f} s)")
+    if args.num_beams > 1:
+        tick, name = time.time(), f"beam{args.num_beams}"
+        samples[name] = translate(
+            model, sources, num_beams=args.num_beams, length_penalty=0.6
+        )
+        results[name] = score(samples[name], references)
+        print(f"test {name}: {results[name]} ({time.time() - tick:.0f} s)")
     tick = time.time()
     ibm = baselines.ibm_model1_translator(train_pairs)
     samples[BASELINE] = ibm(sources)
