@@ -92,10 +92,13 @@ def exported(tmp_path_factory, smollm2):
         )
     }  # fmt: skip
     models["smollm2_135m_instruct"] = smollm2  # the session's, loaded once
-    # A weight-only int8 model through the new signatures (bfloat16 is the
-    # same path, `cast_weights`: not repeated here, each costs two compiles).
+    # A weight-only int8 model through the new signatures, and a bfloat16
+    # one (`cast_weights`) through `classify`: a forward pass, no loop to
+    # compile (a bfloat16 generator or translator costs two more compiles).
     models["kjv_gpt_int8"] = zoo.from_preset("kjv_gpt")
     models["kjv_gpt_int8"].quantize("int8", config=int8_weight_only_config())
+    models["fortunes_classifier_bfloat16"] = zoo.from_preset("fortunes_classifier")
+    models["fortunes_classifier_bfloat16"].cast_weights("bfloat16")
     options = {"smollm2_135m_instruct": {"signatures": ["chat"],
                                          "max_new_tokens": SMOLLM2_NEW_TOKENS},
                "kjv_gpt_int8": {"signatures": ["generate_with_options"]}}
@@ -120,6 +123,8 @@ def exported(tmp_path_factory, smollm2):
           "length_penalty": 1.5}),
         ("kjv_gpt_int8", "generate_with_options",
          {"prompts": KJV_PROMPTS, "max_new_tokens": 8, **GREEDY}),
+        ("fortunes_classifier_bfloat16", "classify",
+         {"texts": FORTUNES + [UNSPELLABLE]}),
     ]  # fmt: skip
     payload = [
         {"directory": str(root / name), "signature": sig, "inputs": inputs}
@@ -262,6 +267,31 @@ def test_an_int8_model_gives_its_python_texts(exported):
     float32 = sum(f.stat().st_size for f in (root / "kjv_gpt").rglob("*"))
     int8 = sum(f.stat().st_size for f in (root / "kjv_gpt_int8").rglob("*"))
     assert int8 < 0.5 * float32  # the int8 matrices are what is written
+
+
+def test_a_bfloat16_model_gives_its_python_probabilities(exported):
+    # The bfloat16 classifier's SavedModel holds its bfloat16 matrices and
+    # answers as the same model does in Python: the same labels, the same
+    # probabilities within 1e-5 (as float32's); its drift from float32 is
+    # the rounding's (docs/export.md).
+    model, inputs, got = answer(exported, 11)
+    texts = inputs["texts"]
+    ranked_all = model.classify(texts, top_k=model.num_classes)
+    expected = np.zeros((len(texts), model.num_classes))
+    for row, ranked in zip(expected, ranked_all, strict=True):
+        for name, probability in ranked:
+            row[model.class_names.index(name)] = probability
+    np.testing.assert_allclose(got["probabilities"], expected, atol=1e-5)
+    assert got["labels"] == model.classify(texts)
+    models, _, answers, root = exported
+    float32 = sum(f.stat().st_size for f in (root / "fortunes_classifier").rglob("*"))
+    bfloat16 = sum(
+        f.stat().st_size for f in (root / "fortunes_classifier_bfloat16").rglob("*")
+    )
+    assert bfloat16 < 0.75 * float32  # the bfloat16 matrices are what is written
+    float32_probabilities = answers["answers"][0]["probabilities"]
+    drift = np.abs(np.asarray(got["probabilities"]) - float32_probabilities)
+    assert 0 < drift.max() < 0.05, drift.max()  # rounded, not another model
 
 
 def test_litert_classifier_agrees_with_keras(tmp_path):
