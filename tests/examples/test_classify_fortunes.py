@@ -1,4 +1,3 @@
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,15 +9,13 @@ from sklearn.metrics import accuracy_score, f1_score
 import keras_tfm
 from keras_tfm.datasets.fortunes import fortune_splits
 from tests.conftest import requires_debian_package
+from tests.examples import load_example_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "classify_fortunes.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("classify_fortunes", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    return load_example_module("classify_fortunes")
 
 
 @requires_debian_package("fortunes")

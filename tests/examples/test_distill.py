@@ -1,4 +1,3 @@
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,15 +8,13 @@ import pytest
 from keras_tfm.data.classification import classification_dataset
 from keras_tfm.training import Distiller
 from tests.conftest import requires_debian_package
+from tests.examples import load_example_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "distill.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("distill", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    return load_example_module("distill")
 
 
 def test_the_sweep_chooses_on_validation_never_on_test():

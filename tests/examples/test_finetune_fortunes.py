@@ -1,4 +1,3 @@
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -8,15 +7,13 @@ import pytest
 
 import keras_tfm
 from tests.conftest import requires_debian_package
+from tests.examples import load_example_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "finetune_fortunes.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("finetune_fortunes", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    return load_example_module("finetune_fortunes")
 
 
 @requires_debian_package("fortunes")

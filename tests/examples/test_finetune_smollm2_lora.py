@@ -1,18 +1,16 @@
-import importlib.util
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
+from tests.examples import load_example_module
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "finetune_smollm2_lora.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("finetune_smollm2_lora", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    return load_example_module("finetune_smollm2_lora")
 
 
 def lora_parameters(model, rank):

@@ -1,7 +1,6 @@
 """examples/generate_kjv.py: the --quick run, and the shipped preset."""
 
 import bz2
-import importlib.util
 import math
 import re
 from pathlib import Path
@@ -12,17 +11,13 @@ import pytest
 from keras_tfm import zoo
 from keras_tfm.datasets import bible
 from tests.conftest import requires_debian_package
+from tests.examples import load_example_module
 
 ROOT = Path(__file__).parents[2]
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location(
-        "generate_kjv", ROOT / "examples" / "generate_kjv.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example_module("generate_kjv")
 
 
 def float64_sums(model, windows, batch_size=32):

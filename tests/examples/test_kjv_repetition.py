@@ -1,17 +1,15 @@
 """examples/kjv_repetition.py: the looping measure, on hand-counted texts."""
 
 import doctest
-import importlib.util
 from pathlib import Path
+
+from tests.examples import load_example_module
 
 PATH = Path(__file__).parents[2] / "examples" / "kjv_repetition.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("kjv_repetition", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example_module("kjv_repetition")
 
 
 def test_repeated_ngram_share_counts_the_windows_seen_before():

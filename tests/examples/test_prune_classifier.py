@@ -1,4 +1,3 @@
-import importlib.util
 import json
 from pathlib import Path
 
@@ -8,15 +7,13 @@ import pytest
 
 from keras_tfm.models import EncoderBackbone, EncoderClassifier
 from tests.conftest import requires_debian_package
+from tests.examples import load_example_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "prune_classifier.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("prune_classifier", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    return load_example_module("prune_classifier")
 
 
 def test_prune_to_reaches_the_counts_asked_for_across_steps():

@@ -1,4 +1,3 @@
-import importlib.util
 import json
 from pathlib import Path
 
@@ -7,15 +6,13 @@ import pytest
 
 import keras_tfm
 from tests.conftest import requires_debian_package, requires_pip_package
+from tests.examples import load_example_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "semantic_search.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("semantic_search", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    return load_example_module("semantic_search")
 
 
 def lora_parameters(num_layers, hidden_dim, intermediate_dim, rank):

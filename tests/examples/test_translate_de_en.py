@@ -1,7 +1,6 @@
 """examples/translate_de_en.py: the --quick run, and the shipped preset."""
 
 import ast
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from keras_tfm import zoo
 from keras_tfm.baselines import DictionaryTranslator
 from keras_tfm.datasets import trans_de_en
 from tests.conftest import requires_debian_package
+from tests.examples import load_example_module
 
 ROOT = Path(__file__).parents[2]
 FROM_TRANS_DE_EN = DictionaryTranslator.from_trans_de_en
@@ -21,12 +21,7 @@ needs_data = requires_debian_package("trans-de-en")
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location(
-        "translate_de_en", ROOT / "examples" / "translate_de_en.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example_module("translate_de_en")
 
 
 @needs_data

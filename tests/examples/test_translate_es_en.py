@@ -1,6 +1,5 @@
 """examples/translate_es_en.py: the wall-clock learning-rate schedule."""
 
-import importlib.util
 import math
 import types
 from pathlib import Path
@@ -8,14 +7,13 @@ from pathlib import Path
 import keras
 import pytest
 
+from tests.examples import load_example_module
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "translate_es_en.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("translate_es_en", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    return load_example_module("translate_es_en")
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,16 @@
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.examples import load_example_module
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "vit_digits.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("vit_digits", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    return load_example_module("vit_digits")
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
