@@ -13,6 +13,7 @@ take arguments of the same names.
 import functools
 
 import keras
+import numpy as np
 
 from keras_tfm.kernels.activations import ACTIVATIONS
 from keras_tfm.validation import (
@@ -25,7 +26,15 @@ from keras_tfm.validation import (
 
 
 def as_bool(name, value):
-    """A flag, as a bool (`name` is unused: every value is a valid flag)."""
+    """A flag: True or False (NumPy's, or the integers 1 and 0, too); anything
+    else, e.g. the string "no", is refused rather than read as its truth value.
+
+    >>> as_bool("use_bias", np.bool_(False))
+    False
+    """
+    integer = isinstance(value, int | np.integer)
+    if not (isinstance(value, bool | np.bool_) or integer and value in (0, 1)):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
     return bool(value)
 
 
