@@ -177,6 +177,13 @@ def patch_attention(model, images):
     return paid.reshape(len(images), *model.patch_embedding.grid)
 
 
+def patches_named(model):
+    """E.g. "2x2 patches" or "3x3 patches every pixel"."""
+    p, s = model.patch_size, model.patch_stride
+    every = "" if s == p else " every pixel" if s == 1 else f" every {s} pixels"
+    return f"{p}x{p} patches{every}"
+
+
 def draw_attention(model, images, labels, path):
     import matplotlib
 
@@ -190,9 +197,10 @@ def draw_attention(model, images, labels, path):
     for i in range(len(images)):
         axes[0, i].imshow(images[i, ..., 0], cmap="gray_r")
         axes[0, i].set_title(f"{labels[i]} -> {predicted[i]}", fontsize=9)
-        # Each 2x2 patch's weight, drawn over the pixels it covers.
-        patch = model.patch_size
-        weights = np.kron(attention[i], np.ones((patch, patch)))
+        # Each patch's weight, drawn over the s x s pixels it is centred on
+        # (the whole patch when the patches do not overlap, s = p).
+        stride = model.patch_stride
+        weights = np.kron(attention[i], np.ones((stride, stride)))
         axes[1, i].imshow(images[i, ..., 0], cmap="gray_r")
         axes[1, i].imshow(weights, cmap="magma", alpha=0.65)
         for axis in axes[:, i]:
@@ -201,8 +209,8 @@ def draw_attention(model, images, labels, path):
     axes[0, 0].set_ylabel("digit\n(label -> predicted)", fontsize=8)
     reader = "the class token" if model.pooling == "cls" else "all patches (mean)"
     axes[1, 0].set_ylabel(f"attention paid by\n{reader}", fontsize=8)
-    figure.suptitle(f"ViT on 8x8 digits: attention paid to the 2x2 patches by "
-                    f"{reader} (last layer, mean of heads)", fontsize=9)  # fmt: skip
+    figure.suptitle(f"ViT on 8x8 digits: attention paid to the {patches_named(model)} "
+                    f"by {reader} (last layer, mean of heads)", fontsize=9)  # fmt: skip
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -273,7 +281,7 @@ def save_preset(model, directory, summary, argv):
         description=(
             f"A Vision Transformer ({vit['num_layers']} layers, hidden "
             f"{vit['hidden_dim']}, {vit['num_heads']} heads, "
-            f"{vit['patch_size']}x{vit['patch_size']} patches, "
+            f"{patches_named(model)}, "
             f"{'a class token' if vit.get('pooling', 'cls') == 'cls' else 'mean'} "
             "pooling) that reads scikit-learn's 8x8 handwritten digits (float32 images "
             "(batch, 8, 8, 1), pixels / 16) and returns the logits of the ten "

@@ -4,25 +4,42 @@ from keras import ops
 from keras_tfm.validation import check_positive_int, check_rank
 
 
+def check_patch_stride(patch_stride, patch_size):
+    """`patch_stride` as an int in [1, patch_size]; None means patch_size."""
+    if patch_stride is None:
+        return patch_size
+    check_positive_int("patch_stride", patch_stride)
+    if patch_stride > patch_size:
+        raise ValueError(
+            "`patch_stride` must be at most `patch_size` (patches that skip "
+            f"pixels). Received: patch_stride={patch_stride}, "
+            f"patch_size={patch_size}"
+        )
+    return int(patch_stride)
+
+
 @keras.saving.register_keras_serializable(package="keras_tfm")
 class PatchEmbedding(keras.layers.Layer):
     """Images to a sequence of patch vectors, a class token first (ViT).
 
-    The image (batch, height, width, channels) is cut into non-overlapping
-    p x p patches, read row by row; each patch, flattened in (row, column,
-    channel) order, is projected to `hidden_dim`; a learned class token is
-    put before them and a learned position vector added to every token
-    (Dosovitskiy et al., 2021, eq. 1):
+    The image (batch, height, width, channels) is cut into p x p patches
+    every s pixels (non-overlapping when s = p, the default), read row by
+    row; each patch, flattened in (row, column, channel) order, is projected
+    to `hidden_dim`; a learned class token is put before them and a learned
+    position vector added to every token (Dosovitskiy et al., 2021, eq. 1):
 
-        z_0 = [x_class; x_1 E; ...; x_N E] + E_pos,   N = (H / p)(W / p)
+        z_0 = [x_class; x_1 E; ...; x_N E] + E_pos,   N = (H / s)(W / s)
 
     The projection is a Dense on the flattened patches, the same map as a
-    Conv2D with kernel and stride p.
+    Conv2D with kernel p, stride s and "same" padding: with s < p the patches
+    overlap (a convolutional stem, a locality prior; Xiao et al., 2021), the
+    image zero-padded by p - s pixels, (p - s) // 2 of them before.
 
     Args:
-        patch_size: the side p of the square patches; must divide the
-            image's height and width.
+        patch_size: the side p of the square patches.
         hidden_dim: the width of the patch vectors.
+        patch_stride: the step s between patches, 1 <= s <= p, dividing the
+            image's height and width; None (the default) means p.
         kernel_initializer: initializer of the projection.
         embeddings_initializer: initializer of the class token and positions.
 
@@ -36,12 +53,17 @@ class PatchEmbedding(keras.layers.Layer):
     >>> layer = keras_tfm.layers.PatchEmbedding(patch_size=2, hidden_dim=16)
     >>> layer(np.zeros((3, 8, 8, 1), "float32")).shape
     TensorShape([3, 17, 16])
+    >>> overlapping = keras_tfm.layers.PatchEmbedding(
+    ...     patch_size=4, hidden_dim=16, patch_stride=2)
+    >>> overlapping(np.zeros((3, 8, 8, 1), "float32")).shape
+    TensorShape([3, 17, 16])
     """
 
     def __init__(
         self,
         patch_size,
         hidden_dim,
+        patch_stride=None,
         kernel_initializer="glorot_uniform",
         embeddings_initializer=None,
         **kwargs,
@@ -49,6 +71,7 @@ class PatchEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         self.patch_size = check_positive_int("patch_size", patch_size)
         self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
+        self.patch_stride = check_patch_stride(patch_stride, self.patch_size)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
@@ -61,18 +84,14 @@ class PatchEmbedding(keras.layers.Layer):
                 f"images.shape={tuple(images_shape)}"
             )
         height, width, channels = images_shape[1:]
-        if (
-            height is None
-            or width is None
-            or height % self.patch_size
-            or width % self.patch_size
-        ):
+        stride = self.patch_stride
+        if height is None or width is None or height % stride or width % stride:
             raise ValueError(
                 f"The image's height and width must be known multiples of "
-                f"patch_size={self.patch_size}. Received: images.shape="
+                f"patch_stride={stride}. Received: images.shape="
                 f"{tuple(images_shape)}"
             )
-        self.grid = (height // self.patch_size, width // self.patch_size)
+        self.grid = (height // stride, width // stride)
         self.num_patches = self.grid[0] * self.grid[1]
         self.projection = keras.layers.Dense(
             self.hidden_dim,
@@ -95,10 +114,19 @@ class PatchEmbedding(keras.layers.Layer):
     def patches(self, images):
         """The flattened patches, (batch, N, p * p * channels), row by row."""
         check_rank("images", images, 4, "(batch, height, width, channels)")
-        p, (rows, columns) = self.patch_size, self.grid
+        p, s, (rows, columns) = self.patch_size, self.patch_stride, self.grid
         channels = images.shape[-1]
-        x = ops.reshape(images, (-1, rows, p, columns, p, channels))
-        x = ops.transpose(x, (0, 1, 3, 2, 4, 5))  # (B, rows, columns, p, p, C)
+        if s == p:  # non-overlapping: a reshape
+            x = ops.reshape(images, (-1, rows, p, columns, p, channels))
+            x = ops.transpose(x, (0, 1, 3, 2, 4, 5))  # (B, rows, columns, p, p, C)
+            return ops.reshape(x, (-1, rows * columns, p * p * channels))
+        before = (p - s) // 2
+        padding = [(0, 0), (before, p - s - before), (before, p - s - before), (0, 0)]
+        x = ops.pad(images, padding)
+        # Pixel (i, j) of every patch: one strided slice (B, rows, columns, C).
+        pixels = [x[:, i : i + s * rows : s, j : j + s * columns : s]
+                  for i in range(p) for j in range(p)]  # fmt: skip
+        x = ops.stack(pixels, axis=3)  # (B, rows, columns, p * p, C)
         return ops.reshape(x, (-1, rows * columns, p * p * channels))
 
     def call(self, images):
@@ -111,8 +139,8 @@ class PatchEmbedding(keras.layers.Layer):
         return x + ops.cast(self.position_embedding, x.dtype)
 
     def compute_output_shape(self, images_shape):
-        patches = (images_shape[1] // self.patch_size) * (
-            images_shape[2] // self.patch_size
+        patches = (images_shape[1] // self.patch_stride) * (
+            images_shape[2] // self.patch_stride
         )
         return (images_shape[0], 1 + patches, self.hidden_dim)
 
@@ -122,6 +150,7 @@ class PatchEmbedding(keras.layers.Layer):
             {
                 "patch_size": self.patch_size,
                 "hidden_dim": self.hidden_dim,
+                "patch_stride": self.patch_stride,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

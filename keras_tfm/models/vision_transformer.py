@@ -3,7 +3,7 @@ from keras import ops
 
 from keras_tfm.kernels.activations import ACTIVATIONS
 from keras_tfm.layers.normalization import make_normalization
-from keras_tfm.layers.patch_embedding import PatchEmbedding
+from keras_tfm.layers.patch_embedding import PatchEmbedding, check_patch_stride
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_tfm.models.preset_loading import PresetMixin
 from keras_tfm.validation import (
@@ -17,18 +17,18 @@ from keras_tfm.validation import (
 POOLINGS = ("cls", "mean")
 
 
-def _check_image_shape(image_shape, patch_size):
+def _check_image_shape(image_shape, patch_stride):
     if (
         not isinstance(image_shape, (list, tuple))
         or len(image_shape) != 3
         or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0
                for v in image_shape)
-        or image_shape[0] % patch_size
-        or image_shape[1] % patch_size
+        or image_shape[0] % patch_stride
+        or image_shape[1] % patch_stride
     ):  # fmt: skip
         raise ValueError(
             "`image_shape` must be (height, width, channels), positive ints, "
-            f"the height and width multiples of patch_size={patch_size}. "
+            f"the height and width multiples of patch_stride={patch_stride}. "
             f"Received: image_shape={image_shape!r}"
         )
     return tuple(image_shape)
@@ -63,6 +63,8 @@ class VisionTransformer(PresetMixin, keras.Model):
             the head's input.
         layer_norm_epsilon: epsilon of every layer norm.
         pooling: "cls" (the class token) or "mean" (of the patches).
+        patch_stride: the step between patches (`PatchEmbedding`); None
+            means `patch_size` (non-overlapping), smaller overlaps them.
 
     Call arguments:
         images: (batch, height, width, channels) floats.
@@ -95,11 +97,13 @@ class VisionTransformer(PresetMixin, keras.Model):
         dropout=0.0,
         layer_norm_epsilon=1e-6,
         pooling="cls",
+        patch_stride=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.patch_size = check_positive_int("patch_size", patch_size)
-        self.image_shape = _check_image_shape(image_shape, patch_size)
+        self.patch_stride = check_patch_stride(patch_stride, self.patch_size)
+        self.image_shape = _check_image_shape(image_shape, self.patch_stride)
         self.num_layers = check_positive_int("num_layers", num_layers)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.hidden_dim = check_positive_int("hidden_dim", hidden_dim)
@@ -120,8 +124,9 @@ class VisionTransformer(PresetMixin, keras.Model):
         # Every sublayer is built here, so a preset's weights load before a call.
         policy = self.dtype_policy
         self.patch_embedding = PatchEmbedding(
-            patch_size, hidden_dim, dtype=policy, name="patch_embedding"
-        )
+            patch_size, hidden_dim, patch_stride=self.patch_stride, dtype=policy,
+            name="patch_embedding",
+        )  # fmt: skip
         self.patch_embedding.build((None, *self.image_shape))
         hidden_shape = (None, 1 + self.patch_embedding.num_patches, hidden_dim)
         self.embeddings_dropout = keras.layers.Dropout(
@@ -195,6 +200,7 @@ class VisionTransformer(PresetMixin, keras.Model):
                 "dropout": self.dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "pooling": self.pooling,
+                "patch_stride": self.patch_stride,
             }
         )
         return config

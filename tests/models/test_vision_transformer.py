@@ -53,6 +53,19 @@ def test_mean_pooling_reads_the_patches_not_the_class_token(model):
                                atol=1e-4)  # fmt: skip
 
 
+def test_overlapping_patches_reach_the_blocks():
+    # 3x3 patches every 2 pixels ("same" padding): the same grid of 2x3
+    # tokens, a bigger projection.
+    overlapping = VisionTransformer(**dict(SMALL, patch_size=3, patch_stride=2))
+    randomize_weights(overlapping)
+    assert overlapping.patch_embedding.projection.kernel.shape == (3 * 3 * 2, 8)
+    np.testing.assert_allclose(overlapping(IMAGES), numpy_logits(overlapping, IMAGES),
+                               atol=1e-4)  # fmt: skip
+    config = overlapping.get_config()
+    assert config["patch_stride"] == 2
+    assert VisionTransformer.from_config(config).get_config() == config
+
+
 def test_attention_scores_cover_the_class_token_and_every_patch(model):
     logits, scores = model(IMAGES, return_attention_scores=True)
     np.testing.assert_allclose(logits, model(IMAGES), atol=1e-6)
@@ -85,6 +98,9 @@ def test_dropout_reaches_the_blocks():
     [
         (dict(image_shape=(5, 6, 2)), r"image_shape=\(5, 6, 2\)"),
         (dict(image_shape=(4, 6)), r"image_shape=\(4, 6\)"),
+        (dict(patch_size=3, patch_stride=2, image_shape=(4, 5, 2)),
+         r"patch_stride=2.*image_shape=\(4, 5, 2\)"),
+        (dict(patch_stride=3), "patch_stride=3, patch_size=2"),
         (dict(hidden_dim=7), "hidden_dim=7, num_heads=2"),
         (dict(pooling="max"), "pooling"),
         (dict(num_classes=0), "num_classes=0"),

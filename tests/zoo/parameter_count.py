@@ -103,8 +103,9 @@ def vision_transformer(config):
     """ViT: patches p x p x C projected to d, a class token, 1 + N learned
     positions, pre-LN blocks, a final norm, the head on d."""
     d, p = config["hidden_dim"], config["patch_size"]
+    s = config.get("patch_stride") or p  # None or absent: non-overlapping
     height, width, channels = config["image_shape"]
-    patches = (height // p) * (width // p)
+    patches = (height // s) * (width // s)
     embedding = p * p * channels * d + d + d + (1 + patches) * d
     block = attention(config) + feed_forward(config) + 2 * norm(config)
     head = d * config["num_classes"] + config["num_classes"]

@@ -92,8 +92,11 @@ def test_the_formula_counts_what_keras_builds(cls, config):
     assert parameter_count(spec) == model.count_params()
 
 
-def test_the_formula_counts_a_vision_transformer():
-    config = dict(image_shape=[4, 6, 3], patch_size=2, num_layers=2, num_heads=4,
+@pytest.mark.parametrize(
+    "patches", [dict(patch_size=2), dict(patch_size=3, patch_stride=1)]
+)
+def test_the_formula_counts_a_vision_transformer(patches):
+    config = dict(image_shape=[4, 6, 3], num_layers=2, num_heads=4, **patches,
                   hidden_dim=16, intermediate_dim=24, num_classes=7)  # fmt: skip
     model = VisionTransformer(**config)
     spec = {"class_name": "VisionTransformer", "config": model.get_config()}
