@@ -97,6 +97,10 @@ def parse_args(argv=None):
                         help="the unpruned model teaches each fine-tuning")  # fmt: skip
     parser.add_argument("--step", type=float, default=None,
                         help="share of heads and units removed at a time")  # fmt: skip
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="the fine-tuning's AdamW peak (default 3e-4)")  # fmt: skip
+    parser.add_argument("--fractions", type=float, nargs="+", default=None,
+                        help="shares removed (default 0.25 0.5 0.75)")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -247,8 +251,9 @@ def main(argv=None):
         config["fine_tune_epochs"] = args.epochs
     if args.method is not None:
         config["method"] = args.method
-    if args.step is not None:
-        config["step"] = args.step
+    for name in ("step", "learning_rate", "fractions"):
+        if getattr(args, name) is not None:
+            config[name] = getattr(args, name)
     if args.distill:
         config["distill"] = True
     helpers = _classify_fortunes()
