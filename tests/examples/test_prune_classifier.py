@@ -47,7 +47,10 @@ def test_fractions_on_the_way_step_between_the_reported_fractions():
 @pytest.mark.slow
 def test_quick_run_prunes_the_zoo_classifier_and_prints_the_table(tmp_path, capsys):
     example = load_example()
-    summary = example.main(["--quick", "--output", str(tmp_path)])
+    flags = ["--learning-rate", "2e-4", "--fractions", "0.5"]
+    summary = example.main(["--quick", "--output", str(tmp_path), *flags])
+    assert summary["config"]["learning_rate"] == 2e-4
+    assert summary["config"]["fractions"] == [0.5]
     printed = capsys.readouterr().out
     assert "pruned 50%" in printed and "int8" in printed and "speed-up" in printed
     rows = summary["results"]
