@@ -20,12 +20,11 @@ try again until `keras-tfm cache clear`.
 
 Example:
 >>> import tempfile
->>> import keras_tfm
->>> backbone = keras_tfm.models.DecoderBackbone(
-...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
-...     intermediate_dim=32, max_sequence_length=16)
->>> model = keras_tfm.models.CausalLM(backbone)   # no tokenizer: no entry
->>> plan_chat_entry(model, "my_model", "float32", {}, tempfile.mkdtemp())
+>>> from keras_tfm import zoo
+>>> [path.name for path in model_files("gpt_tiny")]  # what an entry watches
+['README.md', 'config.json']
+>>> model = zoo.from_preset("gpt_tiny")   # no tokenizer: no entry
+>>> plan_chat_entry(model, "gpt_tiny", "float32", {}, tempfile.mkdtemp())
 """
 
 import json
