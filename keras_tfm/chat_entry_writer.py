@@ -15,8 +15,10 @@ answers from it (`keras_tfm_lite.litert_chat`).
 
 While a process builds an entry, a marker `.<key>.building` beside it holds
 its process id, so that a second command does not start another; a build
-that fails leaves `.<key>.failed` (its traceback), and the command does not
-try again until `keras-tfm cache clear`.
+that fails or is killed leaves `.<key>.failed` (its traceback, or a note
+that it did not finish), and the command does not try again until
+`keras-tfm cache clear`. The converter needs about 6 GB of memory at its
+peak for SmolLM2 (540 MB of float32 weights), once.
 
 Example:
 >>> import tempfile
@@ -103,22 +105,22 @@ def _markers(folder):
 
 
 def _building(marker):
-    """Whether another process, whose id `marker` holds, is still running."""
+    """Whether the process whose id `marker` holds is still running."""
     try:
-        pid = int(marker.read_text())
-        os.kill(pid, 0)
+        os.kill(int(marker.read_text()), 0)
     except (OSError, ValueError):
         return False
-    return pid != os.getpid()
+    return True
 
 
-def plan_chat_entry(model, reference, weights, settings, root=None):
+def plan_chat_entry(model, reference, weights, settings, root=None, builder=False):
     """The entry folder to write for `model` as `reference` names it, or None.
 
     None when caching is off, the entry is there or being built, an earlier
     build failed, or LiteRT would not give `model.chat(**settings)`'s
     answers: `weights` other than "float32", no byte-level BPE tokenizer
     with a ChatML template, or decoding that is not plain greedy.
+    `builder`: asked by the process that builds it (its markers are its own).
     """
     folder = chat_entries.entry_folder(reference, weights, root)
     if folder is None or weights != "float32":
@@ -126,8 +128,7 @@ def plan_chat_entry(model, reference, weights, settings, root=None):
     building, failed = _markers(folder)
     if (
         chat_entries.litert_version() == "absent"
-        or failed.exists()
-        or _building(building)
+        or (not builder and (failed.exists() or _building(building)))
         or chat_entries.find_entry(reference, weights, root) is not None
         or not _plain_greedy(model, settings)
         or _pipeline(getattr(model, "tokenizer", None)) is None
@@ -142,8 +143,9 @@ def build_chat_entry(model, reference, weights, root=None):
     Returns:
         The entry folder, or None if `plan_chat_entry` finds none to write.
     """
-    folder = plan_chat_entry(model, reference, weights, {}, root) or (
-        plan_chat_entry(model, reference, weights, {"sampler": "greedy"}, root)
+    folder = plan_chat_entry(model, reference, weights, {}, root, builder=True)
+    folder = folder or plan_chat_entry(
+        model, reference, weights, {"sampler": "greedy"}, root, builder=True
     )
     if folder is None:
         return None
@@ -195,6 +197,12 @@ def start_chat_entry(model, reference, weights, settings, root=None):
     return process
 
 
+KILLED = (
+    "The build did not finish (killed, or out of memory?). `keras-tfm cache "
+    "clear` lets the next `keras-tfm chat` try again.\n"
+)
+
+
 def main(argv=None):
     """`python -m keras_tfm.chat_entry_writer MODEL WEIGHTS`: builds the entry."""
     reference, weights = sys.argv[1:] if argv is None else argv
@@ -202,13 +210,18 @@ def main(argv=None):
     building, failed = _markers(folder)
     building.parent.mkdir(parents=True, exist_ok=True)
     building.write_text(str(os.getpid()))
+    # Written first, removed on success: a build the kernel kills (out of
+    # memory: the converter peaks at ~6 GB for SmolLM2) is not retried by
+    # every later command.
+    failed.write_text(KILLED, encoding="utf-8")
     try:
         model = load_named_model(reference)
         build_chat_entry(model, reference, weights)
     except BaseException:
-        failed.parent.mkdir(parents=True, exist_ok=True)
         failed.write_text(traceback.format_exc(), encoding="utf-8")
         raise
+    else:
+        failed.unlink(missing_ok=True)
     finally:
         building.unlink(missing_ok=True)
 

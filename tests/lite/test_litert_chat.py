@@ -249,6 +249,11 @@ def test_the_command_starts_one_background_build_which_rebuilds(
     with pytest.raises(ZeroDivisionError):
         writer.main([path, "float32"])
     assert writer.plan_chat_entry(model, path, "float32", {}, root) is None
+    # Nor is one that was killed before it could say so.
+    failed = folder.with_name(f".{folder.name}.failed")
+    assert "ZeroDivisionError" in failed.read_text()
+    failed.write_text(writer.KILLED)
+    assert writer.plan_chat_entry(model, path, "float32", {}, root) is None
     main(["cache", "clear"])
     assert not root.exists()
     assert writer.plan_chat_entry(model, path, "float32", {}, root) is not None
