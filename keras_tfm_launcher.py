@@ -19,6 +19,10 @@ import), and TensorFlow's C++ logging must be configured before then:
 
 `keras-tfm ... --verbose` skips all of this.
 
+Before any of it, a `keras-tfm chat "..."` whose model has a LiteRT entry in
+the cache folder answers from it and returns, without importing TensorFlow
+(`keras_tfm_lite.chat_command`).
+
 It also spares the commands two imports they never use: Keras imports
 scikit-learn (for `keras.wrappers`' estimators) and matplotlib (for
 `keras.visualization`) when they are installed, ~2.5 of the ~10 CPU seconds
@@ -120,6 +124,10 @@ def quiet():
 def main(argv=None):
     """The `keras-tfm` command (see `keras_tfm.cli`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    from keras_tfm_lite.chat_command import answer_from_cache
+
+    if answer_from_cache(argv):  # a cached chat: TensorFlow is never imported
+        return 0
     if "--verbose" in argv:
         with _deferred_imports():
             from keras_tfm import cli

@@ -8,10 +8,13 @@ One run measures, each in fresh processes:
   `create_chat_completion`, greedy): wall time from the command to the
   printed answer, peak resident memory (`os.wait4`), the answer;
 - batch-1 greedy decoding tokens/s for keras-tfm's float32, weight-only
-  int8 and int8-blocks weights (and batch 8), and for llama.cpp on the
-  same file; the logits' drift of each keras-tfm mode against float32 and
-  their greedy agreement (tokens equal to float32's before the first
-  difference, of 64).
+  int8 and int8-blocks weights (and batch 8), for its LiteRT decoding step
+  (`keras_tfm.export.export_litert_decoder`, what a second `keras-tfm chat`
+  runs: float32 through LiteRT's builtin kernels, as the command does, and
+  through XNNPACK; LiteRT's dynamic-range int8 through XNNPACK), and for
+  llama.cpp on the same file; the logits' drift of each keras-tfm mode
+  against float32 and their greedy agreement (tokens equal to float32's
+  before the first difference, of 64).
 
 llama.cpp is optional (`pip install keras-tfm[bench]`, which builds
 `llama-cpp-python` from PyPI's source package); without it its rows are
@@ -29,7 +32,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cold_start import QUESTION, command_runs, run_child  # noqa: E402
+from cold_start import QUESTION, command_runs, cpu_name, run_child  # noqa: E402
 
 THREADS = 2
 NEW_TOKENS = 64
@@ -139,12 +142,79 @@ def _seconds(function):
     return time.perf_counter() - began
 
 
+LITERT_MODES = (
+    ("litert float32 (builtin kernels)", "float32", False),
+    ("litert float32 (XNNPACK)", "float32", True),
+    ("litert int8 dynamic range (XNNPACK)", "int8", True),
+)
+
+
+def export_litert_files(folder):
+    """Runs in a child: SmolLM2's decoding step as LiteRT, float32 and int8,
+    and the prompt's ids."""
+    from keras_tfm import export, zoo
+
+    model = zoo.from_preset("smollm2_135m_instruct")
+    for quantization in ("float32", "int8"):
+        path = os.path.join(folder, f"{quantization}.tflite")
+        export.export_litert_decoder(model, path, 512, quantization)
+    ids = [int(i) for i in model.tokenizer(model.tokenizer.apply_chat_template(POEM))]
+    with open(os.path.join(folder, "prompt.json"), "w") as file:
+        json.dump(ids, file)
+
+
+def litert_speed(path, xnnpack):
+    """Runs in a child without TensorFlow: batch-1 greedy tokens/s of a
+    LiteRT decoding step, its greedy ids and its last prompt logits."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    resolver = OpResolverType.AUTO
+    if not xnnpack:
+        resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    interpreter = Interpreter(
+        model_path=path, num_threads=THREADS, experimental_op_resolver_type=resolver
+    )
+    step = interpreter.get_signature_runner("step")
+    with open(os.path.join(os.path.dirname(path), "prompt.json")) as file:
+        ids = json.load(file)
+
+    def logits(tokens, index):
+        tokens = np.asarray([tokens], np.int32)
+        return step(token_ids=tokens, index=np.asarray(index, np.int32))["logits"][0]
+
+    best, greedy, last = None, [], None
+    for _ in range(3):
+        last = logits(ids, 0)  # the prompt in one call
+        token, index, greedy = int(np.argmax(last)), len(ids), []
+        began = time.perf_counter()
+        for _ in range(NEW_TOKENS):
+            greedy.append(token)
+            token = int(np.argmax(logits([token], index)))
+            index += 1
+        seconds = time.perf_counter() - began
+        best = seconds if best is None else min(best, seconds)
+    return {
+        "batch_1_tokens_per_second": NEW_TOKENS / best,
+        "greedy": greedy,
+        "logits": last.tolist(),
+    }
+
+
 def speed_rows(env):
     rows = []
     for mode in MODES:
         argv = [sys.executable, __file__, "--child-speed", mode]
         _, rss, output = run_child(argv, env)
         rows.append({**json.loads(output.splitlines()[-1]), "peak_rss_mb": rss})
+    with tempfile.TemporaryDirectory() as folder:
+        run_child([sys.executable, __file__, "--child-export", folder], env)
+        for name, quantization, xnnpack in LITERT_MODES:
+            path = os.path.join(folder, f"{quantization}.tflite")
+            argv = [sys.executable, __file__, "--child-litert", path, str(xnnpack)]
+            _, rss, output = run_child(argv, env)
+            result = json.loads(output.splitlines()[-1])
+            rows.append({"mode": name, **result, "peak_rss_mb": rss})
     reference = rows[0]
     for row in rows:
         import numpy as np
@@ -185,26 +255,22 @@ def print_table(results):
         "float32 | greedy agreement | peak RSS (MB) |\n|---|---|---|---|---|---|"
     )
     for row in results["speed"]:
+        batch_8 = row.get("batch_8_tokens_per_second")
         print(
             f"| keras-tfm {row['mode']} | {row['batch_1_tokens_per_second']:.1f} "
-            f"| {row['batch_8_tokens_per_second']:.1f} | {row['logits_drift']:.2e} "
+            f"| {'' if batch_8 is None else f'{batch_8:.1f}'} "
+            f"| {row['logits_drift']:.2e} "
             f"| {row['greedy_agreement']} | {row['peak_rss_mb']:.0f} |"
         )
     if cpp:
         print(f"| llama.cpp (Q4_1) | {cpp['tokens_per_second']:.1f} | | | | |")
 
 
-def cpu_name():
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child-speed", help=argparse.SUPPRESS)
+    parser.add_argument("--child-export", help=argparse.SUPPRESS)
+    parser.add_argument("--child-litert", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--modes", default="float32,int8_blocks",
                         help="chat --weights modes for the command rows")  # fmt: skip
     parser.add_argument("--json", help="also write the results to this file")
@@ -212,6 +278,13 @@ def main():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS=str(THREADS))
     if args.child_speed:
         print(json.dumps(keras_tfm_speed(args.child_speed)))
+        return
+    if args.child_export:
+        export_litert_files(args.child_export)
+        return
+    if args.child_litert:
+        path, xnnpack = args.child_litert
+        print(json.dumps(litert_speed(path, xnnpack == "True")))
         return
     results = {
         "cpu": cpu_name(),

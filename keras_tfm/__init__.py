@@ -6,7 +6,7 @@ losses, metrics, schedules, the converted checkpoints' tokenizers), so
 `import keras_tfm`. On a CPU with AVX-512 it also asks XLA for 512-bit
 vector code (`keras_tfm.runtime.prefer_wide_vectors`), and it points
 TensorFlow's persistent XLA compilation cache at keras-tfm's cache folder
-(`keras_tfm.runtime.use_persistent_xla_cache`, `keras_tfm.user_cache`).
+(`keras_tfm.runtime.use_persistent_xla_cache`, `keras_tfm_lite.user_cache`).
 
 Example:
 >>> import keras_tfm

@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from keras_tfm.serving import command as serving_command
+from keras_tfm_lite import chat_command
 
 # `train` writes <preset>_<text>.keras: gpt_micro_kjv.keras by default, named
 # for what it is (not kjv_gpt.keras: the zoo's kjv_gpt is another model).
@@ -61,26 +62,18 @@ def _read_corpus(path):
 
 def resolve_model(reference, weights=None):
     """The model a command names: a `.keras` file if `reference` is a path
-    that exists (loaded through `keras_tfm.saving.load_model`), else a preset
-    of the zoo (`keras_tfm.zoo.from_preset`); neither: a one-line error.
-    A GGUF preset loads `weights="int8_blocks"` as the file's blocks."""
-    from keras_tfm import saving, zoo
-    from keras_tfm.zoo.catalogue import preset_dir, read_source
+    that exists, else a preset of the zoo (`keras_tfm.zoo.named_model`);
+    neither: a one-line error. A GGUF preset loads `weights="int8_blocks"`
+    as the file's blocks."""
+    from keras_tfm.zoo import list_presets
+    from keras_tfm.zoo.named_model import load_named_model
 
-    if Path(reference).is_file():
-        try:
-            return saving.load_model(reference)
-        except ValueError as error:
-            raise SystemExit(f"keras-tfm: {error}") from None
-    if reference in zoo.list_presets():
-        source = read_source(preset_dir(reference))
-        if weights == "int8_blocks" and (source or {}).get("loader") == "gguf_llama":
-            return zoo.from_preset(reference, weights=weights)
-        return zoo.from_preset(reference)
-    raise SystemExit(
-        f"keras-tfm: {reference!r} is neither a model file (no such model file: "
-        f"{reference}) nor a preset (`keras-tfm presets` lists them)."
-    )
+    if reference in list_presets() and not Path(reference).is_file():
+        return load_named_model(reference, weights)  # a preset's own errors
+    try:
+        return load_named_model(reference, weights)
+    except ValueError as error:
+        raise SystemExit(f"keras-tfm: {error}") from None
 
 
 # What each command takes, for the error of `_language_model`.
@@ -322,10 +315,14 @@ def chat(args):
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
+    from keras_tfm.chat_entry_writer import start_chat_entry
+
+    # The next `chat` with this model answers from LiteRT, without TensorFlow.
+    start_chat_entry(model, args.model, args.weights, settings)
 
 
 def cache(args):
-    from keras_tfm import user_cache
+    from keras_tfm_lite import user_cache
 
     folder = user_cache.cache_directory()
     if folder is None:
@@ -531,10 +528,14 @@ def build_parser():
     p.add_argument(
         "--model",
         "--preset",
-        default="smollm2_135m_instruct",
+        default=chat_command.DEFAULT_MODEL,
         help=MODEL_HELP + " (default: %(default)s)",
     )
-    p.add_argument("--max-new-tokens", type=_positive_int, default=256)
+    p.add_argument(
+        "--max-new-tokens",
+        type=_positive_int,
+        default=chat_command.DEFAULT_MAX_NEW_TOKENS,
+    )
     p.add_argument(
         "--sampler",
         choices=["greedy", "top_p"],
@@ -577,9 +578,7 @@ def build_parser():
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("directory", help="the SavedModel folder to write")
     p.add_argument("--overwrite", action="store_true", help="replace a folder")
-    p.add_argument(
-        "--max-new-tokens", type=int, default=32, help="the answers' length"
-    )
+    p.add_argument("--max-new-tokens", type=int, default=32, help="the answers' length")
     p.add_argument(
         "--num-beams",
         type=int,

@@ -7,7 +7,7 @@ takes seconds to compile (most of a cold `keras-tfm chat`,
 benchmarks/cold_start.py). With `--tf_xla_persistent_cache_directory` in
 `TF_XLA_FLAGS`, TensorFlow writes each compiled executable to that folder
 and the next process loads it instead of compiling. keras-tfm sets it on
-import, to `xla/<key>` in its cache folder (`keras_tfm.user_cache`), unless
+import, to `xla/<key>` in its cache folder (`keras_tfm_lite.user_cache`), unless
 `TF_XLA_FLAGS` already names a folder or `KERAS_TFM_CACHE_DIR=off`; TensorFlow
 reads `TF_XLA_FLAGS` at its first XLA compilation, so the setting applies
 after `import tensorflow` too. `<key>` hashes the TensorFlow, Keras and
@@ -43,7 +43,7 @@ To keep XLA's default, set the width yourself before importing keras_tfm:
 import atexit
 import os
 
-from keras_tfm.user_cache import (
+from keras_tfm_lite.user_cache import (
     cache_directory,
     cache_key,
     drop_unsealed,

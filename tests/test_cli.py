@@ -185,6 +185,7 @@ def one_kjv_gpt(kjv_gpt, monkeypatch):
         return kjv_gpt if name == "kjv_gpt" and not kwargs else load(name, **kwargs)
 
     monkeypatch.setattr(zoo, "from_preset", from_preset)
+    monkeypatch.setattr("keras_tfm.zoo.named_model.from_preset", from_preset)
     return asked
 
 
@@ -219,6 +220,7 @@ def test_chat_answers_with_smollm2(smollm2, capsys, monkeypatch):
 
     # The session's SmolLM2 stands in for a second load of the same preset.
     monkeypatch.setattr(zoo, "from_preset", lambda name: smollm2)
+    monkeypatch.setattr("keras_tfm.zoo.named_model.from_preset", lambda name: smollm2)
     cli.main(["chat", "What is the capital of France?", "--max-new-tokens", "16"])
     assert capsys.readouterr().out == "The capital of France is Paris.\n"
 

@@ -1,7 +1,6 @@
 """The package imports downwards only, with no ring between its parts.
 
-    validation, _keras_compat, legacy_files,     shared checks and helpers; the
-        user_cache                               cache folder and its safety
+    validation, _keras_compat, legacy_files      shared checks and helpers
     runtime, kernels                             XLA flags and cache; attention,
                                                  activations, masks, the
                                                  weight-only matmul
@@ -16,6 +15,7 @@
                                                  with string signatures, LiteRT
     zoo, serving, interactive_chat               the presets; the HTTP server;
                                                  the chat REPL
+    chat_entry_writer                            the LiteRT chat entries
     cli, keras_tfm/__init__.py                   the entry points
 
 A module may import its own part and any part of a lower rank, never a
@@ -38,7 +38,6 @@ RANKS = {
     "validation": 0,
     "_keras_compat": 0,
     "legacy_files": 0,
-    "user_cache": 0,
     "runtime": 1,
     "kernels": 1,
     "quantized_weights": 2,
@@ -57,7 +56,8 @@ RANKS = {
     "zoo": 8,
     "serving": 8,
     "interactive_chat": 8,
-    "cli": 9,
+    "chat_entry_writer": 9,
+    "cli": 10,
 }
 TOP = {"keras_tfm/__init__.py"}
 

@@ -18,9 +18,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_tfm import cli, interactive_chat, runtime, user_cache
+from keras_tfm import cli, interactive_chat, runtime
 from keras_tfm.cli import main
 from keras_tfm.convert import converted_cache, llama
+from keras_tfm_lite import user_cache
 from tests.convert.tiny_gguf import write_tiny_llama
 
 

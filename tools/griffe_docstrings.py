@@ -148,10 +148,13 @@ def annotation(name, default):
     return named
 
 
-# The subpackages that docs/api/ renders, one page each.
+# The subpackages of keras_tfm that docs/api/ renders, one page each (the
+# page "lite" is the package keras_tfm_lite).
 API_PACKAGES = tuple(
     sorted(
-        page.stem for page in (Path(__file__).parents[1] / "docs" / "api").glob("*.md")
+        page.stem
+        for page in (Path(__file__).parents[1] / "docs" / "api").glob("*.md")
+        if page.read_text(encoding="utf-8").startswith("# keras_tfm.")
     )
 )
 _CODE = re.compile(r"`(?P<name>[A-Za-z_][\w.]*)(?P<call>\(\))?`")

@@ -5,7 +5,7 @@ metadata (98k vocabulary strings and merges, in Python), building the
 tokenizer, dequantising 135M weights (benchmarks/cold_start.py). What the
 conversion produces depends only on the file's bytes, the conversion's
 settings and the code, so it is written once to the cache folder
-(`keras_tfm.user_cache`, under `converted/<key>`) and read back after:
+(`keras_tfm_lite.user_cache`, under `converted/<key>`) and read back after:
 
 - `<key>` hashes the file's SHA-256 (`user_cache.file_sha256`, hashed once
   per file version), the settings (e.g. `max_sequence_length`, the weight
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_tfm.saving import atomic_directory
-from keras_tfm.user_cache import (
+from keras_tfm_lite.user_cache import (
     cache_directory,
     cache_key,
     file_sha256,

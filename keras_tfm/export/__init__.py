@@ -7,6 +7,12 @@ Example:
 """
 
 from keras_tfm.export.litert import export_litert
+from keras_tfm.export.litert_decoder import export_litert_decoder
 from keras_tfm.export.saved_model import export_saved_model, signatures_of
 
-__all__ = ["export_litert", "export_saved_model", "signatures_of"]
+__all__ = [
+    "export_litert",
+    "export_litert_decoder",
+    "export_saved_model",
+    "signatures_of",
+]

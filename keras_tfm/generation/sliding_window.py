@@ -21,7 +21,7 @@ many new tokens still fit.
 import numpy as np
 
 from keras_tfm.generation.generation_utils import pad_rows
-from keras_tfm.generation.stop_strings import visible_text
+from keras_tfm_lite.stop_text import visible_text
 
 
 def default_window_shift(max_sequence_length):
@@ -216,7 +216,7 @@ def stream_pieces(steps, rows, kind, format_row, stop_strings=None):
     after the prompt. With `stop_strings` (a list per row), a row's text is
     cut before its first stop string in the new text, and an ending that
     may start one is held back until it is known not to
-    (`stop_strings.visible_text`).
+    (`keras_tfm_lite.stop_text.visible_text`).
     """
     if kind not in ("string", "strings"):
         for new in steps:

@@ -10,16 +10,14 @@ and the host cuts the text before the stop string, which is not returned.
 
 Streaming decodes on the host anyway: `stop_at_strings` ends a row on the
 same bytes there (across a sliding window's refills too), and
-`visible_text` holds back the end of a text that may be the start of a
-stop string, so that no piece of a stop string is ever shown.
+`keras_tfm_lite.stop_text.visible_text` holds back the end of a text that
+may be the start of a stop string, so that no piece of one is ever shown.
 
 Example:
 >>> import keras_hub
 >>> tokenizer = keras_hub.tokenizers.ByteTokenizer()
 >>> token_bytes(tokenizer, 256)[ord("a")]
 b'a'
->>> cut_at_stop_strings("Amen. And then", ["And", "."], start=0)
-'Amen'
 """
 
 import weakref
@@ -153,13 +151,6 @@ def ends_with_stop_string(tail, strings, count):
     return tf.reduce_any(match, axis=[1, 2])
 
 
-def cut_at_stop_strings(text, stop_strings, start):
-    """`text` cut before the first stop string found at or after `start`."""
-    found = [text.find(s, start) for s in stop_strings]
-    found = [i for i in found if i >= 0]
-    return text[: min(found)] if found else text
-
-
 def stop_at_strings(steps, strings, table):
     """Ends rows of a token stream (`sliding_window.stream_tokens`) on their
     stop strings, as the compiled loop does: a row ends with the token whose
@@ -186,26 +177,3 @@ def stop_at_strings(steps, strings, table):
             yield out
         if all(stopped):
             return
-
-
-def visible_text(text, stop_strings, start, final=False):
-    """What of a streamed `text` may be shown: cut before the first stop
-    string at or after `start`; before that is found (and unless `final`),
-    without its longest ending that is the start of a stop string.
-
-    Example:
-    >>> visible_text("Amen. An", ["And"], start=0)
-    'Amen. '
-    >>> visible_text("Amen. An", ["And"], start=0, final=True)
-    'Amen. An'
-    """
-    cut = cut_at_stop_strings(text, stop_strings, start)
-    if final or len(cut) < len(text):
-        return cut
-    new = text[start:]
-    held = max(
-        (k for s in stop_strings for k in range(1, min(len(s), len(new) + 1))
-         if new.endswith(s[:k])),
-        default=0,
-    )  # fmt: skip
-    return text[: len(text) - held]

@@ -11,7 +11,6 @@ from keras_tfm.generation import (
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation import stop_strings as stop_text
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
-from keras_tfm.generation.chat_pieces import answer_pieces
 from keras_tfm.generation.compiled_loops import CompiledLoops
 from keras_tfm.generation.generation_config import (
     configs_for,
@@ -29,6 +28,8 @@ from keras_tfm.models.legacy_configs import (
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.task import Task, check_backbone, restore_preprocessor
 from keras_tfm.validation import check_positive_int, check_rank
+from keras_tfm_lite.chat_pieces import answer_pieces
+from keras_tfm_lite.stop_text import cut_at_stop_strings
 
 
 def first(outputs):
@@ -666,7 +667,7 @@ class CausalLM(QuantizationMixin, Task):
                                     strict=True)
                 ]  # fmt: skip
             texts = [
-                stop_text.cut_at_stop_strings(text, row_strings, start)
+                cut_at_stop_strings(text, row_strings, start)
                 for text, row_strings, start in zip(texts, strings, starts, strict=True)
             ]
         return texts[0] if kind == "string" else texts
@@ -806,7 +807,7 @@ class CausalLM(QuantizationMixin, Task):
         if end_id in answer:
             answer = answer[: answer.index(end_id)]
         text = tokenizer.detokenize(answer)
-        return stop_text.cut_at_stop_strings(text, stops, 0).strip()
+        return cut_at_stop_strings(text, stops, 0).strip()
 
     def score(self, texts):
         """The model's log-likelihood of each text, and how many tokens it sums.

@@ -21,9 +21,9 @@ from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
     GGUFBytePairTokenizer as GGUFBytePairTokenizer,
 )
-from keras_tfm.tokenizers.chat_template import apply_chatml as apply_chatml
 from keras_tfm.tokenizers.hf_bert_tokenizer import HFBertTokenizer as HFBertTokenizer
 from keras_tfm.tokenizers.marian_tokenizer import MarianTokenizer as MarianTokenizer
+from keras_tfm_lite.chat_template import apply_chatml as apply_chatml
 
 __all__ = [
     "ByteLevelBPETokenizer",

@@ -10,7 +10,6 @@ import keras_tfm
 from keras_tfm import datasets
 from keras_tfm.datasets import digits
 from keras_tfm.generation import (
-    chat_pieces,
     compiled_loops,
     decode_loop,
     generation_config,
@@ -44,7 +43,6 @@ MODULES = [
     _common,
     causal_lm,
     causal_lm_preprocessor,
-    chat_pieces,
     compiled_loops,
     datasets,
     decode_loop,

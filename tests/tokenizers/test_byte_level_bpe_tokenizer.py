@@ -15,12 +15,12 @@ from keras_tfm.convert import (
 )
 from keras_tfm.convert.llama import convert_gguf_tokenizer as llama_tokenizer
 from keras_tfm.tokenizers import byte_level_bpe_tokenizer as gguf_tokenizer
-from keras_tfm.tokenizers import chat_template
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
     LLAMA3_SPLIT_PATTERN,
     QWEN2_SPLIT_PATTERN,
 )
-from keras_tfm.tokenizers.chat_template import apply_chatml, parse_chatml_template
+from keras_tfm_lite import chat_template
+from keras_tfm_lite.chat_template import apply_chatml, parse_chatml_template
 from tests.builders import causal_lm
 from tests.convert.tiny_gguf import (
     MERGES,

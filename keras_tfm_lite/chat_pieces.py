@@ -1,6 +1,6 @@
 """A chat answer streamed as text: new pieces as the ids come."""
 
-from keras_tfm.generation.stop_strings import visible_text
+from keras_tfm_lite.stop_text import visible_text
 
 
 def answer_pieces(tokenizer, steps, end_id, stop_strings=()):
@@ -14,8 +14,10 @@ def answer_pieces(tokenizer, steps, end_id, stop_strings=()):
         end_id: the id that ends the answer (not shown).
 
     Example:
-    >>> import keras_hub
-    >>> tokenizer = keras_hub.tokenizers.ByteTokenizer()
+    >>> class ByteTokenizer:  # one id a byte
+    ...     def detokenize(self, ids):
+    ...         return bytes(ids).decode("utf-8", "replace")
+    >>> tokenizer = ByteTokenizer()
     >>> list(answer_pieces(tokenizer, iter([72, 105, 0, 33]), end_id=0))
     ['H', 'i']
     >>> list(answer_pieces(tokenizer, iter([72, 105, 33, 0]), 0, ["i!"]))

@@ -1,0 +1,231 @@
+"""Writing the LiteRT chat entry that lets the next `keras-tfm chat` skip TensorFlow.
+
+After `keras-tfm chat "..."` has answered through TensorFlow, it checks that
+LiteRT would give the same answers (`plan_chat_entry`: float32 weights, a
+byte-level BPE tokenizer whose `tokenizers` pipeline gives the same ids, a
+ChatML template, plain greedy decoding, stop strings allowed) and starts a
+background process (`start_chat_entry`, `python -m keras_tfm.chat_entry_writer
+MODEL WEIGHTS`) that loads the model again and writes the entry
+(`build_chat_entry`): the decoding step as LiteRT, the tokenizer pipeline,
+the chat settings (`keras_tfm_lite.chat_entries` describes the layout, keys
+and safety). The command itself returns at once: converting SmolLM2 takes
+the converter about a minute and a few GB of memory. The next `keras-tfm
+chat` with that model finds the entry before importing TensorFlow and
+answers from it (`keras_tfm_lite.litert_chat`).
+
+While a process builds an entry, a marker `.<key>.building` beside it holds
+its process id, so that a second command does not start another; a build
+that fails or is killed leaves `.<key>.failed` (its traceback, or a note
+that it did not finish), and the command does not try again until
+`keras-tfm cache clear`. The converter needs about 6 GB of memory at its
+peak for SmolLM2 (540 MB of float32 weights), once.
+
+Example:
+>>> import tempfile
+>>> from keras_tfm import zoo
+>>> [path.name for path in model_files("gpt_tiny")]  # what an entry watches
+['README.md', 'config.json']
+>>> model = zoo.from_preset("gpt_tiny")   # no tokenizer: no entry
+>>> plan_chat_entry(model, "gpt_tiny", "float32", {}, tempfile.mkdtemp())
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+from keras_tfm.export.litert_decoder import convert_decoder_step, save_decoder_step
+from keras_tfm.generation.generation_config import configs_for, request_base
+from keras_tfm.saving import atomic_directory
+from keras_tfm.tokenizers import ByteLevelBPETokenizer
+from keras_tfm.zoo.catalogue import preset_dir, read_source
+from keras_tfm.zoo.installed_checkpoints import checkpoint_path
+from keras_tfm.zoo.named_model import load_named_model
+from keras_tfm_lite import chat_entries
+from keras_tfm_lite.chat_template import parse_chatml_template
+from keras_tfm_lite.user_cache import seal
+
+PROBE = [
+    {"role": "user", "content": "Ünïcode, digits 12345 and  spaces\n\tend."},
+    {"role": "assistant", "content": "Réponse: 3.14 - ok!"},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+"""A conversation both tokenizations must agree on before an entry is written."""
+
+
+def model_files(reference):
+    """The files a command's model is read from: a `.keras` file, or a
+    preset's folder (and the installed checkpoint its `source.json` names)."""
+    if Path(reference).is_file():
+        return [Path(reference)]
+    folder = preset_dir(reference)
+    files = sorted(
+        path
+        for path in folder.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    )
+    source = read_source(folder)
+    return files + ([checkpoint_path(source)] if source else [])
+
+
+def _plain_greedy(model, settings):
+    """Whether `model.chat(**settings)` decodes plain greedy (stop strings aside)."""
+    sampler = settings.get("sampler")
+    base = request_base(model.generation_config, sampler, None, None)
+    rest = {k: v for k, v in settings.items() if k not in ("sampler", "stop_strings")}
+    (config,), instance = configs_for(sampler, rest, base, 1)
+    return (
+        instance is None and config.sampler == "greedy" and not config.uses_processors
+    )
+
+
+def _pipeline(tokenizer):
+    """The tokenizer's `tokenizers` pipeline if it gives the tokenizer's ids."""
+    if not isinstance(tokenizer, ByteLevelBPETokenizer) or not tokenizer.chat_template:
+        return None
+    tokenizer._maybe_initialized_tokenizers()  # keras-hub builds it lazily
+    pipeline = tokenizer._tokenizer
+    text = tokenizer.apply_chat_template(PROBE)
+    ids = [int(i) for i in tokenizer(text)]
+    if pipeline.encode(text, add_special_tokens=False).ids != ids:
+        return None
+    if pipeline.decode(ids, skip_special_tokens=False) != tokenizer.detokenize(ids):
+        return None
+    return pipeline
+
+
+def _markers(folder):
+    return (
+        folder.with_name(f".{folder.name}.building"),
+        folder.with_name(f".{folder.name}.failed"),
+    )
+
+
+def _building(marker):
+    """Whether the process whose id `marker` holds is still running."""
+    try:
+        os.kill(int(marker.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def plan_chat_entry(model, reference, weights, settings, root=None, builder=False):
+    """The entry folder to write for `model` as `reference` names it, or None.
+
+    None when caching is off, the entry is there or being built, an earlier
+    build failed, or LiteRT would not give `model.chat(**settings)`'s
+    answers: `weights` other than "float32", no byte-level BPE tokenizer
+    with a ChatML template, or decoding that is not plain greedy.
+    `builder`: asked by the process that builds it (its markers are its own).
+    """
+    folder = chat_entries.entry_folder(reference, weights, root)
+    if folder is None or weights != "float32":
+        return None
+    building, failed = _markers(folder)
+    if (
+        chat_entries.litert_version() == "absent"
+        or (not builder and (failed.exists() or _building(building)))
+        or chat_entries.find_entry(reference, weights, root) is not None
+        or not _plain_greedy(model, settings)
+        or _pipeline(getattr(model, "tokenizer", None)) is None
+    ):
+        return None
+    return folder
+
+
+def build_chat_entry(model, reference, weights, root=None):
+    """Writes the entry of `model` (what the background process runs).
+
+    Returns:
+        The entry folder, or None if `plan_chat_entry` finds none to write.
+    """
+    folder = plan_chat_entry(model, reference, weights, {}, root, builder=True)
+    folder = folder or plan_chat_entry(
+        model, reference, weights, {"sampler": "greedy"}, root, builder=True
+    )
+    if folder is None:
+        return None
+    tokenizer = model.tokenizer
+    buffer_length = min(chat_entries.BUFFER_LENGTH, model.backbone.max_sequence_length)
+    entry = {
+        "buffer_length": buffer_length,
+        "end_token_id": int(tokenizer.end_token_id),
+        "default_system_prompt": parse_chatml_template(tokenizer.chat_template),
+        "default_is_greedy": _plain_greedy(model, {}),
+        "greedy_is_plain": _plain_greedy(model, {"sampler": "greedy"}),
+        "sources": [chat_entries.file_identity(p) for p in model_files(reference)],
+    }
+    with atomic_directory(folder, overwrite=True) as tmp:
+        with tempfile.TemporaryDirectory(dir=tmp.parent) as saved:
+            save_decoder_step(model, saved, buffer_length)
+            (tmp / chat_entries.DECODER).write_bytes(convert_decoder_step(saved))
+        pipeline = _pipeline(tokenizer)
+        (tmp / chat_entries.TOKENIZER).write_text(pipeline.to_str(), encoding="utf-8")
+        (tmp / chat_entries.ENTRY).write_text(json.dumps(entry), encoding="utf-8")
+        seal(tmp, chat_entries.FILES)
+    return folder
+
+
+def start_chat_entry(model, reference, weights, settings, root=None):
+    """Starts the background process that writes the entry, if one is due.
+
+    Returns:
+        The `subprocess.Popen` of that process, or None.
+    """
+    folder = plan_chat_entry(model, reference, weights, settings, root)
+    if folder is None:
+        return None
+    building, _ = _markers(folder)
+    command = [sys.executable, "-m", "keras_tfm.chat_entry_writer", reference, weights]
+    environment = dict(os.environ)
+    if root is not None:
+        environment["KERAS_TFM_CACHE_DIR"] = str(root)
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not stopped by the terminal's Ctrl-C
+        env=environment,
+    )
+    building.parent.mkdir(parents=True, exist_ok=True)
+    building.write_text(str(process.pid))
+    return process
+
+
+KILLED = (
+    "The build did not finish (killed, or out of memory?). `keras-tfm cache "
+    "clear` lets the next `keras-tfm chat` try again.\n"
+)
+
+
+def main(argv=None):
+    """`python -m keras_tfm.chat_entry_writer MODEL WEIGHTS`: builds the entry."""
+    reference, weights = sys.argv[1:] if argv is None else argv
+    folder = chat_entries.entry_folder(reference, weights)
+    building, failed = _markers(folder)
+    building.parent.mkdir(parents=True, exist_ok=True)
+    building.write_text(str(os.getpid()))
+    # Written first, removed on success: a build the kernel kills (out of
+    # memory: the converter peaks at ~6 GB for SmolLM2) is not retried by
+    # every later command.
+    failed.write_text(KILLED, encoding="utf-8")
+    try:
+        model = load_named_model(reference)
+        build_chat_entry(model, reference, weights)
+    except BaseException:
+        failed.write_text(traceback.format_exc(), encoding="utf-8")
+        raise
+    else:
+        failed.unlink(missing_ok=True)
+    finally:
+        building.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    os.nice(10)  # the user's next command comes first
+    main()

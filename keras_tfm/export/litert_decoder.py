@@ -1,0 +1,133 @@
+"""`export_litert_decoder`: a `CausalLM`'s cached decoding step as a LiteRT file.
+
+One signature, `step`: `token_ids` int32 (1, n) at positions `index ...
+index + n - 1` in, the float32 logits (1, vocabulary_size) of the last of
+them out. The key/value cache lives in the file as LiteRT resource
+variables of `buffer_length` positions, so it stays inside the interpreter
+between calls (nothing is copied through Python per token): a prompt goes
+through in chunks (n > 1), then each new token (n = 1). Positions past
+`index + n - 1` may hold stale keys from an earlier conversation; no query
+reads them (attention is causal), and they are overwritten as decoding
+reaches them.
+
+This is what `keras-tfm chat` keeps in its cache folder so that a second
+run answers without TensorFlow (`keras_tfm_lite.litert_chat`).
+
+Example:
+>>> import tempfile
+>>> import keras_tfm
+>>> backbone = keras_tfm.models.DecoderBackbone(
+...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+...     intermediate_dim=32, max_sequence_length=16)
+>>> model = keras_tfm.models.CausalLM(backbone)
+>>> size = export_litert_decoder(model, tempfile.mkdtemp() + "/step.tflite")
+>>> size > 10_000
+True
+"""
+
+import tempfile
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from keras_tfm.export.litert import QUANTIZATIONS
+from keras_tfm.generation.decoder_steps import DecoderSteps
+from keras_tfm.kernels.plain_scope import plain_kernels
+from keras_tfm.models import CausalLM
+from keras_tfm.validation import check_choice, check_positive_int
+
+
+class _CachedStep(tf.Module):
+    """The step function and its cache, as variables the converter keeps."""
+
+    def __init__(self, model, buffer_length):
+        super().__init__()
+        self.steps = DecoderSteps(model)
+        # The weights, not the model: tracking the task would bring its
+        # tokenizer's lookup tables, which LiteRT's builtin ops cannot hold.
+        self.model_variables = list(model.variables)
+        self.caches = [
+            tf.Variable(cache, trainable=False)
+            for cache in self.steps.empty_cache(1, buffer_length)
+        ]
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([1, None], tf.int32, name="token_ids"),
+            tf.TensorSpec([], tf.int32, name="index"),
+        ]
+    )
+    def step(self, token_ids, index):
+        with plain_kernels():  # forward only, short chunks (see plain_scope)
+            caches = tuple(variable.read_value() for variable in self.caches)
+            logits, caches = self.steps(token_ids, caches, index)
+        for variable, cache in zip(self.caches, caches, strict=True):
+            variable.assign(cache)
+        return {"logits": tf.cast(logits[:, -1, :], tf.float32)}
+
+
+def save_decoder_step(model, folder, buffer_length=None):
+    """Writes `model`'s cached decoding step as a SavedModel (for the converter).
+
+    Args: as `export_litert_decoder`; `folder` is the SavedModel's folder.
+    """
+    if not isinstance(model, CausalLM) or not callable(
+        getattr(model.backbone, "embed", None)
+    ):
+        raise ValueError(
+            "export_litert_decoder takes a decoder-only CausalLM. Received: "
+            f"a {type(model).__name__}"
+        )
+    limit = model.backbone.max_sequence_length
+    buffer_length = limit if buffer_length is None else buffer_length
+    check_positive_int("buffer_length", buffer_length)
+    if buffer_length > limit:
+        raise ValueError(
+            f"`buffer_length` must be at most the model's max_sequence_length "
+            f"({limit}). Received: buffer_length={buffer_length}"
+        )
+    # Through a SavedModel written by Keras' ExportArchive: the converter
+    # freezes the weights it tracks; the cache variables, assigned in the
+    # graph, stay variables.
+    cached = _CachedStep(model, buffer_length)
+    archive = keras.export.ExportArchive()
+    archive.track(cached)
+    archive.add_endpoint("step", cached.step)
+    archive.write_out(str(folder), verbose=False)
+
+
+def convert_decoder_step(folder, quantization="float32"):
+    """The `.tflite` bytes of a step `save_decoder_step` wrote to `folder`."""
+    check_choice("quantization", quantization, QUANTIZATIONS)
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), ["step"])
+    converter.experimental_enable_resource_variables = True
+    if quantization == "int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    return converter.convert()
+
+
+def export_litert_decoder(model, path, buffer_length=None, quantization="float32"):
+    """Writes `model`'s cached decoding step as a `.tflite` file.
+
+    Args:
+        model: a decoder-only `keras_tfm.models.CausalLM`.
+        path: the file to write.
+        buffer_length: positions of the key/value cache (the prompt and the
+            answer together); default the model's `max_sequence_length`.
+        quantization: "float32", or "int8" (LiteRT's dynamic-range
+            quantization: int8 weights with per-channel scales, and
+            activations quantized per call; its logits are not keras-tfm's
+            weight-only int8 ones).
+
+    Returns:
+        The number of bytes written.
+    """
+    check_choice("quantization", quantization, QUANTIZATIONS)
+    with tempfile.TemporaryDirectory() as folder:
+        save_decoder_step(model, folder, buffer_length)
+        flatbuffer = convert_decoder_step(folder, quantization)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(flatbuffer)
+    return len(flatbuffer)

@@ -1,0 +1,147 @@
+"""`LiteRTChat`: greedy chat answers from a cached LiteRT decoding step.
+
+What a second `keras-tfm chat` runs: the model's decoding step as a
+`.tflite` file (`keras_tfm.export.export_litert_decoder`, its key/value cache
+inside the interpreter), the tokenizer's `tokenizers` pipeline and the ChatML
+template, in a process that imports neither TensorFlow nor Keras. The prompt
+goes through in chunks of `PREFILL_CHUNK` tokens, then one token at a time
+(two input shapes in all, so the interpreter allocates twice); each new
+token is the argmax of the float32 logits, as `CausalLM.generate`'s greedy
+sampler takes it (NumPy's argmax and TensorFlow's both take the first
+maximum). Only greedy decoding: sampling runs in TensorFlow.
+
+Example:
+>>> # once `keras-tfm chat "..."` has written SmolLM2's entry
+>>> from keras_tfm_lite.chat_entries import find_entry
+>>> found = find_entry("smollm2_135m_instruct", "float32")
+>>> if found:  # doctest: +SKIP
+...     print(LiteRTChat(*found).chat("What is the capital of France?"))
+The capital of France is Paris.
+"""
+
+import os
+
+import numpy as np
+
+from keras_tfm_lite.chat_entries import DECODER, TOKENIZER
+from keras_tfm_lite.chat_pieces import answer_pieces
+from keras_tfm_lite.chat_template import apply_chatml
+from keras_tfm_lite.stop_text import cut_at_stop_strings
+
+PREFILL_CHUNK = 16
+"""Prompt tokens per interpreter call before decoding starts."""
+
+
+class _Detokenizer:
+    """`detokenize(ids)` of a `tokenizers.Tokenizer`, as `answer_pieces` asks."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def detokenize(self, ids):
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def _until_stop_string(ids, detokenizer, stop_strings):
+    """`ids` until the answer's text holds one of `stop_strings` (the
+    TensorFlow loop ends there too; the text is cut before it)."""
+    answer = []
+    for token in ids:
+        yield token
+        answer.append(token)
+        text = detokenizer.detokenize(answer)
+        if stop_strings and cut_at_stop_strings(text, stop_strings, 0) != text:
+            return
+
+
+class LiteRTChat:
+    """A cached chat model in LiteRT's interpreter.
+
+    Args:
+        folder: an entry folder (`keras_tfm_lite.chat_entries`).
+        entry: its `entry.json`, read.
+        num_threads: interpreter threads (default: the CPUs this process
+            may use).
+        xnnpack: run the matrix products through XNNPACK, LiteRT's default
+            CPU delegate (faster, but it repacks the float32 weights into a
+            second copy in memory); False: LiteRT's builtin kernels, which
+            read them where the file is mapped.
+    """
+
+    def __init__(self, folder, entry, num_threads=None, xnnpack=False):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+        from tokenizers import Tokenizer
+
+        self.entry = entry
+        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
+        resolver = OpResolverType.AUTO
+        if not xnnpack:
+            resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        self.interpreter = Interpreter(
+            model_path=str(folder / DECODER),
+            num_threads=num_threads or len(os.sched_getaffinity(0)),
+            experimental_op_resolver_type=resolver,
+        )
+        self.step = self.interpreter.get_signature_runner("step")
+
+    @property
+    def buffer_length(self):
+        return self.entry["buffer_length"]
+
+    def prompt_ids(self, messages):
+        """The ids of `messages` in the chat template, with the answer's opening."""
+        text = apply_chatml(
+            messages, default_system_prompt=self.entry["default_system_prompt"]
+        )
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def fits(self, prompt, max_new_tokens):
+        """Whether the prompt and `max_new_tokens` fit the cached buffer."""
+        return len(prompt) + max_new_tokens <= self.buffer_length
+
+    def _logits(self, token_ids, index):
+        ids = np.asarray([token_ids], np.int32)
+        return self.step(token_ids=ids, index=np.asarray(index, np.int32))["logits"]
+
+    def greedy_ids(self, prompt, max_new_tokens):
+        """Yields the greedy new ids after `prompt`, up to `max_new_tokens`
+        (the end-of-turn id included, then stops)."""
+        if not prompt or not self.fits(prompt, max_new_tokens):
+            raise ValueError(
+                "The prompt and max_new_tokens must fit the cached buffer of "
+                f"{self.buffer_length} positions. Received: a prompt of "
+                f"{len(prompt)} tokens, max_new_tokens={max_new_tokens}"
+            )
+        whole = (len(prompt) - 1) // PREFILL_CHUNK * PREFILL_CHUNK
+        for start in range(0, whole, PREFILL_CHUNK):
+            self._logits(prompt[start : start + PREFILL_CHUNK], start)
+        for index in range(whole, len(prompt) - 1):
+            self._logits(prompt[index : index + 1], index)
+        token, index = prompt[-1], len(prompt) - 1
+        for _ in range(max_new_tokens):
+            token = int(np.argmax(self._logits([token], index)[0]))
+            yield token
+            if token == self.entry["end_token_id"]:
+                return
+            index += 1
+
+    def chat(self, messages, max_new_tokens=256, stop_strings=(), stream=False):
+        """The greedy answer to `messages`, as `CausalLM.chat` gives it.
+
+        Args:
+            messages: a string (one user message) or a list of {"role",
+                "content"} dicts.
+            max_new_tokens: the most tokens the answer may take.
+            stop_strings: strings that end the answer (not shown).
+            stream: yield the answer's new text as it comes.
+        """
+        stop_strings = (
+            (stop_strings,) if isinstance(stop_strings, str) else stop_strings
+        )
+        detokenizer = _Detokenizer(self.tokenizer)
+        ids = self.greedy_ids(self.prompt_ids(messages), max_new_tokens)
+        ids = _until_stop_string(ids, detokenizer, stop_strings)
+        pieces = answer_pieces(
+            detokenizer, ids, self.entry["end_token_id"], stop_strings
+        )
+        return pieces if stream else "".join(pieces).strip()

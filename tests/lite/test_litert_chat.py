@@ -1,0 +1,322 @@
+"""LiteRT chat entries: a second `keras-tfm chat` that never imports TensorFlow.
+
+On a tiny random ChatML model (the serving tests' byte-level tokenizer)
+saved as a `.keras` file: the LiteRT step's logits against the Keras model's
+full pass, greedy answers against `model.chat`, the command in a fresh
+process, the entry's keys, a corrupt or stale entry, clearing, and what the
+cache must not answer.
+"""
+
+import doctest
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from keras_tfm import chat_entry_writer as writer
+from keras_tfm.cli import main
+from keras_tfm.convert import GGUFBytePairTokenizer
+from keras_tfm.generation import GenerationConfig
+from keras_tfm_lite import (
+    chat_command,
+    chat_entries,
+    chat_pieces,
+    litert_chat,
+    stop_text,
+    user_cache,
+)
+from keras_tfm_lite.litert_chat import PREFILL_CHUNK, LiteRTChat
+from tests.builders import causal_lm
+from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
+
+SYSTEM = "You are tiny."
+TEMPLATE_WITH_SYSTEM = TEMPLATE.replace(
+    "{% for message in messages %}",
+    "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>"
+    f"system\\n{SYSTEM}<|im_end|>\\n' }}{{% endif %}}{{% for message in messages %}}",
+)
+
+
+def _tiny_chat_model(seed=3):
+    tokens = tiny_vocabulary()
+    tokenizer = GGUFBytePairTokenizer(
+        {t: i for i, t in enumerate(tokens)}, MERGES, unsplittable_tokens=SPECIALS,
+        bos_token="<|im_start|>", eos_token="<|im_end|>",
+        chat_template=TEMPLATE_WITH_SYSTEM,
+    )  # fmt: skip
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    return causal_lm(
+        vocabulary_size=len(tokens), num_layers=2, num_heads=2, hidden_dim=32,
+        intermediate_dim=64, max_sequence_length=128, position_encoding="rotary",
+        num_key_value_heads=1, padding_id=None, tokenizer=tokenizer,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The model, the `.keras` file it was saved to, and its built entry."""
+    model = _tiny_chat_model()
+    path = tmp_path_factory.mktemp("model") / "tiny.keras"
+    model.save(path)
+    root = tmp_path_factory.mktemp("cache")
+    folder = writer.build_chat_entry(model, str(path), "float32", root)
+    assert folder is not None and chat_entries.find_entry(str(path), "float32", root)
+    return model, str(path), root
+
+
+@pytest.fixture(scope="module")
+def lite(tiny):
+    _, path, root = tiny
+    return LiteRTChat(*chat_entries.find_entry(path, "float32", root))
+
+
+def test_litert_step_logits_equal_the_keras_model(tiny, lite):
+    model = tiny[0]
+    ids = [int(i) for i in model.tokenizer(model.tokenizer.apply_chat_template("hi"))]
+    ids = (ids * 3)[: PREFILL_CHUNK + 5]
+    full = np.asarray(model(np.array([ids])), "float64")[0]
+    chunk = lite._logits(ids[:PREFILL_CHUNK], 0)[0]  # one call, 16 positions
+    np.testing.assert_allclose(chunk, full[PREFILL_CHUNK - 1], atol=1e-4)
+    for index in range(PREFILL_CHUNK, len(ids)):  # then one position a call
+        step = lite._logits(ids[index : index + 1], index)[0]
+        np.testing.assert_allclose(step, full[index], atol=1e-4)
+
+
+def _greedy_answer(model, messages, max_new_tokens, stops):
+    """`model.chat`'s greedy answer by full passes, no cache: each new id the
+    argmax of the last position's logits, until the end id or a stop string."""
+    tokenizer = model.tokenizer
+    ids = [int(i) for i in tokenizer(tokenizer.apply_chat_template(messages))]
+    new = []
+    for _ in range(max_new_tokens):
+        token = int(np.argmax(np.asarray(model(np.array([ids + new])))[0, -1]))
+        if token == tokenizer.end_token_id:
+            break
+        new.append(token)
+        text = tokenizer.detokenize(new)
+        if any(stop in text for stop in stops):
+            break
+    text = tokenizer.detokenize(new)
+    cut = min([text.find(s) for s in stops if s in text] or [len(text)])
+    return text[:cut].strip()
+
+
+@pytest.mark.parametrize(
+    "messages, stops",
+    [
+        ("Hello", ()),
+        ("A longer question, or two.", ()),
+        (
+            [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "one"},
+                {"role": "assistant", "content": "two"},
+                {"role": "user", "content": "three"},
+            ],
+            (),
+        ),
+        ("Hello", ("or",)),  # the random model's answers hold "or" often
+    ],
+)
+def test_greedy_answers_equal_the_uncached_reference(tiny, lite, messages, stops):
+    want = _greedy_answer(tiny[0], messages, 20, stops)
+    assert lite.chat(messages, max_new_tokens=20, stop_strings=stops) == want
+    pieces = lite.chat(messages, 20, stop_strings=stops, stream=True)
+    assert "".join(pieces).strip() == want
+
+
+def _command(path, *options):
+    return ["chat", "--model", path, "--max-new-tokens", "12", *options, "Hi there"]
+
+
+def test_second_command_answers_without_tensorflow(tiny, capsys):
+    _, path, root = tiny
+    main(_command(path, "--stop", "or"))  # through TensorFlow (the cache is off)
+    want = capsys.readouterr().out
+    script = textwrap.dedent(f"""
+        import sys
+        import keras_tfm_launcher
+        keras_tfm_launcher.main({_command(path, "--stop", "or")!r})
+        assert not {{"tensorflow", "keras", "keras_tfm"}} & set(sys.modules)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KERAS_TFM_CACHE_DIR": str(root)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == want
+
+
+def test_entry_keys(tiny, monkeypatch):
+    _, path, root = tiny
+    base = chat_entries.entry_folder(path, "float32", root)
+    assert chat_entries.entry_folder(os.path.relpath(path), "float32", root) == base
+    others = [
+        chat_entries.entry_folder(path, "int8", root),
+        chat_entries.entry_folder("smollm2_135m_instruct", "float32", root),
+    ]
+    monkeypatch.setattr(chat_entries, "FORMAT_VERSION", 10**6)
+    others.append(chat_entries.entry_folder(path, "float32", root))
+    monkeypatch.undo()
+    monkeypatch.setattr(chat_entries, "litert_version", lambda: "0.0.0")
+    others.append(chat_entries.entry_folder(path, "float32", root))
+    monkeypatch.undo()
+    versions = {**user_cache.versions(), "tensorflow": "0.0.0"}
+    monkeypatch.setattr(user_cache, "versions", lambda: versions)
+    others.append(chat_entries.entry_folder(path, "float32", root))
+    assert len({base, *others}) == 1 + len(others)
+
+
+def test_a_changed_model_file_is_not_read(tiny):
+    _, path, root = tiny
+    status = os.stat(path)
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
+    try:
+        assert chat_entries.find_entry(path, "float32", root) is None
+        assert not chat_command.answer_from_cache(_command(path), root)
+    finally:
+        os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert chat_entries.find_entry(path, "float32", root) is not None
+
+
+@pytest.fixture
+def copied(tiny, tmp_path):
+    """A copy of the module's cache folder, free to damage."""
+    _, path, root = tiny
+    shutil.copytree(root, tmp_path / "cache")
+    return path, tmp_path / "cache"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garble", "entry"])
+def test_a_corrupt_entry_is_deleted_not_read(copied, damage, capsys):
+    path, root = copied
+    folder = chat_entries.entry_folder(path, "float32", root)
+    name = chat_entries.ENTRY if damage == "entry" else chat_entries.DECODER
+    data = bytearray((folder / name).read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data[len(data) // 2 : len(data) // 2 + 8] = b"\x7f" * 8
+    (folder / name).write_bytes(bytes(data))
+    assert not chat_command.answer_from_cache(_command(path), root)
+    assert not folder.exists() and capsys.readouterr().out == ""
+
+
+def test_the_command_starts_one_background_build_which_rebuilds(
+    tiny, tmp_path, monkeypatch, capsys
+):
+    model, path, _ = tiny
+    root = tmp_path / "cache"
+    monkeypatch.setenv("KERAS_TFM_CACHE_DIR", str(root))
+    started = []
+
+    class Started:  # a process that is still running: this test's parent
+        pid = os.getppid()
+
+        def __init__(self, command, **kwargs):
+            started.append((command, kwargs["env"]["KERAS_TFM_CACHE_DIR"]))
+
+    monkeypatch.setattr(writer.subprocess, "Popen", Started)
+    monkeypatch.setattr("keras_tfm.cli.resolve_model", lambda *args: model)
+    monkeypatch.setattr(writer, "load_named_model", lambda *args: model)
+    main(_command(path))
+    main(_command(path))  # the first build is still "running"
+    assert started == [
+        (
+            [sys.executable, "-m", "keras_tfm.chat_entry_writer", path, "float32"],
+            str(root),
+        )
+    ]
+    writer.main([path, "float32"])  # what that process runs
+    folder = chat_entries.entry_folder(path, "float32", root)
+    assert user_cache.verify(folder, chat_entries.FILES)
+    assert not list(root.glob("litert/.*.building"))
+    capsys.readouterr()
+    assert chat_command.answer_from_cache(_command(path), root)
+    # A build that failed is not tried again until the cache is cleared.
+    shutil.rmtree(folder)
+    monkeypatch.setattr(writer, "save_decoder_step", lambda *args: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        writer.main([path, "float32"])
+    assert writer.plan_chat_entry(model, path, "float32", {}, root) is None
+    # Nor is one that was killed before it could say so.
+    failed = folder.with_name(f".{folder.name}.failed")
+    assert "ZeroDivisionError" in failed.read_text()
+    failed.write_text(writer.KILLED)
+    assert writer.plan_chat_entry(model, path, "float32", {}, root) is None
+    main(["cache", "clear"])
+    assert not root.exists()
+    assert writer.plan_chat_entry(model, path, "float32", {}, root) is not None
+
+
+def test_cache_clear_removes_the_entries(copied, monkeypatch, capsys):
+    path, root = copied
+    monkeypatch.setenv("KERAS_TFM_CACHE_DIR", str(root))
+    main(["cache", "info"])
+    assert "litert: 1 entries" in capsys.readouterr().out
+    main(["cache", "clear"])
+    assert not root.exists()
+    assert not chat_command.answer_from_cache(_command(path), root)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--sampler", "top_p"],
+        ["--temperature", "0.5"],
+        ["--repetition-penalty", "1.2"],
+        ["--weights", "int8"],
+        ["--max-new-tokens", "1000"],  # past the 128 positions of the buffer
+        ["--max-new-tokens", "0"],
+        ["--help"],
+    ],
+)
+def test_what_the_cache_does_not_answer(tiny, options, capsys):
+    _, path, root = tiny
+    assert not chat_command.answer_from_cache(_command(path, *options), root)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_other_commands_are_not_answered(tiny, capsys):
+    _, path, root = tiny
+    assert not chat_command.answer_from_cache(["chat", "--model", path], root)
+    assert not chat_command.answer_from_cache(["generate", path, "Hi"], root)
+    assert not chat_command.answer_from_cache(_command("no_such_model"), root)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_entries_only_where_litert_agrees(tiny, tmp_path):
+    model, path, _ = tiny
+    root = tmp_path / "cache"
+    assert writer.plan_chat_entry(model, path, "int8", {}, root) is None
+    sampled = {"sampler": "top_p", "temperature": 0.7, "top_p": 0.9}
+    assert writer.plan_chat_entry(model, path, "float32", sampled, root) is None
+    penalized = {"repetition_penalty": 1.3}
+    assert writer.plan_chat_entry(model, path, "float32", penalized, root) is None
+    # A model whose own default samples: an entry for --sampler greedy only.
+    sampling = _tiny_chat_model()
+    sampling.generation_config = GenerationConfig(sampler="top_p", top_p=0.9)
+    assert writer.plan_chat_entry(sampling, path, "float32", {}, root) is None
+    folder = writer.build_chat_entry(sampling, path, "float32", root)
+    entry = json.loads((folder / chat_entries.ENTRY).read_text())
+    assert (entry["default_is_greedy"], entry["greedy_is_plain"]) == (False, True)
+    assert not chat_command.answer_from_cache(_command(path), root)
+    assert chat_command.answer_from_cache(_command(path, "--sampler", "greedy"), root)
+
+
+@pytest.mark.parametrize(
+    "module", [chat_command, chat_entries, chat_pieces, litert_chat, stop_text, writer]
+)
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
