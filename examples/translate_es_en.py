@@ -100,6 +100,7 @@ SEED = 0
 PRESET = "zoo/translator_es_en"
 CURVES = "docs/images/translator_es_en_curves.png"
 BASELINE = "IBM Model 1"
+COMMANDS = "commands.txt"  # in a run folder: the commands that trained it
 # ------------------------------------------------------------------------------
 
 
@@ -129,6 +130,12 @@ def parse_args(argv=None):
     parser.add_argument("--epochs", type=int, help="checkpoints over the steps")
     parser.add_argument("--learning-rate", type=float, help="the schedule's peak")
     parser.add_argument("--warmup-steps", type=int, help="steps up to the peak")
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        help="override the model's dropout rate (with --init too: the earlier "
+        "run's weights, trained on at this rate)",
+    )
     parser.add_argument(
         "--init",
         metavar="RUN_DIR",
@@ -313,6 +320,9 @@ def train(config, args, train_pairs, validation):
         f"over the training verses; {config['steps']} steps planned"
     )
     (run_dir / "config.json").write_text(json.dumps(config, indent=1))
+    saving.atomic_write_text(
+        run_dir / COMMANDS, "\n".join([*commands_of(init), args.command])
+    )
     tick = time.time()
     model.fit(
         datasets[0].repeat(),
@@ -330,6 +340,15 @@ def train(config, args, train_pairs, validation):
     )
     print(f"Training: {time.time() - tick:.0f} s")
     return load_run(run_dir)
+
+
+def commands_of(run_dir):
+    """The commands that trained a run folder's model, first to last (one
+    per `--init` generation), or none if it has no record."""
+    if run_dir is None:
+        return []
+    path = Path(run_dir, COMMANDS)
+    return path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
 
 
 def load_run(run_dir):
@@ -377,9 +396,13 @@ def results_table(results, num_verses):
 
 def main(argv=None):
     args = parse_args(argv)
+    run_as = sys.argv[1:] if argv is None else argv  # for the run folder, the card
+    args.command = " ".join(["python", "examples/translate_es_en.py", *run_as])
     config = dict(QUICK if args.quick else FULL)
     for name in ("steps", "epochs", "learning_rate", "warmup_steps"):
         config[name] = getattr(args, name) or config[name]
+    if args.dropout is not None:
+        config["model"] = dict(config["model"], dropout=args.dropout)
     keras.utils.set_random_seed(SEED)
     began = time.time()
     verses = sword_parallel.load_parallel_verses(args.sword_path)
@@ -485,8 +508,9 @@ def save(model, config, args, splits, results, history):
             f"Micah, Colossians; training: the {len(train_pairs)} pairs of the "
             "other books whose sides are plausibly translations of each other."
         ),
-        training_command=" ".join(
-            ["python", "examples/translate_es_en.py", *sys.argv[1:]]
+        training_command="\n".join(
+            commands_of(args.checkpoint or args.run_dir)
+            + ([args.command] if args.checkpoint else [])
         ),
         overwrite=True,
         usage='model.generate("En el principio crió Dios los cielos y la '
