@@ -21,12 +21,16 @@ verses, translating word by word.
     python examples/translate_es_en.py --steps 8000 --epochs 40 \\
         --max-minutes 64      # writes runs/es_en; the cosine spans the 64 min
     python examples/translate_es_en.py --init runs/es_en --run-dir runs/es_en2 \\
-        --steps 500 --epochs 5 --learning-rate 1e-3 --warmup-steps 50  # more
-    python examples/translate_es_en.py --checkpoint runs/es_en \\
+        --dropout 0.25 --learning-rate 1e-3 --steps 8000 --epochs 40 \\
+        --max-minutes 55      # a second cosine, more dropout: the preset's run
+    python examples/translate_es_en.py --checkpoint runs/es_en2 \\
         --num-beams 4          # score the best model, greedy and beam search
-    python examples/translate_es_en.py --checkpoint runs/es_en \\
+    python examples/translate_es_en.py --checkpoint runs/es_en2 --num-beams 4 \\
         --save zoo/translator_es_en    # ... and write the preset
     python examples/translate_es_en.py --quick      # a small slice, < 1 minute
+
+The card of a saved preset lists every command that made its model (each
+run folder keeps them in `commands.txt`).
 """
 
 import argparse
