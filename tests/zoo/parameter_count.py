@@ -115,14 +115,16 @@ def vision_transformer(config):
 def parameter_count(spec):
     """The count for a preset's {"class_name", "config"} spec."""
     name, config = spec["class_name"].removeprefix("keras_tfm>"), spec["config"]
+    # A task saved in the Backbone/Task shape holds its backbone's arguments.
+    shape = config["backbone"]["config"] if "backbone" in config else config
     if name == "CausalLM":
-        return causal_lm(config)
+        return causal_lm(shape)
     if name == "EncoderBackbone":
         return encoder_backbone(config)
     if name == "EncoderClassifier":
         return encoder_classifier(config, config["backbone"]["config"])
     if name in ("Seq2SeqTransformer", "Seq2SeqLM"):
-        return seq2seq(config)
+        return seq2seq(shape)
     if name == "VisionTransformer":
         return vision_transformer(config)
     raise ValueError(f"No parameter formula for {name!r}")

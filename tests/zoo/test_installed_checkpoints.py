@@ -20,9 +20,12 @@ def test_every_preset_has_one_kind_of_weights():
         for kind in ("pretrained", "trained", "none")
     }
     assert kinds["pretrained"] == ["all_minilm_l6_v2", "smollm2_135m_instruct"]
-    assert {"fortunes_classifier", "kjv_gpt", "translator_de_en"} <= set(
-        kinds["trained"]
-    )
+    assert {
+        "fortunes_classifier",
+        "kjv_gpt",
+        "translator_de_en",
+        "translator_es_en",
+    } <= set(kinds["trained"])
     assert "gpt_tiny" in kinds["none"]
     assert sorted(sum(kinds.values(), [])) == zoo.list_presets()
     for kind, names in kinds.items():

@@ -10,7 +10,12 @@ import pytest
 from keras_tfm import zoo
 from tests.builders import causal_lm
 
-TRAINED_TASKS = ("fortunes_classifier", "kjv_gpt", "translator_de_en")
+TRAINED_TASKS = (
+    "fortunes_classifier",
+    "kjv_gpt",
+    "translator_de_en",
+    "translator_es_en",
+)
 _PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
