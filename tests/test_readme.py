@@ -41,5 +41,5 @@ def test_block_runs(index, smollm2, monkeypatch):
     # Each `call(...)  # "answer"` line of the block gives that answer (a
     # trailing "..." promises only the start), as the README says.
     promised = check_promises(BLOCKS[index], namespace)
-    if "llm" in namespace:  # the tour: chat, classify and translate
-        assert promised == 3
+    if "llm" in namespace:  # the tour: chat, classify, translate de-en and es-en
+        assert promised == 4
