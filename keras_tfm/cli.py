@@ -68,11 +68,11 @@ def resolve_model(reference, weights=None):
     from keras_tfm.zoo import list_presets
     from keras_tfm.zoo.named_model import load_named_model
 
-    if reference in list_presets() and not Path(reference).is_file():
-        return load_named_model(reference, weights)  # a preset's own errors
     try:
         return load_named_model(reference, weights)
     except ValueError as error:
+        if reference in list_presets() and not Path(reference).is_file():
+            raise  # a preset's own error, with its traceback
         raise SystemExit(f"keras-tfm: {error}") from None
 
 
