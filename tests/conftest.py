@@ -9,6 +9,15 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # No test reads or writes the user's cache folder (keras_tfm.user_cache):
 # the cache tests point KERAS_TFM_CACHE_DIR at their own tmp_path.
 os.environ.setdefault("KERAS_TFM_CACHE_DIR", "off")
+# XLA compiles with LLVM's optimisations off in the tests (subprocesses
+# inherit it): compiling is most of the suite's time, and the tests check
+# what programs compute, not how fast (benchmarks do, with the defaults).
+# The same tests took 84 s instead of 114-127 s (tests/models/test_causal_lm.py
+# and two others). A level the caller set is kept.
+_XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
+if "--xla_backend_optimization_level" not in _XLA_FLAGS:
+    _XLA_FLAGS = f"{_XLA_FLAGS} --xla_backend_optimization_level=0".strip()
+    os.environ["XLA_FLAGS"] = _XLA_FLAGS
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
