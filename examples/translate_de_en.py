@@ -55,6 +55,12 @@ FULL = dict(
     label_smoothing=0.1,
     num_beams=4,
     length_penalty=1.5,  # chosen on validation: 0.6, 1.0, 1.5, 2.0 (examples/README.md)
+    # --back-translate: English fortunes translated into German by the
+    # model fine-tuned English -> German, added to training as pairs.
+    reverse_steps=300,  # English -> German fine-tune of the --init preset
+    monolingual_max_words=10,  # English fortune sentences of 3 to 10 words
+    monolingual_sentences=None,  # all of them (None), or the first n
+    synthetic_repeats=20,  # as often an epoch as each real sentence pair
 )
 QUICK = dict(
     FULL,
@@ -76,6 +82,9 @@ QUICK = dict(
         dropout=0.1,
     ),
     device_defaults=False,
+    reverse_steps=4,
+    monolingual_sentences=32,
+    synthetic_repeats=1,
     steps=40,
     epochs=2,
     warmup_steps=10,
@@ -134,14 +143,28 @@ def results_table(results, num_pairs):
 
 
 def build_model(config, tokenizer, schedule=None):
-    """The Seq2SeqLM, compiled with AdamW on a warm-up + cosine schedule
-    over `config["steps"]` (or on `schedule`, a learning rate schedule)."""
+    """A new Seq2SeqLM, compiled (see `compile_model`)."""
     backbone = Seq2SeqBackbone(
         vocabulary_size=tokenizer.vocabulary_size(),
         max_sequence_length=config["max_length"],
         **config["model"],
     )
     model = Seq2SeqLM(backbone, Seq2SeqLM.preprocessor_for(tokenizer, backbone))
+    return compile_model(model, config, schedule)
+
+
+def warm_start(directory, config):
+    """The preset in `directory` (weights and tokenizer) with the config's
+    dropout, compiled (see `compile_model`): training continues from it."""
+    from keras_tfm.zoo.catalogue import build_from_directory
+
+    model = build_from_directory(directory, dropout=config["model"]["dropout"])
+    return compile_model(model, config)
+
+
+def compile_model(model, config, schedule=None):
+    """`model` compiled with AdamW on a warm-up + cosine schedule over
+    `config["steps"]` (or on `schedule`, a learning rate schedule)."""
     if schedule is None:
         warmup_steps = min(config["warmup_steps"], config["steps"] // 5)
         schedule = keras.optimizers.schedules.CosineDecay(
@@ -177,6 +200,62 @@ def training_pairs(config, train, held_out, path=None):
     return list(train) * config["sentence_repeats"] + lexicon, len(lexicon)
 
 
+def back_translated_pairs(config, training_set, validation, held_out, init):
+    """(synthetic German, English fortune sentence) pairs, repeated.
+
+    The preset in `init` is fine-tuned English -> German for
+    `config["reverse_steps"]` steps on the reversed `training_set` and
+    translates the English fortunes' sentences (greedy) into German. A
+    sentence whose words equal a held-out English sentence's is dropped.
+    """
+    sentences = fortunes.fortune_sentences(
+        max_words=config["monolingual_max_words"]
+    )
+    kept = trans_de_en.without_sentences(sentences, [en for _, en in held_out])
+    print(
+        f"English fortunes: {len(sentences)} sentences of 3-"
+        f"{config['monolingual_max_words']} words, {len(sentences) - len(kept)} "
+        "dropped as validation or test sentences"
+    )
+    kept = kept[: config["monolingual_sentences"]]
+    reverse = warm_start(init, dict(config, steps=config["reverse_steps"]))
+    reversed_set = [(en, de) for de, en in training_set]
+    tick = time.time()
+    reverse.fit(
+        make_dataset(config, reversed_set, reverse.tokenizer, shuffle=True).repeat(),
+        steps_per_epoch=config["reverse_steps"],
+        validation_data=make_dataset(
+            config, [(en, de) for de, en in validation[:500]], reverse.tokenizer
+        ),
+        shuffle=False,
+        verbose=2,
+    )
+    print(f"English -> German fine-tune: {time.time() - tick:.0f} s")
+    tick = time.time()
+    order = sorted(range(len(kept)), key=lambda i: len(kept[i]))
+    german = translate(reverse, [kept[i] for i in order], batch_size=256)
+    synthetic = sorted(zip(order, german, strict=True))
+    pairs = [(de, kept[i]) for i, de in synthetic if de.strip()]
+    print(f"Back-translated {len(pairs)} sentences ({time.time() - tick:.0f} s)")
+    for de, en in pairs[:: max(1, len(pairs) // 5)]:
+        print(f"  {en}  ->  {de}")
+    return pairs * config["synthetic_repeats"]
+
+
+def make_dataset(config, pairs, tokenizer, shuffle=False):
+    """`pairs` as batches of the config's shapes (bucketed by length)."""
+    return translation.translation_dataset(
+        pairs,
+        tokenizer,
+        config["batch_size"],
+        config["max_length"],
+        shuffle,
+        SEED,
+        config["bucket_boundaries"],
+        config["tokens_per_batch"],
+    )
+
+
 def positive_int(text):
     """argparse type of a count: 0 steps or epochs would train nothing."""
     value = int(text)
@@ -201,6 +280,33 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--dropout", type=float, help="override the model's dropout rate"
+    )
+    parser.add_argument(
+        "--learning-rate", type=float, help="override the schedule's peak"
+    )
+    parser.add_argument(
+        "--warmup-steps", type=positive_int, help="override the warm-up steps"
+    )
+    parser.add_argument(
+        "--init",
+        metavar="PRESET_DIR",
+        help="continue training from a saved preset folder (its weights and "
+        f"tokenizer, e.g. {PRESET}) instead of a new model and vocabulary",
+    )
+    parser.add_argument(
+        "--back-translate",
+        action="store_true",
+        help="with --init: add English fortunes back-translated into German "
+        "(by the --init preset fine-tuned English -> German) to training",
+    )
+    parser.add_argument(
+        "--validation-only",
+        action="store_true",
+        help="after training, score the validation split only (choosing a "
+        "recipe: the test split is kept for the chosen one)",
+    )
+    parser.add_argument(
+        "--history", help="write the training history (losses per part) as JSON"
     )
     parser.add_argument(
         "--length-penalty",
@@ -237,14 +343,26 @@ import sacrebleu  # noqa: E402
 
 from keras_tfm import baselines, training  # noqa: E402
 from keras_tfm.data import translation  # noqa: E402
-from keras_tfm.datasets import trans_de_en  # noqa: E402
+from keras_tfm.datasets import fortunes, trans_de_en  # noqa: E402
 from keras_tfm.models import Seq2SeqBackbone, Seq2SeqLM  # noqa: E402
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.back_translate and not args.init:
+        raise ValueError(
+            "--back-translate continues a trained preset: pass --init "
+            f"(e.g. --init {PRESET}). Received: --init={args.init!r}"
+        )
     config = dict(QUICK if args.quick else FULL)
-    for name in ("steps", "epochs", "sentence_repeats", "length_penalty"):
+    for name in (
+        "steps",
+        "epochs",
+        "sentence_repeats",
+        "length_penalty",
+        "learning_rate",
+        "warmup_steps",
+    ):
         if getattr(args, name) is not None:
             config[name] = getattr(args, name)
     if args.dropout is not None:
@@ -273,30 +391,32 @@ def main(argv=None):
     # The vocabulary is learned on the training sentences only: the word
     # and phrase pairs are split into its pieces. (Learning it on them too
     # took over ten minutes: keras-hub's WordPiece learner is pure Python.)
-    tick = time.time()
-    tokenizer = translation.train_translation_tokenizer(
-        [s for pair in train for s in pair], config["vocabulary_size"]
-    )
-    print(
-        f"WordPiece vocabulary: {tokenizer.vocabulary_size()} tokens "
-        f"({time.time() - tick:.0f} s)"
-    )
-    datasets = [
-        translation.translation_dataset(
-            split,
-            tokenizer,
-            config["batch_size"],
-            config["max_length"],
-            shuffle,
-            SEED,
-            config["bucket_boundaries"],
-            config["tokens_per_batch"],
-        )
-        for split, shuffle in ((training_set, True), (validation, False))
-    ]
     if config["device_defaults"]:
         keras.config.set_dtype_policy(training.device_defaults().dtype_policy)
-    model = build_model(config, tokenizer)
+    if args.init:
+        model = warm_start(args.init, config)
+        tokenizer = model.tokenizer
+        print(f"Continuing from {args.init} (its vocabulary)")
+    else:
+        tick = time.time()
+        tokenizer = translation.train_translation_tokenizer(
+            [s for pair in train for s in pair], config["vocabulary_size"]
+        )
+        print(
+            f"WordPiece vocabulary: {tokenizer.vocabulary_size()} tokens "
+            f"({time.time() - tick:.0f} s)"
+        )
+        model = build_model(config, tokenizer)
+    if args.back_translate:
+        synthetic = back_translated_pairs(
+            config, training_set, validation, held_out, args.init
+        )
+        training_set = training_set + synthetic
+        print(f"{len(synthetic)} synthetic pairs added to training")
+    datasets = [
+        make_dataset(config, training_set, tokenizer, shuffle=True),
+        make_dataset(config, validation, tokenizer),
+    ]
     print(
         f"Seq2SeqLM: {model.count_params():,} parameters, "
         f"{keras.config.dtype_policy().name}; {len(datasets[0])} batches an epoch "
@@ -320,6 +440,15 @@ def main(argv=None):
     )
     train_seconds = time.time() - tick
     print(f"Training: {train_seconds:.0f} s")
+    if args.history:
+        with open(args.history, "w") as f:
+            json.dump(history.history, f, indent=1)
+    validation_greedy = score(
+        translate(model, [de for de, _ in validation]), [en for _, en in validation]
+    )
+    print(f"validation greedy ({len(validation)} pairs): {validation_greedy}")
+    if args.validation_only:
+        return validation_greedy
 
     sources = [de for de, _ in test]
     references = [en for _, en in test]
