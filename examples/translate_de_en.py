@@ -200,14 +200,21 @@ def training_pairs(config, train, held_out, path=None):
     return list(train) * config["sentence_repeats"] + lexicon, len(lexicon)
 
 
-def back_translated_pairs(config, training_set, validation, held_out, init):
+def back_translated_pairs(config, training_set, validation, held_out, init, cache):
     """(synthetic German, English fortune sentence) pairs, repeated.
 
     The preset in `init` is fine-tuned English -> German for
     `config["reverse_steps"]` steps on the reversed `training_set` and
     translates the English fortunes' sentences (greedy) into German. A
     sentence whose words equal a held-out English sentence's is dropped.
+    With a `cache` path, the pairs are read from it if it exists, else
+    written to it (tab-separated, German first).
     """
+    if cache and os.path.exists(cache):
+        with open(cache, encoding="utf-8") as f:
+            pairs = [tuple(line.rstrip("\n").split("\t")) for line in f]
+        print(f"{len(pairs)} back-translated pairs read from {cache}")
+        return pairs * config["synthetic_repeats"]
     sentences = fortunes.fortune_sentences(
         max_words=config["monolingual_max_words"]
     )
@@ -235,10 +242,13 @@ def back_translated_pairs(config, training_set, validation, held_out, init):
     order = sorted(range(len(kept)), key=lambda i: len(kept[i]))
     german = translate(reverse, [kept[i] for i in order], batch_size=256)
     synthetic = sorted(zip(order, german, strict=True))
-    pairs = [(de, kept[i]) for i, de in synthetic if de.strip()]
+    pairs = [(" ".join(de.split()), kept[i]) for i, de in synthetic if de.strip()]
     print(f"Back-translated {len(pairs)} sentences ({time.time() - tick:.0f} s)")
     for de, en in pairs[:: max(1, len(pairs) // 5)]:
         print(f"  {en}  ->  {de}")
+    if cache:
+        with open(cache, "w", encoding="utf-8") as f:
+            f.writelines(f"{de}\t{en}\n" for de, en in pairs)
     return pairs * config["synthetic_repeats"]
 
 
@@ -300,13 +310,26 @@ def parse_args(argv=None):
         "(by the --init preset fine-tuned English -> German) to training",
     )
     parser.add_argument(
+        "--synthetic",
+        metavar="TSV",
+        help="with --back-translate: read the back-translated pairs from this "
+        "file if it exists, else write them to it",
+    )
+    parser.add_argument(
         "--validation-only",
         action="store_true",
         help="after training, score the validation split only (choosing a "
         "recipe: the test split is kept for the chosen one)",
     )
     parser.add_argument(
-        "--history", help="write the training history (losses per part) as JSON"
+        "--run-dir",
+        help="write the trained model and its history to this folder (for "
+        "--from-run)",
+    )
+    parser.add_argument(
+        "--from-run",
+        metavar="RUN_DIR",
+        help="train nothing: test (and --save) the model a --run-dir holds",
     )
     parser.add_argument(
         "--length-penalty",
@@ -388,61 +411,12 @@ def main(argv=None):
         f"added to training (sentences x{config['sentence_repeats']})"
     )
 
-    # The vocabulary is learned on the training sentences only: the word
-    # and phrase pairs are split into its pieces. (Learning it on them too
-    # took over ten minutes: keras-hub's WordPiece learner is pure Python.)
-    if config["device_defaults"]:
-        keras.config.set_dtype_policy(training.device_defaults().dtype_policy)
-    if args.init:
-        model = warm_start(args.init, config)
-        tokenizer = model.tokenizer
-        print(f"Continuing from {args.init} (its vocabulary)")
+    if args.from_run:
+        model, history = load_run(args.from_run)
     else:
-        tick = time.time()
-        tokenizer = translation.train_translation_tokenizer(
-            [s for pair in train for s in pair], config["vocabulary_size"]
+        model, history = train_model(
+            config, args, train, validation, held_out, training_set
         )
-        print(
-            f"WordPiece vocabulary: {tokenizer.vocabulary_size()} tokens "
-            f"({time.time() - tick:.0f} s)"
-        )
-        model = build_model(config, tokenizer)
-    if args.back_translate:
-        synthetic = back_translated_pairs(
-            config, training_set, validation, held_out, args.init
-        )
-        training_set = training_set + synthetic
-        print(f"{len(synthetic)} synthetic pairs added to training")
-    datasets = [
-        make_dataset(config, training_set, tokenizer, shuffle=True),
-        make_dataset(config, validation, tokenizer),
-    ]
-    print(
-        f"Seq2SeqLM: {model.count_params():,} parameters, "
-        f"{keras.config.dtype_policy().name}; {len(datasets[0])} batches an epoch "
-        f"of the data, trained for {config['steps']} steps"
-    )
-    tick = time.time()
-    history = model.fit(
-        datasets[0].repeat(),
-        steps_per_epoch=config["steps"] // config["epochs"],
-        validation_data=datasets[1],
-        epochs=config["epochs"],
-        callbacks=[
-            training.TimeBudget(args.max_minutes),
-            # The best validation checkpoint, not the last, is the result.
-            keras.callbacks.EarlyStopping(
-                patience=config["epochs"], restore_best_weights=True
-            ),
-        ],
-        shuffle=False,  # the training dataset shuffles itself
-        verbose=2,
-    )
-    train_seconds = time.time() - tick
-    print(f"Training: {train_seconds:.0f} s")
-    if args.history:
-        with open(args.history, "w") as f:
-            json.dump(history.history, f, indent=1)
     validation_greedy = score(
         translate(model, [de for de, _ in validation]), [en for _, en in validation]
     )
@@ -489,6 +463,86 @@ def main(argv=None):
         save(model, config, args, splits, num_lexicon, results, history)
     print(f"\nTotal wall time: {time.time() - began:.0f} s")
     return results
+
+
+def train_model(config, args, train, validation, held_out, training_set):
+    """The trained model (best validation checkpoint) and its history."""
+    # The vocabulary is learned on the training sentences only: the word
+    # and phrase pairs are split into its pieces. (Learning it on them too
+    # took over ten minutes: keras-hub's WordPiece learner is pure Python.)
+    if config["device_defaults"]:
+        keras.config.set_dtype_policy(training.device_defaults().dtype_policy)
+    if args.init:
+        model = warm_start(args.init, config)
+        tokenizer = model.tokenizer
+        print(f"Continuing from {args.init} (its vocabulary)")
+    else:
+        tick = time.time()
+        tokenizer = translation.train_translation_tokenizer(
+            [s for pair in train for s in pair], config["vocabulary_size"]
+        )
+        print(
+            f"WordPiece vocabulary: {tokenizer.vocabulary_size()} tokens "
+            f"({time.time() - tick:.0f} s)"
+        )
+        model = build_model(config, tokenizer)
+    if args.back_translate:
+        synthetic = back_translated_pairs(
+            config, training_set, validation, held_out, args.init, args.synthetic
+        )
+        training_set = training_set + synthetic
+        print(f"{len(synthetic)} synthetic pairs added to training")
+    datasets = [
+        make_dataset(config, training_set, tokenizer, shuffle=True),
+        make_dataset(config, validation, tokenizer),
+    ]
+    print(
+        f"Seq2SeqLM: {model.count_params():,} parameters, "
+        f"{keras.config.dtype_policy().name}; {len(datasets[0])} batches an epoch "
+        f"of the data, trained for {config['steps']} steps"
+    )
+    tick = time.time()
+    history = model.fit(
+        datasets[0].repeat(),
+        steps_per_epoch=config["steps"] // config["epochs"],
+        validation_data=datasets[1],
+        epochs=config["epochs"],
+        callbacks=[
+            training.TimeBudget(args.max_minutes),
+            # The best validation checkpoint, not the last, is the result.
+            keras.callbacks.EarlyStopping(
+                patience=config["epochs"], restore_best_weights=True
+            ),
+        ],
+        shuffle=False,  # the training dataset shuffles itself
+        verbose=2,
+    )
+    print(f"Training: {time.time() - tick:.0f} s")
+    if args.run_dir:
+        save_run(model, history.history, args.run_dir)
+    return model, history.history
+
+
+def save_run(model, history, run_dir):
+    """The trained model (`model.keras`, no optimizer) and its history."""
+    from keras_tfm.saving import uncompiled_copy
+
+    os.makedirs(run_dir, exist_ok=True)
+    uncompiled_copy(model).save(os.path.join(run_dir, "model.keras"))
+    with open(os.path.join(run_dir, "history.json"), "w") as f:
+        json.dump(history, f, indent=1)
+    with open(os.path.join(run_dir, "command.txt"), "w") as f:
+        f.write(" ".join(["python", "examples/translate_de_en.py", *sys.argv[1:]]))
+
+
+def load_run(run_dir):
+    """The model and history `save_run` wrote (float32 compute)."""
+    from keras_tfm.saving import load_model
+
+    keras.config.set_dtype_policy("float32")
+    model = load_model(os.path.join(run_dir, "model.keras"), compile=False)
+    with open(os.path.join(run_dir, "history.json")) as f:
+        return model, json.load(f)
 
 
 def evaluate(directory, config, train, validation, test):
@@ -546,7 +600,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
         storage = "float32"
         for variable, value in zip(model.weights, originals, strict=True):
             variable.assign(value)
-    curve = ", ".join(f"{loss:.3f}" for loss in history.history["val_loss"])
+    curve = ", ".join(f"{loss:.3f}" for loss in history["val_loss"])
     metrics = "\n".join(
         f"| {'baseline: word-by-word ' if name == BASELINE else ''}{name} "
         f"| {r['bleu']:.2f} | {r['chrf']:.2f} |"
@@ -575,7 +629,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
             f"Test split: all {len(test)} pairs, every source translated "
             f"(sacrebleu {sacrebleu.__version__}, default 13a tokenization, one "
             "reference). Validation loss (label-smoothed 0.1) after each of "
-            f"the {len(history.history['val_loss'])} parts of training: "
+            f"the {len(history['val_loss'])} parts of training: "
             f"{curve}.\n\nEveryday sentences, greedy:\n\n"
             f"| German | this model |\n|---|---|\n{samples}"
         ),
@@ -609,7 +663,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
     # The training curves (loss and token accuracy after each part).
     history_path = os.path.join(args.save, "history.json")
     with open(history_path, "w") as f:
-        json.dump(history.history, f, indent=1)
+        json.dump(history, f, indent=1)
     print(f"Saved the preset to {args.save} ({storage} weights)")
 
 
