@@ -413,6 +413,8 @@ def main(argv=None):
 
     if args.from_run:
         model, history = load_run(args.from_run)
+        if args.run_dir:
+            save_run(model, history, args.run_dir)
     else:
         model, history = train_model(
             config, args, train, validation, held_out, training_set
@@ -422,6 +424,14 @@ def main(argv=None):
     )
     print(f"validation greedy ({len(validation)} pairs): {validation_greedy}")
     if args.validation_only:
+        dictionary = baselines.DictionaryTranslator.from_trans_de_en(args.data)
+        floor = score(
+            dictionary([de for de, _ in validation]), [en for _, en in validation]
+        )
+        print(f"validation {BASELINE}: {floor}")
+        if args.run_dir:
+            with open(os.path.join(args.run_dir, "validation.json"), "w") as f:
+                json.dump(dict(greedy=validation_greedy, baseline=floor), f)
         return validation_greedy
 
     sources = [de for de, _ in test]
@@ -519,6 +529,7 @@ def train_model(config, args, train, validation, held_out, training_set):
     )
     print(f"Training: {time.time() - tick:.0f} s")
     if args.run_dir:
+        history.history["steps"] = config["steps"]  # for the learning curves
         save_run(model, history.history, args.run_dir)
     return model, history.history
 
@@ -536,12 +547,21 @@ def save_run(model, history, run_dir):
 
 
 def load_run(run_dir):
-    """The model and history `save_run` wrote (float32 compute)."""
+    """The model and history `save_run` wrote (float32 compute), or a
+    preset folder's model and history (empty if it has none)."""
     from keras_tfm.saving import load_model
+    from keras_tfm.zoo.catalogue import build_from_directory
 
     keras.config.set_dtype_policy("float32")
-    model = load_model(os.path.join(run_dir, "model.keras"), compile=False)
-    with open(os.path.join(run_dir, "history.json")) as f:
+    path = os.path.join(run_dir, "model.keras")
+    if os.path.exists(path):
+        model = load_model(path, compile=False)
+    else:
+        model = build_from_directory(run_dir)
+    path = os.path.join(run_dir, "history.json")
+    if not os.path.exists(path):
+        return model, {}
+    with open(path) as f:
         return model, json.load(f)
 
 
