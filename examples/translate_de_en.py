@@ -18,6 +18,21 @@ word-by-word dictionary baseline on the same sentences.
     python examples/translate_de_en.py --quick    # a small slice, < 1 minute
     python examples/translate_de_en.py --evaluate zoo/translator_de_en
                                                   # the preset on each split
+
+Continuing the preset, with back-translation (issue 43): the preset is
+fine-tuned English -> German (`reverse_steps`), translates the English
+fortunes' sentences of 3-10 words (none equal to a validation or test
+sentence) into German, and the pairs (synthetic German, real English) join
+the training data, each as often as a real sentence pair. A recipe is
+chosen on the validation split (`--validation-only`), and only the chosen
+run is tested and saved (`--from-run`):
+
+    apt-get install -y fortunes
+    python examples/translate_de_en.py --init zoo/translator_de_en \
+        --back-translate --synthetic runs/bt.tsv --dropout 0.25 --steps 800 \
+        --epochs 8 --learning-rate 5e-4 --warmup-steps 80 \
+        --validation-only --run-dir runs/de_en_bt
+    python examples/translate_de_en.py --from-run runs/de_en_bt --save DIR
 """
 
 import argparse

@@ -5,7 +5,10 @@ The JSON holds the per-part losses Keras printed during runs of
 examples/translate_de_en.py (copied from their logs, which are not kept);
 the picture shows why more training of the same model on the same data does
 not reach issue 18's BLEU 10: the validation loss levels off, and stronger
-dropout learns more slowly within the hour.
+dropout learns more slowly within the hour. Runs that continue the preset
+(`--init`, issue 43: with and without back-translated English fortunes)
+start at their `first_step` and give their greedy validation BLEU / chrF
+in the legend.
 
     python tools/plot_translation_curves.py
 """
@@ -30,8 +33,14 @@ def main():
     steps_per_part = curves["steps_per_part"]
     figure, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     for i, (name, run) in enumerate(curves["runs"].items()):
-        color = f"C{3 * i}"
-        steps = steps_per_part * np.arange(1, len(run["validation_loss"]) + 1)
+        color = f"C{i}"
+        per_part = run.get("steps_per_part", steps_per_part)
+        steps = run.get("first_step", 0) + per_part * np.arange(
+            1, len(run["validation_loss"]) + 1
+        )
+        if "validation_greedy" in run:
+            scores = run["validation_greedy"]
+            name = f"{name} (BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f})"
         loss_ax.plot(
             steps, run["train_loss"], "--", color=color, label=f"{name}, training"
         )
