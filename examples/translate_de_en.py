@@ -647,6 +647,26 @@ def save(model, config, args, splits, num_lexicon, results, history):
         for de, en in zip(EVERYDAY, translate(model, EVERYDAY), strict=True)
     )
     shape = config["model"]
+    commands = [" ".join(["python", "examples/translate_de_en.py", *sys.argv[1:]])]
+    continued, part = "", ""
+    if args.from_run:  # a run that continued an earlier preset (--init)
+        with open(os.path.join(args.from_run, "command.txt")) as f:
+            command = f.read().strip()
+        first = f"python examples/translate_de_en.py --save {PRESET}"
+        commands = [first, command, *commands]
+        continued = (
+            f", then {history['steps']} more steps from that preset with dropout "
+            f"{model.backbone.dropout}"
+        )
+        if "--back-translate" in command:
+            continued += (
+                " on the same data and the English fortunes' sentences of 3-"
+                f"{config['monolingual_max_words']} words back-translated into "
+                "German (by the preset fine-tuned English -> German for "
+                f"{config['reverse_steps']} steps), each as often as a real "
+                "sentence pair"
+            )
+        part = "the continued "
     save_preset(
         model,
         args.save,
@@ -656,7 +676,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
             f"layers, d={shape['hidden_dim']}, sources and targets up to "
             f"{config['max_length']} tokens) trained for {config['steps']} steps "
             "on the sentence pairs and the word and phrase pairs of the "
-            "trans-de-en dictionary, with its shared WordPiece tokenizer "
+            f"trans-de-en dictionary{continued}, with its shared WordPiece tokenizer "
             f"({model.vocabulary_size} tokens, [PAD]=0, [UNK]=1, [START]=2, "
             f"[END]=3) attached. Weights stored as {storage} values.\n\n"
             "| test decoding | BLEU | chrF |\n|---|---|---|\n"
@@ -664,7 +684,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
             f"Test split: all {len(test)} pairs, every source translated "
             f"(sacrebleu {sacrebleu.__version__}, default 13a tokenization, one "
             "reference). Validation loss (label-smoothed 0.1) after each of "
-            f"the {len(history['val_loss'])} parts of training: "
+            f"the {len(history['val_loss'])} parts of {part}training: "
             f"{curve}.\n\nEveryday sentences, greedy:\n\n"
             f"| German | this model |\n|---|---|\n{samples}"
         ),
@@ -688,9 +708,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
             "without any that shares a side with a validation or test "
             "sentence (case and punctuation ignored)."
         ),
-        training_command=" ".join(
-            ["python", "examples/translate_de_en.py", *sys.argv[1:]]
-        ),
+        training_command="\n".join(commands),
         overwrite=True,
         usage='model.generate("Ich habe einen Hund.", max_new_tokens=16)',
         weights_dtype=storage,
