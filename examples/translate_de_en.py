@@ -434,11 +434,12 @@ def main(argv=None):
         model, history = train_model(
             config, args, train, validation, held_out, training_set
         )
-    validation_greedy = score(
-        translate(model, [de for de, _ in validation]), [en for _, en in validation]
-    )
-    print(f"validation greedy ({len(validation)} pairs): {validation_greedy}")
     if args.validation_only:
+        validation_greedy = score(
+            translate(model, [de for de, _ in validation]),
+            [en for _, en in validation],
+        )
+        print(f"validation greedy ({len(validation)} pairs): {validation_greedy}")
         dictionary = baselines.DictionaryTranslator.from_trans_de_en(args.data)
         floor = score(
             dictionary([de for de, _ in validation]), [en for _, en in validation]
