@@ -493,9 +493,6 @@ def main(argv=None):
 
 def train_model(config, args, train, validation, held_out, training_set):
     """The trained model (best validation checkpoint) and its history."""
-    # The vocabulary is learned on the training sentences only: the word
-    # and phrase pairs are split into its pieces. (Learning it on them too
-    # took over ten minutes: keras-hub's WordPiece learner is pure Python.)
     if config["device_defaults"]:
         keras.config.set_dtype_policy(training.device_defaults().dtype_policy)
     if args.init:
@@ -503,6 +500,9 @@ def train_model(config, args, train, validation, held_out, training_set):
         tokenizer = model.tokenizer
         print(f"Continuing from {args.init} (its vocabulary)")
     else:
+        # The vocabulary is learned on the training sentences only: the word
+        # and phrase pairs are split into its pieces. (Learning it on them too
+        # took over ten minutes: keras-hub's WordPiece learner is pure Python.)
         tick = time.time()
         tokenizer = translation.train_translation_tokenizer(
             [s for pair in train for s in pair], config["vocabulary_size"]
