@@ -18,6 +18,21 @@ word-by-word dictionary baseline on the same sentences.
     python examples/translate_de_en.py --quick    # a small slice, < 1 minute
     python examples/translate_de_en.py --evaluate zoo/translator_de_en
                                                   # the preset on each split
+
+Continuing the preset, with back-translation (issue 43): the preset is
+fine-tuned English -> German (`reverse_steps`), translates the English
+fortunes' sentences of 3-10 words (none equal to a validation or test
+sentence) into German, and the pairs (synthetic German, real English) join
+the training data, each as often as a real sentence pair. A recipe is
+chosen on the validation split (`--validation-only`), and only the chosen
+run is tested and saved (`--from-run`):
+
+    apt-get install -y fortunes
+    python examples/translate_de_en.py --init zoo/translator_de_en \
+        --back-translate --synthetic runs/bt.tsv --dropout 0.25 --steps 800 \
+        --epochs 8 --learning-rate 5e-4 --warmup-steps 80 \
+        --validation-only --run-dir runs/de_en_bt
+    python examples/translate_de_en.py --from-run runs/de_en_bt --save DIR
 """
 
 import argparse
@@ -55,6 +70,12 @@ FULL = dict(
     label_smoothing=0.1,
     num_beams=4,
     length_penalty=1.5,  # chosen on validation: 0.6, 1.0, 1.5, 2.0 (examples/README.md)
+    # --back-translate: English fortunes translated into German by the
+    # model fine-tuned English -> German, added to training as pairs.
+    reverse_steps=300,  # English -> German fine-tune of the --init preset
+    monolingual_max_words=10,  # English fortune sentences of 3 to 10 words
+    monolingual_sentences=None,  # all of them (None), or the first n
+    synthetic_repeats=20,  # as often an epoch as each real sentence pair
 )
 QUICK = dict(
     FULL,
@@ -76,6 +97,9 @@ QUICK = dict(
         dropout=0.1,
     ),
     device_defaults=False,
+    reverse_steps=4,
+    monolingual_sentences=32,
+    synthetic_repeats=1,
     steps=40,
     epochs=2,
     warmup_steps=10,
@@ -134,14 +158,28 @@ def results_table(results, num_pairs):
 
 
 def build_model(config, tokenizer, schedule=None):
-    """The Seq2SeqLM, compiled with AdamW on a warm-up + cosine schedule
-    over `config["steps"]` (or on `schedule`, a learning rate schedule)."""
+    """A new Seq2SeqLM, compiled (see `compile_model`)."""
     backbone = Seq2SeqBackbone(
         vocabulary_size=tokenizer.vocabulary_size(),
         max_sequence_length=config["max_length"],
         **config["model"],
     )
     model = Seq2SeqLM(backbone, Seq2SeqLM.preprocessor_for(tokenizer, backbone))
+    return compile_model(model, config, schedule)
+
+
+def warm_start(directory, config):
+    """The preset in `directory` (weights and tokenizer) with the config's
+    dropout, compiled (see `compile_model`): training continues from it."""
+    from keras_tfm.zoo.catalogue import build_from_directory
+
+    model = build_from_directory(directory, dropout=config["model"]["dropout"])
+    return compile_model(model, config)
+
+
+def compile_model(model, config, schedule=None):
+    """`model` compiled with AdamW on a warm-up + cosine schedule over
+    `config["steps"]` (or on `schedule`, a learning rate schedule)."""
     if schedule is None:
         warmup_steps = min(config["warmup_steps"], config["steps"] // 5)
         schedule = keras.optimizers.schedules.CosineDecay(
@@ -177,6 +215,72 @@ def training_pairs(config, train, held_out, path=None):
     return list(train) * config["sentence_repeats"] + lexicon, len(lexicon)
 
 
+def back_translated_pairs(config, training_set, validation, held_out, init, cache):
+    """(synthetic German, English fortune sentence) pairs, repeated.
+
+    The preset in `init` is fine-tuned English -> German for
+    `config["reverse_steps"]` steps on the reversed `training_set` and
+    translates the English fortunes' sentences (greedy) into German. A
+    sentence whose words equal a held-out English sentence's is dropped.
+    With a `cache` path, the pairs are read from it if it exists, else
+    written to it (tab-separated, German first).
+    """
+    if cache and os.path.exists(cache):
+        with open(cache, encoding="utf-8") as f:
+            pairs = [tuple(line.rstrip("\n").split("\t")) for line in f]
+        print(f"{len(pairs)} back-translated pairs read from {cache}")
+        return pairs * config["synthetic_repeats"]
+    sentences = fortunes.fortune_sentences(
+        max_words=config["monolingual_max_words"]
+    )
+    kept = trans_de_en.without_sentences(sentences, [en for _, en in held_out])
+    print(
+        f"English fortunes: {len(sentences)} sentences of 3-"
+        f"{config['monolingual_max_words']} words, {len(sentences) - len(kept)} "
+        "dropped as validation or test sentences"
+    )
+    kept = kept[: config["monolingual_sentences"]]
+    reverse = warm_start(init, dict(config, steps=config["reverse_steps"]))
+    reversed_set = [(en, de) for de, en in training_set]
+    tick = time.time()
+    reverse.fit(
+        make_dataset(config, reversed_set, reverse.tokenizer, shuffle=True).repeat(),
+        steps_per_epoch=config["reverse_steps"],
+        validation_data=make_dataset(
+            config, [(en, de) for de, en in validation[:500]], reverse.tokenizer
+        ),
+        shuffle=False,
+        verbose=2,
+    )
+    print(f"English -> German fine-tune: {time.time() - tick:.0f} s")
+    tick = time.time()
+    order = sorted(range(len(kept)), key=lambda i: len(kept[i]))
+    german = translate(reverse, [kept[i] for i in order], batch_size=256)
+    synthetic = sorted(zip(order, german, strict=True))
+    pairs = [(" ".join(de.split()), kept[i]) for i, de in synthetic if de.strip()]
+    print(f"Back-translated {len(pairs)} sentences ({time.time() - tick:.0f} s)")
+    for de, en in pairs[:: max(1, len(pairs) // 5)]:
+        print(f"  {en}  ->  {de}")
+    if cache:
+        with open(cache, "w", encoding="utf-8") as f:
+            f.writelines(f"{de}\t{en}\n" for de, en in pairs)
+    return pairs * config["synthetic_repeats"]
+
+
+def make_dataset(config, pairs, tokenizer, shuffle=False):
+    """`pairs` as batches of the config's shapes (bucketed by length)."""
+    return translation.translation_dataset(
+        pairs,
+        tokenizer,
+        config["batch_size"],
+        config["max_length"],
+        shuffle,
+        SEED,
+        config["bucket_boundaries"],
+        config["tokens_per_batch"],
+    )
+
+
 def positive_int(text):
     """argparse type of a count: 0 steps or epochs would train nothing."""
     value = int(text)
@@ -201,6 +305,46 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--dropout", type=float, help="override the model's dropout rate"
+    )
+    parser.add_argument(
+        "--learning-rate", type=float, help="override the schedule's peak"
+    )
+    parser.add_argument(
+        "--warmup-steps", type=positive_int, help="override the warm-up steps"
+    )
+    parser.add_argument(
+        "--init",
+        metavar="PRESET_DIR",
+        help="continue training from a saved preset folder (its weights and "
+        f"tokenizer, e.g. {PRESET}) instead of a new model and vocabulary",
+    )
+    parser.add_argument(
+        "--back-translate",
+        action="store_true",
+        help="with --init: add English fortunes back-translated into German "
+        "(by the --init preset fine-tuned English -> German) to training",
+    )
+    parser.add_argument(
+        "--synthetic",
+        metavar="TSV",
+        help="with --back-translate: read the back-translated pairs from this "
+        "file if it exists, else write them to it",
+    )
+    parser.add_argument(
+        "--validation-only",
+        action="store_true",
+        help="after training, score the validation split only (choosing a "
+        "recipe: the test split is kept for the chosen one)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        help="write the trained model and its history to this folder (for "
+        "--from-run)",
+    )
+    parser.add_argument(
+        "--from-run",
+        metavar="RUN_DIR",
+        help="train nothing: test (and --save) the model a --run-dir holds",
     )
     parser.add_argument(
         "--length-penalty",
@@ -237,14 +381,26 @@ import sacrebleu  # noqa: E402
 
 from keras_tfm import baselines, training  # noqa: E402
 from keras_tfm.data import translation  # noqa: E402
-from keras_tfm.datasets import trans_de_en  # noqa: E402
+from keras_tfm.datasets import fortunes, trans_de_en  # noqa: E402
 from keras_tfm.models import Seq2SeqBackbone, Seq2SeqLM  # noqa: E402
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.back_translate and not args.init:
+        raise ValueError(
+            "--back-translate continues a trained preset: pass --init "
+            f"(e.g. --init {PRESET}). Received: --init={args.init!r}"
+        )
     config = dict(QUICK if args.quick else FULL)
-    for name in ("steps", "epochs", "sentence_repeats", "length_penalty"):
+    for name in (
+        "steps",
+        "epochs",
+        "sentence_repeats",
+        "length_penalty",
+        "learning_rate",
+        "warmup_steps",
+    ):
         if getattr(args, name) is not None:
             config[name] = getattr(args, name)
     if args.dropout is not None:
@@ -270,56 +426,29 @@ def main(argv=None):
         f"added to training (sentences x{config['sentence_repeats']})"
     )
 
-    # The vocabulary is learned on the training sentences only: the word
-    # and phrase pairs are split into its pieces. (Learning it on them too
-    # took over ten minutes: keras-hub's WordPiece learner is pure Python.)
-    tick = time.time()
-    tokenizer = translation.train_translation_tokenizer(
-        [s for pair in train for s in pair], config["vocabulary_size"]
-    )
-    print(
-        f"WordPiece vocabulary: {tokenizer.vocabulary_size()} tokens "
-        f"({time.time() - tick:.0f} s)"
-    )
-    datasets = [
-        translation.translation_dataset(
-            split,
-            tokenizer,
-            config["batch_size"],
-            config["max_length"],
-            shuffle,
-            SEED,
-            config["bucket_boundaries"],
-            config["tokens_per_batch"],
+    if args.from_run:
+        model, history = load_run(args.from_run)
+        if args.run_dir:
+            save_run(model, history, args.run_dir)
+    else:
+        model, history = train_model(
+            config, args, train, validation, held_out, training_set
         )
-        for split, shuffle in ((training_set, True), (validation, False))
-    ]
-    if config["device_defaults"]:
-        keras.config.set_dtype_policy(training.device_defaults().dtype_policy)
-    model = build_model(config, tokenizer)
-    print(
-        f"Seq2SeqLM: {model.count_params():,} parameters, "
-        f"{keras.config.dtype_policy().name}; {len(datasets[0])} batches an epoch "
-        f"of the data, trained for {config['steps']} steps"
-    )
-    tick = time.time()
-    history = model.fit(
-        datasets[0].repeat(),
-        steps_per_epoch=config["steps"] // config["epochs"],
-        validation_data=datasets[1],
-        epochs=config["epochs"],
-        callbacks=[
-            training.TimeBudget(args.max_minutes),
-            # The best validation checkpoint, not the last, is the result.
-            keras.callbacks.EarlyStopping(
-                patience=config["epochs"], restore_best_weights=True
-            ),
-        ],
-        shuffle=False,  # the training dataset shuffles itself
-        verbose=2,
-    )
-    train_seconds = time.time() - tick
-    print(f"Training: {train_seconds:.0f} s")
+    if args.validation_only:
+        validation_greedy = score(
+            translate(model, [de for de, _ in validation]),
+            [en for _, en in validation],
+        )
+        print(f"validation greedy ({len(validation)} pairs): {validation_greedy}")
+        dictionary = baselines.DictionaryTranslator.from_trans_de_en(args.data)
+        floor = score(
+            dictionary([de for de, _ in validation]), [en for _, en in validation]
+        )
+        print(f"validation {BASELINE}: {floor}")
+        if args.run_dir:
+            with open(os.path.join(args.run_dir, "validation.json"), "w") as f:
+                json.dump(dict(greedy=validation_greedy, baseline=floor), f)
+        return validation_greedy
 
     sources = [de for de, _ in test]
     references = [en for _, en in test]
@@ -360,6 +489,96 @@ def main(argv=None):
         save(model, config, args, splits, num_lexicon, results, history)
     print(f"\nTotal wall time: {time.time() - began:.0f} s")
     return results
+
+
+def train_model(config, args, train, validation, held_out, training_set):
+    """The trained model (best validation checkpoint) and its history."""
+    if config["device_defaults"]:
+        keras.config.set_dtype_policy(training.device_defaults().dtype_policy)
+    if args.init:
+        model = warm_start(args.init, config)
+        tokenizer = model.tokenizer
+        print(f"Continuing from {args.init} (its vocabulary)")
+    else:
+        # The vocabulary is learned on the training sentences only: the word
+        # and phrase pairs are split into its pieces. (Learning it on them too
+        # took over ten minutes: keras-hub's WordPiece learner is pure Python.)
+        tick = time.time()
+        tokenizer = translation.train_translation_tokenizer(
+            [s for pair in train for s in pair], config["vocabulary_size"]
+        )
+        print(
+            f"WordPiece vocabulary: {tokenizer.vocabulary_size()} tokens "
+            f"({time.time() - tick:.0f} s)"
+        )
+        model = build_model(config, tokenizer)
+    if args.back_translate:
+        synthetic = back_translated_pairs(
+            config, training_set, validation, held_out, args.init, args.synthetic
+        )
+        training_set = training_set + synthetic
+        print(f"{len(synthetic)} synthetic pairs added to training")
+    datasets = [
+        make_dataset(config, training_set, tokenizer, shuffle=True),
+        make_dataset(config, validation, tokenizer),
+    ]
+    print(
+        f"Seq2SeqLM: {model.count_params():,} parameters, "
+        f"{keras.config.dtype_policy().name}; {len(datasets[0])} batches an epoch "
+        f"of the data, trained for {config['steps']} steps"
+    )
+    tick = time.time()
+    history = model.fit(
+        datasets[0].repeat(),
+        steps_per_epoch=config["steps"] // config["epochs"],
+        validation_data=datasets[1],
+        epochs=config["epochs"],
+        callbacks=[
+            training.TimeBudget(args.max_minutes),
+            # The best validation checkpoint, not the last, is the result.
+            keras.callbacks.EarlyStopping(
+                patience=config["epochs"], restore_best_weights=True
+            ),
+        ],
+        shuffle=False,  # the training dataset shuffles itself
+        verbose=2,
+    )
+    print(f"Training: {time.time() - tick:.0f} s")
+    if args.run_dir:
+        history.history["steps"] = config["steps"]  # for the learning curves
+        save_run(model, history.history, args.run_dir)
+    return model, history.history
+
+
+def save_run(model, history, run_dir):
+    """The trained model (`model.keras`, no optimizer) and its history."""
+    from keras_tfm.saving import uncompiled_copy
+
+    os.makedirs(run_dir, exist_ok=True)
+    uncompiled_copy(model).save(os.path.join(run_dir, "model.keras"))
+    with open(os.path.join(run_dir, "history.json"), "w") as f:
+        json.dump(history, f, indent=1)
+    with open(os.path.join(run_dir, "command.txt"), "w") as f:
+        f.write(" ".join(["python", "examples/translate_de_en.py", *sys.argv[1:]]))
+
+
+def load_run(run_dir):
+    """The model and history `save_run` wrote (float32 compute), or a
+    preset folder's model and history (empty if it has none)."""
+    from keras_tfm.saving import load_model
+    from keras_tfm.zoo.catalogue import build_from_directory
+
+    keras.config.set_dtype_policy("float32")
+    path = os.path.join(run_dir, "model.keras")
+    if os.path.exists(path):
+        model = load_model(path, compile=False)
+    else:
+        model = build_from_directory(run_dir)
+    path = os.path.join(run_dir, "history.json")
+    if not os.path.exists(path):
+        return model, {}
+    with open(path) as f:
+        return model, json.load(f)
 
 
 def evaluate(directory, config, train, validation, test):
@@ -417,7 +636,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
         storage = "float32"
         for variable, value in zip(model.weights, originals, strict=True):
             variable.assign(value)
-    curve = ", ".join(f"{loss:.3f}" for loss in history.history["val_loss"])
+    curve = ", ".join(f"{loss:.3f}" for loss in history["val_loss"])
     metrics = "\n".join(
         f"| {'baseline: word-by-word ' if name == BASELINE else ''}{name} "
         f"| {r['bleu']:.2f} | {r['chrf']:.2f} |"
@@ -429,6 +648,26 @@ def save(model, config, args, splits, num_lexicon, results, history):
         for de, en in zip(EVERYDAY, translate(model, EVERYDAY), strict=True)
     )
     shape = config["model"]
+    commands = [" ".join(["python", "examples/translate_de_en.py", *sys.argv[1:]])]
+    continued, part = "", ""
+    if args.from_run:  # a run that continued an earlier preset (--init)
+        with open(os.path.join(args.from_run, "command.txt")) as f:
+            command = f.read().strip()
+        first = f"python examples/translate_de_en.py --save {PRESET}"
+        commands = [first, command, *commands]
+        continued = (
+            f", then {history['steps']} more steps from that preset with dropout "
+            f"{model.backbone.dropout}"
+        )
+        if "--back-translate" in command:
+            continued += (
+                " on the same data and the English fortunes' sentences of 3-"
+                f"{config['monolingual_max_words']} words back-translated into "
+                "German (by the preset fine-tuned English -> German for "
+                f"{config['reverse_steps']} steps), each as often as a real "
+                "sentence pair"
+            )
+        part = "the continued "
     save_preset(
         model,
         args.save,
@@ -438,7 +677,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
             f"layers, d={shape['hidden_dim']}, sources and targets up to "
             f"{config['max_length']} tokens) trained for {config['steps']} steps "
             "on the sentence pairs and the word and phrase pairs of the "
-            "trans-de-en dictionary, with its shared WordPiece tokenizer "
+            f"trans-de-en dictionary{continued}, with its shared WordPiece tokenizer "
             f"({model.vocabulary_size} tokens, [PAD]=0, [UNK]=1, [START]=2, "
             f"[END]=3) attached. Weights stored as {storage} values.\n\n"
             "| test decoding | BLEU | chrF |\n|---|---|---|\n"
@@ -446,7 +685,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
             f"Test split: all {len(test)} pairs, every source translated "
             f"(sacrebleu {sacrebleu.__version__}, default 13a tokenization, one "
             "reference). Validation loss (label-smoothed 0.1) after each of "
-            f"the {len(history.history['val_loss'])} parts of training: "
+            f"the {len(history['val_loss'])} parts of {part}training: "
             f"{curve}.\n\nEveryday sentences, greedy:\n\n"
             f"| German | this model |\n|---|---|\n{samples}"
         ),
@@ -470,9 +709,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
             "without any that shares a side with a validation or test "
             "sentence (case and punctuation ignored)."
         ),
-        training_command=" ".join(
-            ["python", "examples/translate_de_en.py", *sys.argv[1:]]
-        ),
+        training_command="\n".join(commands),
         overwrite=True,
         usage='model.generate("Ich habe einen Hund.", max_new_tokens=16)',
         weights_dtype=storage,
@@ -480,7 +717,7 @@ def save(model, config, args, splits, num_lexicon, results, history):
     # The training curves (loss and token accuracy after each part).
     history_path = os.path.join(args.save, "history.json")
     with open(history_path, "w") as f:
-        json.dump(history.history, f, indent=1)
+        json.dump(history, f, indent=1)
     print(f"Saved the preset to {args.save} ({storage} weights)")
 
 

@@ -5,7 +5,10 @@ The JSON holds the per-part losses Keras printed during runs of
 examples/translate_de_en.py (copied from their logs, which are not kept);
 the picture shows why more training of the same model on the same data does
 not reach issue 18's BLEU 10: the validation loss levels off, and stronger
-dropout learns more slowly within the hour.
+dropout learns more slowly within the hour. Runs that continue the preset
+(`--init`, issue 43: with and without back-translated English fortunes)
+start at their `first_step` and give their greedy validation BLEU / chrF
+in the legend.
 
     python tools/plot_translation_curves.py
 """
@@ -28,32 +31,34 @@ PICTURE = ROOT / "docs" / "images" / "translation_curves.png"
 def main():
     curves = json.loads(CURVES.read_text())
     steps_per_part = curves["steps_per_part"]
-    figure, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    figure, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(12, 5.2))
     for i, (name, run) in enumerate(curves["runs"].items()):
-        color = f"C{3 * i}"
-        steps = steps_per_part * np.arange(1, len(run["validation_loss"]) + 1)
-        loss_ax.plot(
-            steps, run["train_loss"], "--", color=color, label=f"{name}, training"
+        color = f"C{i}"
+        per_part = run.get("steps_per_part", steps_per_part)
+        steps = run.get("first_step", 0) + per_part * np.arange(
+            1, len(run["validation_loss"]) + 1
         )
-        loss_ax.plot(
-            steps,
-            run["validation_loss"],
-            "o-",
-            color=color,
-            label=f"{name}, validation",
-        )
+        if "validation_greedy" in run:
+            scores = run["validation_greedy"]
+            name = f"{name}\n(validation greedy BLEU {scores['bleu']:.2f}, "
+            name += f"chrF {scores['chrf']:.2f})"
+        loss_ax.plot(steps, run["train_loss"], "--", color=color)
+        loss_ax.plot(steps, run["validation_loss"], "o-", ms=3, color=color)
         accuracy_ax.plot(
-            steps, run["validation_token_accuracy"], "o-", color=color, label=name
-        )
-    loss_ax.set_ylabel("label-smoothed cross-entropy")
+            steps, run["validation_token_accuracy"], "o-", ms=3, color=color,
+            label=name,
+        )  # fmt: skip
+    loss_ax.set_ylabel("label-smoothed cross-entropy (dashed: training)")
+    loss_ax.set_ylim(3.3, 5.0)
     accuracy_ax.set_ylabel("validation token accuracy")
+    accuracy_ax.set_ylim(0.3, 0.48)
+    accuracy_ax.legend(fontsize=7, loc="lower right")
     for ax in (loss_ax, accuracy_ax):
         ax.set_xlabel("optimizer step (up to 4,096 tokens each)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
     figure.suptitle(
         "translator_de_en: training (sentences and word pairs mixed) and "
-        f"validation sentences; {curves['machine']}",
+        f"validation sentences\n{curves['machine']}",
         fontsize=9,
     )
     figure.tight_layout()

@@ -19,6 +19,10 @@ line holding a single `%`; the category is the label. What is kept:
 
 To turn the texts into batches see `keras_tfm.data.classification_dataset`.
 
+As monolingual text (back-translation, denoising; German from Debian's
+`fortunes-de` in `/usr/share/games/fortunes/de`), `fortune_sentences` splits
+every entry into sentences, without its `-- Author` line.
+
 The splits are stratified by category and seeded (scikit-learn's
 `train_test_split`), so the same arguments give the same splits everywhere.
 Licence: BSD (fortune-mod).
@@ -29,9 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_tfm.validation import check_positive_int
+
 DEFAULT_ROOT = "/usr/share/games/fortunes"
 _OVERSTRIKE = re.compile(r".\x08")
 _SEPARATOR = re.compile(r"^%[ \t]*$", flags=re.MULTILINE)
+# A sentence ends in . ! or ? before spaces and a capital (or a quote, a
+# parenthesis, a dash before one); an attribution starts at the last " -- ".
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'„“‚(]?[A-ZÄÖÜ])")
+_ATTRIBUTION = re.compile(r"\s--\s(?!.*\s--\s).*$")
 
 
 def _missing(root, detail):
@@ -40,6 +50,20 @@ def _missing(root, detail):
         "`fortunes` package: `apt-get install -y fortunes` (as root), or pass "
         "`root=` pointing at a folder of fortune files."
     )
+
+
+def _fortune_files(root):
+    """The plain fortune files in `root` (no `.dat`/`.u8`, hidden, folders)."""
+    if not root.is_dir():
+        raise _missing(root, "the folder does not exist")
+    files = sorted(
+        p
+        for p in root.iterdir()
+        if p.is_file() and "." not in p.name and not p.name.startswith(".")
+    )
+    if not files:
+        raise _missing(root, "the folder holds no fortune files")
+    return files
 
 
 def _is_ascii_art(entry, min_letter_share=0.6):
@@ -91,15 +115,7 @@ def load_fortunes(root=None, min_entries=150, max_chars=800, categories=None):
             "`min_entries` must be a positive integer. "
             f"Received: min_entries={min_entries!r}"
         )
-    if not root.is_dir():
-        raise _missing(root, "the folder does not exist")
-    files = sorted(
-        p
-        for p in root.iterdir()
-        if p.is_file() and "." not in p.name and not p.name.startswith(".")
-    )
-    if not files:
-        raise _missing(root, "the folder holds no fortune files")
+    files = _fortune_files(root)
     available = [p.name for p in files]
     if categories is not None:
         unknown = sorted(set(categories) - set(available))
@@ -189,3 +205,61 @@ def fortune_splits(
         "test": (list(test_x), test_y),
         "class_names": class_names,
     }
+
+
+def split_sentences(text, min_words=3, max_words=20):
+    """The sentences of `text` with `min_words` to `max_words` words.
+
+    A fortune's `-- Author` attribution (from its last ` -- ` on) is cut off
+    first. A sentence is kept when it starts with a capital letter, ends in
+    `.`, `!` or `?`, and is not ASCII art (see the module docstring).
+
+    Example:
+    >>> split_sentences("Go away. I am busy! Not now -- Anon")
+    ['I am busy!']
+    >>> split_sentences("Wer A sagt, muss B sagen. Ja.", min_words=1)
+    ['Wer A sagt, muss B sagen.', 'Ja.']
+    """
+    check_positive_int("min_words", min_words)
+    check_positive_int("max_words", max_words)
+    if max_words < min_words:
+        raise ValueError(
+            "`max_words` must be at least `min_words`. Received: "
+            f"min_words={min_words}, max_words={max_words}"
+        )
+    text = _ATTRIBUTION.sub("", " ".join(text.split()))
+    return [
+        sentence
+        for sentence in _SENTENCE_END.split(text)
+        if min_words <= len(sentence.split()) <= max_words
+        and sentence[0].isupper()
+        and sentence[-1] in ".!?"
+        and not _is_ascii_art(sentence)
+    ]
+
+
+def fortune_sentences(root=None, min_words=3, max_words=20):
+    """The distinct sentences of every fortune file in `root`, in file order.
+
+    Args:
+        root: a folder of fortune files (default `/usr/share/games/fortunes`,
+            English; `/usr/share/games/fortunes/de` for `fortunes-de`).
+            `.dat` and `.u8` files, hidden files and sub-folders are skipped.
+        min_words, max_words: see `split_sentences`.
+
+    Returns:
+        A list of strings, each sentence once.
+
+    Example:
+    >>> sentences = fortune_sentences()
+    >>> len(sentences) > 10000
+    True
+    """
+    root = Path(DEFAULT_ROOT if root is None else root)
+    files = _fortune_files(root)
+    sentences = {}
+    for path in files:
+        for entry in read_fortune_file(path):
+            for sentence in split_sentences(entry, min_words, max_words):
+                sentences.setdefault(sentence, None)
+    return list(sentences)

@@ -264,5 +264,20 @@ def without_held_out(pairs, held_out):
     ]
 
 
+def without_sentences(sentences, held_out):
+    """`sentences` without any whose words equal a `held_out` sentence's.
+
+    Case, punctuation and spacing are ignored, as in `without_held_out`:
+    use it to keep the validation and test sentences' sides out of
+    monolingual training text (back-translation, denoising).
+
+    Example:
+    >>> without_sentences(["Yes!", "No, thanks.", "no thanks"], ["No thanks."])
+    ['Yes!']
+    """
+    held = {_words(sentence) for sentence in held_out}
+    return [sentence for sentence in sentences if _words(sentence) not in held]
+
+
 def _words(text):
     return " ".join(_NOT_WORD.sub(" ", text.lower()).split())

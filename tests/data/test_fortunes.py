@@ -4,9 +4,11 @@ import pytest
 from keras_tfm.data.classification import classification_dataset
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer
 from keras_tfm.datasets.fortunes import (
+    fortune_sentences,
     fortune_splits,
     load_fortunes,
     read_fortune_file,
+    split_sentences,
 )
 from tests.conftest import requires_debian_package
 
@@ -128,6 +130,47 @@ def test_classification_dataset_buckets_and_keeps_pairs(fortune_root):
     )
     # Every example once, with its own label (truncated to 14 + 2 tokens).
     assert sorted(seen) == expected
+
+
+def test_split_sentences_cuts_the_attribution_and_keeps_whole_sentences():
+    text = (
+        'Man muss wissen, dass es geht. Ja! "So sei es," sagte er. ein Satz '
+        "klein. Wer A sagt -- muss B sagen. -- Karl Valentin"
+    )
+    # Splits after . ! ? before a capital, or a quote and a capital; not
+    # after "er." (a small letter follows), so '"So sei es," ... klein.' is
+    # one piece, dropped as it does not start with a capital. The
+    # attribution goes from the last " -- " on. "Ja!" has 1 word.
+    assert split_sentences(text) == [
+        "Man muss wissen, dass es geht.",
+        "Wer A sagt -- muss B sagen.",
+    ]
+    assert split_sentences(text, min_words=1, max_words=3) == ["Ja!"]
+    assert split_sentences("ok. This one is fine.") == ["This one is fine."]
+    assert split_sentences("No end here", min_words=1) == []
+    assert split_sentences("A ||| ### *** %%% ===.", min_words=1) == []
+
+
+def test_split_sentences_bad_arguments():
+    with pytest.raises(ValueError, match="Received: min_words=0"):
+        split_sentences("A b c.", min_words=0)
+    with pytest.raises(ValueError, match="Received: min_words=5, max_words=4"):
+        split_sentences("A b c.", min_words=5, max_words=4)
+
+
+def test_fortune_sentences_each_once_in_file_order(tmp_path):
+    write_category(tmp_path, "b", ["Second file here. Three words here."])
+    write_category(tmp_path, "a", ["Three words here. First one.", "Ok then."])
+    (tmp_path / "a.u8").write_text("Not read at all.\n%\n")
+    (tmp_path / "de").mkdir()
+    write_category(tmp_path / "de", "x", ["Ein deutscher Satz."])
+    assert fortune_sentences(tmp_path) == [
+        "Three words here.",
+        "Second file here.",
+    ]
+    assert fortune_sentences(tmp_path / "de") == ["Ein deutscher Satz."]
+    with pytest.raises(ValueError, match="apt-get install -y fortunes"):
+        fortune_sentences(tmp_path / "nowhere")
 
 
 @requires_debian_package("fortunes")

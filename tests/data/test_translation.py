@@ -149,6 +149,19 @@ def test_word_and_phrase_pairs_without_held_out_sentences(dictionary):
     assert trans_de_en.without_held_out(every, []) == every
 
 
+def test_monolingual_sentences_without_held_out_ones():
+    held_out = ["I have no time.", "Wo ist der Bahnhof?"]
+    sentences = [
+        "i have NO time!",  # the same words: dropped
+        "I have no time left.",  # a neighbour: kept
+        "Wo ist  der Bahnhof",  # spacing and punctuation ignored: dropped
+        "Wo ist der Zug?",
+    ]
+    kept = trans_de_en.without_sentences(sentences, held_out)
+    assert kept == ["I have no time left.", "Wo ist der Zug?"]
+    assert trans_de_en.without_sentences(sentences, []) == sentences
+
+
 def test_tokenizer_and_teacher_forced_batches_by_length(dictionary):
     pairs = trans_de_en.load_translation_pairs(dictionary)
     tokenizer = translation.train_translation_tokenizer(

@@ -157,8 +157,15 @@ def test_shipped_preset_translates_held_out_sentences_beyond_the_baselines():
     assert chrf > sacrebleu.corpus_chrf(sources, references).score + 2.0
 
 
-@pytest.mark.parametrize("flag", ["--steps", "--epochs", "--sentence-repeats"])
+@pytest.mark.parametrize(
+    "flag", ["--steps", "--epochs", "--sentence-repeats", "--warmup-steps"]
+)
 def test_a_count_of_zero_is_refused_before_any_work(flag, capsys):
     with pytest.raises(SystemExit):
         load_example().main([flag, "0"])
     assert "must be a positive integer: 0" in capsys.readouterr().err
+
+
+def test_back_translation_needs_a_preset_to_continue():
+    with pytest.raises(ValueError, match="pass --init.*Received: --init=None"):
+        load_example().main(["--back-translate"])
