@@ -7,12 +7,14 @@ all 30, as float32, as int8 the way Keras's int8 Dense computes it
 (`matmul(x, int8 kernel) / scale` on an (in, out) kernel: XLA fuses the int8
 -> float conversion into its own loop dot, which strides across rows), as
 int8 written as a multiply-and-reduce, as keras-tfm's output-major int8
-(`weight_only_matmul`: contiguous rows), and as bfloat16 either way;
+(`weight_only_matmul`: contiguous rows), the same in two halves, and as
+bfloat16 either way;
 median of 15 after a warm-up. There is no decoding loop here, so nothing is
 hoisted: this is the product alone. Beside each: the bytes of weights read per
 call over the time (GB/s), against the NumPy copy bandwidth.
 
     python benchmarks/int8_matvec.py
+    taskset -c 0 python benchmarks/int8_matvec.py   # on one core
 """
 
 import os
@@ -44,6 +46,11 @@ def matvec(kind, x, kernel, scale):
         return tf.reduce_sum(products, axis=1) / scale
     if kind == "int8, output-major (keras-tfm)":
         return weight_only_matmul(x, kernel, scale)
+    if kind == "int8, output-major, two halves":
+        # Does XLA run two independent halves on the two cores? (It does not.)
+        half = OUT // 2
+        halves = [(kernel[:half], scale[:half]), (kernel[half:], scale[half:])]
+        return tf.concat([weight_only_matmul(x, k, s) for k, s in halves], -1)
     if kind == "bfloat16 dot":
         return tf.cast(tf.cast(x, tf.bfloat16) @ kernel, tf.float32)
     if kind == "bfloat16, output-major (keras-tfm)":
@@ -92,6 +99,7 @@ def main():
         "int8, dequantised dot (Keras)",
         "int8, multiply and reduce",
         "int8, output-major (keras-tfm)",
+        "int8, output-major, two halves",
         "bfloat16 dot",
         "bfloat16, output-major (keras-tfm)",
     ]
