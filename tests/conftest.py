@@ -10,7 +10,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # the cache tests point KERAS_TFM_CACHE_DIR at their own tmp_path.
 os.environ.setdefault("KERAS_TFM_CACHE_DIR", "off")
 # XLA compiles with LLVM's optimisations off in the tests (subprocesses
-# inherit it): compiling is most of the suite's time, and the tests check
+# inherit it): compiling is a large share of the suite's time; the tests check
 # what programs compute, not how fast (benchmarks do, with the defaults).
 # The same tests took 84 s instead of 114-127 s (tests/models/test_causal_lm.py
 # and two others). A level the caller set is kept.
