@@ -384,14 +384,50 @@ from keras_tfm.data import translation  # noqa: E402
 from keras_tfm.datasets import fortunes, trans_de_en  # noqa: E402
 from keras_tfm.models import Seq2SeqBackbone, Seq2SeqLM  # noqa: E402
 
+# What only training reads: refused with --from-run.
+TRAINING_FLAGS = (
+    "init",
+    "back_translate",
+    "synthetic",
+    "steps",
+    "epochs",
+    "sentence_repeats",
+    "dropout",
+    "learning_rate",
+    "warmup_steps",
+)
 
-def main(argv=None):
-    args = parse_args(argv)
+
+def check_flags(args):
+    """Refuse flags that would be ignored, and a run folder already written."""
     if args.back_translate and not args.init:
         raise ValueError(
             "--back-translate continues a trained preset: pass --init "
             f"(e.g. --init {PRESET}). Received: --init={args.init!r}"
         )
+    if args.synthetic and not args.back_translate:
+        raise ValueError(
+            "--synthetic names the back-translated pairs' file: it needs "
+            f"--back-translate. Received: --synthetic={args.synthetic!r}"
+        )
+    if args.from_run:
+        unused = [f"--{name.replace('_', '-')}" for name in TRAINING_FLAGS
+                  if getattr(args, name) not in (None, False)]  # fmt: skip
+        if unused:
+            raise ValueError(
+                f"--from-run trains nothing, so {', '.join(unused)} would be "
+                f"ignored. Received: --from-run={args.from_run!r}"
+            )
+    if args.run_dir and os.path.exists(os.path.join(args.run_dir, "model.keras")):
+        raise ValueError(
+            "--run-dir already holds a trained model (model.keras); choose a "
+            f"new folder or remove it. Received: --run-dir={args.run_dir!r}"
+        )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    check_flags(args)
     config = dict(QUICK if args.quick else FULL)
     for name in (
         "steps",

@@ -2,6 +2,7 @@
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import h5py
@@ -169,3 +170,24 @@ def test_a_count_of_zero_is_refused_before_any_work(flag, capsys):
 def test_back_translation_needs_a_preset_to_continue():
     with pytest.raises(ValueError, match="pass --init.*Received: --init=None"):
         load_example().main(["--back-translate"])
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--synthetic", "bt.tsv"], "--synthetic='bt.tsv'"),
+        (["--from-run", "run", "--steps", "5"], "--steps would be ignored"),
+        (["--from-run", "run", "--init", "p", "--back-translate"],
+         "--init, --back-translate would be ignored"),
+    ],
+)  # fmt: skip
+def test_flags_that_would_be_ignored_are_refused_before_any_work(argv, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        load_example().main(argv)
+
+
+def test_a_run_folder_already_written_is_not_overwritten(tmp_path):
+    (tmp_path / "model.keras").write_bytes(b"a trained model")
+    with pytest.raises(ValueError, match="already holds a trained model"):
+        load_example().main(["--quick", "--run-dir", str(tmp_path)])
+    assert (tmp_path / "model.keras").read_bytes() == b"a trained model"
