@@ -8,13 +8,17 @@ all 30, as float32, as int8 the way Keras's int8 Dense computes it
 -> float conversion into its own loop dot, which strides across rows), as
 int8 written as a multiply-and-reduce, as keras-tfm's output-major int8
 (`weight_only_matmul`: contiguous rows), the same in two halves, and as
-bfloat16 either way;
+bfloat16 either way, and as int8 weights times int8 activations (an int32
+dot, llama.cpp's way; run it also with XLA's YNNPACK library kernels:
+`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=individual_dot`);
 median of 15 after a warm-up. There is no decoding loop here, so nothing is
 hoisted: this is the product alone. Beside each: the bytes of weights read per
 call over the time (GB/s), against the NumPy copy bandwidth.
 
     python benchmarks/int8_matvec.py
     taskset -c 0 python benchmarks/int8_matvec.py   # on one core
+    XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=individual_dot \
+        python benchmarks/int8_matvec.py                # library int8 dots
 """
 
 import os
@@ -51,6 +55,17 @@ def matvec(kind, x, kernel, scale):
         half = OUT // 2
         halves = [(kernel[:half], scale[:half]), (kernel[half:], scale[half:])]
         return tf.concat([weight_only_matmul(x, k, s) for k, s in halves], -1)
+    if kind == "int8 x int8 activations, int32 dot":
+        # llama.cpp's way: each row of x quantised to int8 (its own scale),
+        # an int8 x int8 -> int32 dot, rescaled. Rows padded to 2: XLA's
+        # YNNPACK fusion (XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=
+        # individual_dot) takes no matrix-vector dot.
+        rows = tf.shape(x)[0]
+        padded = tf.concat([x, tf.zeros_like(x[:1])], 0) if x.shape[0] == 1 else x
+        x_scale = tf.reduce_max(tf.abs(padded), -1, keepdims=True) / 127 + 1e-12
+        x_int8 = tf.cast(tf.round(padded / x_scale), tf.int8)
+        products = tf.linalg.matmul(x_int8, kernel, output_type=tf.int32)
+        return (tf.cast(products, tf.float32) * x_scale / scale)[:rows]
     if kind == "bfloat16 dot":
         return tf.cast(tf.cast(x, tf.bfloat16) @ kernel, tf.float32)
     if kind == "bfloat16, output-major (keras-tfm)":
@@ -94,12 +109,14 @@ def main():
     rng = np.random.default_rng(0)
     bandwidth = copy_bandwidth()
     print(f"NumPy copy bandwidth: {bandwidth:.1f} GB/s")
+    print(f"XLA_FLAGS: {os.environ.get('XLA_FLAGS', '')}")
     kinds = [
         "float32 dot",
         "int8, dequantised dot (Keras)",
         "int8, multiply and reduce",
         "int8, output-major (keras-tfm)",
         "int8, output-major, two halves",
+        "int8 x int8 activations, int32 dot",
         "bfloat16 dot",
         "bfloat16, output-major (keras-tfm)",
     ]
