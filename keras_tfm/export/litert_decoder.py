@@ -102,6 +102,11 @@ def convert_decoder_step(folder, quantization="float32"):
     check_choice("quantization", quantization, QUANTIZATIONS)
     converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), ["step"])
     converter.experimental_enable_resource_variables = True
+    # Large constants written after the flatbuffer instead of inside it (a
+    # private switch, no public one exists): SmolLM2's conversion peaked at
+    # 4.6 GB instead of 5.7 GB and took 15.8 s instead of 22.2 s, the same
+    # file contents to LiteRT (bit-identical logits, the same load time).
+    converter._experimental_use_buffer_offset = True
     if quantization == "int8":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     return converter.convert()
