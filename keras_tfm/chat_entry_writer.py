@@ -9,7 +9,7 @@ MODEL WEIGHTS`) that loads the model again and writes the entry
 (`build_chat_entry`): the decoding step as LiteRT, the tokenizer pipeline,
 the chat settings (`keras_tfm_lite.chat_entries` describes the layout, keys
 and safety). The command itself returns at once: converting SmolLM2 takes
-the converter about a minute and a few GB of memory. The next `keras-tfm
+about 40 s and 5 GB of memory. The next `keras-tfm
 chat` with that model finds the entry before importing TensorFlow and
 answers from it (`keras_tfm_lite.litert_chat`).
 
@@ -17,8 +17,10 @@ While a process builds an entry, a marker `.<key>.building` beside it holds
 its process id, so that a second command does not start another; a build
 that fails or is killed leaves `.<key>.failed` (its traceback, or a note
 that it did not finish), and the command does not try again until
-`keras-tfm cache clear`. The converter needs about 6 GB of memory at its
-peak for SmolLM2 (540 MB of float32 weights), once.
+`keras-tfm cache clear`. The build needs about 5 GB of memory at its peak
+for SmolLM2 (540 MB of float32 weights), once: the process saves the
+decoding step, then replaces itself with one that converts it without the
+model in memory.
 
 Example:
 >>> import tempfile
@@ -31,9 +33,9 @@ Example:
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -97,6 +99,14 @@ def _pipeline(tokenizer):
     return pipeline
 
 
+STEP = "step"
+"""The decoding step's SavedModel in the work folder."""
+
+
+def _work_folder(folder):
+    return folder.with_name(f".{folder.name}.work")
+
+
 def _markers(folder):
     return (
         folder.with_name(f".{folder.name}.building"),
@@ -143,6 +153,20 @@ def build_chat_entry(model, reference, weights, root=None):
     Returns:
         The entry folder, or None if `plan_chat_entry` finds none to write.
     """
+    prepared = prepare_chat_entry(model, reference, weights, root)
+    return None if prepared is None else finish_chat_entry(*prepared)
+
+
+def prepare_chat_entry(model, reference, weights, root=None):
+    """The first half of `build_chat_entry`: everything but the conversion.
+
+    Writes the decoding step as a SavedModel, the tokenizer pipeline and the
+    chat settings into a work folder beside the entry (`.<key>.work`).
+
+    Returns:
+        `(entry folder, work folder)` for `finish_chat_entry`, or None if
+        `plan_chat_entry` finds no entry to write.
+    """
     folder = plan_chat_entry(model, reference, weights, {}, root, builder=True)
     folder = folder or plan_chat_entry(
         model, reference, weights, {"sampler": "greedy"}, root, builder=True
@@ -159,14 +183,37 @@ def build_chat_entry(model, reference, weights, root=None):
         "greedy_is_plain": _plain_greedy(model, {"sampler": "greedy"}),
         "sources": [chat_entries.file_identity(p) for p in model_files(reference)],
     }
-    with atomic_directory(folder, overwrite=True) as tmp:
-        with tempfile.TemporaryDirectory(dir=tmp.parent) as saved:
-            save_decoder_step(model, saved, buffer_length)
-            (tmp / chat_entries.DECODER).write_bytes(convert_decoder_step(saved))
+    work = _work_folder(folder)
+    shutil.rmtree(work, ignore_errors=True)  # what a killed build left
+    work.mkdir(parents=True)
+    try:
+        save_decoder_step(model, work / STEP, buffer_length)
         pipeline = _pipeline(tokenizer)
-        (tmp / chat_entries.TOKENIZER).write_text(pipeline.to_str(), encoding="utf-8")
-        (tmp / chat_entries.ENTRY).write_text(json.dumps(entry), encoding="utf-8")
-        seal(tmp, chat_entries.FILES)
+        (work / chat_entries.TOKENIZER).write_text(pipeline.to_str(), encoding="utf-8")
+        (work / chat_entries.ENTRY).write_text(json.dumps(entry), encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return folder, work
+
+
+def finish_chat_entry(folder, work):
+    """The second half: converts the step to LiteRT and moves the entry into
+    place (atomically, sealed); the work folder is removed either way.
+
+    Returns:
+        The entry folder.
+    """
+    try:
+        with atomic_directory(folder, overwrite=True) as tmp:
+            decoder = convert_decoder_step(work / STEP)
+            (tmp / chat_entries.DECODER).write_bytes(decoder)
+            del decoder
+            for name in (chat_entries.TOKENIZER, chat_entries.ENTRY):
+                shutil.copyfile(work / name, tmp / name)
+            seal(tmp, chat_entries.FILES)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return folder
 
 
@@ -203,20 +250,52 @@ KILLED = (
 )
 
 
-def main(argv=None):
-    """`python -m keras_tfm.chat_entry_writer MODEL WEIGHTS`: builds the entry."""
-    reference, weights = sys.argv[1:] if argv is None else argv
+def main(argv=None, replace_before_converting=False):
+    """`python -m keras_tfm.chat_entry_writer MODEL WEIGHTS`: builds the entry.
+
+    `replace_before_converting` (the background process): once the step is
+    saved, the process replaces itself (`os.execv`, the same process id, so
+    the `.building` marker stays true) with `python -m
+    keras_tfm.chat_entry_writer --convert ENTRY WORK`, which converts it
+    without the model in memory: SmolLM2's build peaked at 5.0-5.3 GB
+    instead of 5.9-6.2 GB in one process (`/usr/bin/time`, idle).
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--convert"]:
+        folder, work = (Path(a) for a in argv[1:])
+        _with_markers(folder, lambda: finish_chat_entry(folder, work))
+        return
+    reference, weights = argv
+
+    def build():
+        model = load_named_model(reference)
+        prepared = prepare_chat_entry(model, reference, weights)
+        if prepared is None:
+            return
+        if replace_before_converting:
+            del model
+            command = [sys.executable, "-m", "keras_tfm.chat_entry_writer", "--convert"]
+            os.execv(sys.executable, command + [str(p) for p in prepared])
+        finish_chat_entry(*prepared)
+
     folder = chat_entries.entry_folder(reference, weights)
     building, failed = _markers(folder)
     building.parent.mkdir(parents=True, exist_ok=True)
     building.write_text(str(os.getpid()))
     # Written first, removed on success: a build the kernel kills (out of
-    # memory: the converter peaks at ~6 GB for SmolLM2) is not retried by
+    # memory: the build peaks at ~5 GB for SmolLM2) is not retried by
     # every later command.
     failed.write_text(KILLED, encoding="utf-8")
+    _with_markers(folder, build)
+
+
+def _with_markers(folder, build):
+    """Runs `build`; then removes the `.building` marker, and the `.failed`
+    one on success (on failure it holds the traceback). An `os.execv` in
+    `build` leaves both to the process it becomes."""
+    building, failed = _markers(folder)
     try:
-        model = load_named_model(reference)
-        build_chat_entry(model, reference, weights)
+        build()
     except BaseException:
         failed.write_text(traceback.format_exc(), encoding="utf-8")
         raise
@@ -227,5 +306,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    os.nice(10)  # the user's next command comes first
-    main()
+    os.nice(max(0, 10 - os.nice(0)))  # the user's next command comes first
+    main(replace_before_converting=True)

@@ -89,6 +89,42 @@ def test_litert_step_logits_equal_the_keras_model(tiny, lite):
         np.testing.assert_allclose(step, full[index], atol=1e-4)
 
 
+def test_the_background_process_converts_after_replacing_itself(tiny, lite, tmp_path):
+    # As `keras-tfm chat` starts it: the step saved, then the process becomes
+    # `--convert` (os.execv) to convert it without the model in memory.
+    model, path, _ = tiny
+    root = tmp_path / "cache"
+    environment = {**os.environ, "KERAS_TFM_CACHE_DIR": str(root)}
+    command = [sys.executable, "-m", "keras_tfm.chat_entry_writer", path, "float32"]
+    done = subprocess.run(command, env=environment, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    folder = chat_entries.entry_folder(path, "float32", root)
+    assert user_cache.verify(folder, chat_entries.FILES)
+    # No `.building` or `.failed` marker, no work folder: the entry alone.
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]
+    converted = LiteRTChat(*chat_entries.find_entry(path, "float32", root))
+    ids = [int(i) for i in model.tokenizer(model.tokenizer.apply_chat_template("hi"))]
+    for index, token in enumerate(ids):  # against the entry built in one process
+        np.testing.assert_array_equal(
+            converted._logits([token], index), lite._logits([token], index)
+        )
+
+
+def test_a_failed_conversion_keeps_its_traceback_and_removes_the_work(
+    tiny, tmp_path
+):
+    _, path, _ = tiny
+    folder = chat_entries.entry_folder(path, "float32", tmp_path)
+    work = folder.with_name(f".{folder.name}.work")
+    work.mkdir(parents=True)  # no saved step in it: the converter fails
+    with pytest.raises(OSError):
+        writer.main(["--convert", str(folder), str(work)])
+    failed = folder.with_name(f".{folder.name}.failed")
+    assert "Traceback" in failed.read_text()
+    assert not work.exists() and not folder.exists()
+    assert writer.plan_chat_entry(tiny[0], path, "float32", {}, tmp_path) is None
+
+
 def _greedy_answer(model, messages, max_new_tokens, stops):
     """`model.chat`'s greedy answer by full passes, no cache: each new id the
     argmax of the last position's logits, until the end id or a stop string."""
