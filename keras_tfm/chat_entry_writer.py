@@ -9,9 +9,9 @@ MODEL WEIGHTS`) that loads the model again and writes the entry
 (`build_chat_entry`): the decoding step as LiteRT, the tokenizer pipeline,
 the chat settings (`keras_tfm_lite.chat_entries` describes the layout, keys
 and safety). The command itself returns at once: converting SmolLM2 takes
-about 40 s and 5 GB of memory. The next `keras-tfm
-chat` with that model finds the entry before importing TensorFlow and
-answers from it (`keras_tfm_lite.litert_chat`).
+about 40 s and 5 GB of memory. The next `keras-tfm chat` with that model
+finds the entry before importing TensorFlow and answers from it
+(`keras_tfm_lite.litert_chat`).
 
 While a process builds an entry, a marker `.<key>.building` beside it holds
 its process id, so that a second command does not start another; a build
@@ -208,7 +208,6 @@ def finish_chat_entry(folder, work):
         with atomic_directory(folder, overwrite=True) as tmp:
             decoder = convert_decoder_step(work / STEP)
             (tmp / chat_entries.DECODER).write_bytes(decoder)
-            del decoder
             for name in (chat_entries.TOKENIZER, chat_entries.ENTRY):
                 shutil.copyfile(work / name, tmp / name)
             seal(tmp, chat_entries.FILES)
@@ -273,7 +272,6 @@ def main(argv=None, replace_before_converting=False):
         if prepared is None:
             return
         if replace_before_converting:
-            del model
             command = [sys.executable, "-m", "keras_tfm.chat_entry_writer", "--convert"]
             os.execv(sys.executable, command + [str(p) for p in prepared])
         finish_chat_entry(*prepared)
