@@ -37,6 +37,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -106,6 +107,7 @@ PRESET = "zoo/translator_es_en"
 CURVES = "docs/images/translator_es_en_curves.png"
 BASELINE = "IBM Model 1"
 COMMANDS = "commands.txt"  # in a run folder: the commands that trained it
+PRESET_VOCABULARY = "assets/tokenizer/vocabulary.txt"  # in a saved preset
 GOAL = dict(bleu=28.0, chrf=55.0)  # issue 43, on the test books
 # ------------------------------------------------------------------------------
 
@@ -153,8 +155,9 @@ def parse_args(argv=None):
     parser.add_argument(
         "--init",
         metavar="RUN_DIR",
-        help="start from an earlier run's best model and vocabulary (its "
-        "history comes first in the curves): a second, fresh schedule",
+        help="start from an earlier run's best model and vocabulary, or from a "
+        "saved preset's (its history comes first in the curves): a second, "
+        "fresh schedule",
     )
     parser.add_argument(
         "--num-beams",
@@ -272,9 +275,11 @@ def vocabulary(config, run_dir, train_pairs):
     import keras_hub
 
     path = run_dir / "vocabulary.txt"
+    if not path.is_file() and (run_dir / PRESET_VOCABULARY).is_file():
+        path = run_dir / PRESET_VOCABULARY  # --init from a saved preset
     if path.is_file():
         return keras_hub.tokenizers.WordPieceTokenizer(
-            vocabulary=path.read_text(encoding="utf-8").split("\n"),
+            vocabulary=path.read_text(encoding="utf-8").splitlines(),
             lowercase=False,
             strip_accents=False,
             oov_token="[UNK]",
@@ -327,7 +332,7 @@ def train(config, args, train_pairs, validation):
         previous, history.history = load_run(init)  # sets float32 globally
         model.set_weights(previous.get_weights())
         keras.config.set_dtype_policy(policy)
-        print(f"Starting from {init / 'best.keras'}")
+        print(f"Starting from {init}")
     print(
         f"Seq2SeqLM: {model.count_params():,} parameters, "
         f"{keras.config.dtype_policy().name}; {len(datasets[0])} batches a pass "
@@ -358,19 +363,34 @@ def train(config, args, train_pairs, validation):
 
 def commands_of(run_dir):
     """The commands that trained a run folder's model, first to last (one
-    per `--init` generation), or none if it has no record."""
+    per `--init` generation), or none if it has no record. A preset folder's
+    are the lines of its card's "How it was trained" block."""
     if run_dir is None:
         return []
     path = Path(run_dir, COMMANDS)
-    return path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    if path.is_file():
+        return path.read_text(encoding="utf-8").splitlines()
+    card = Path(run_dir, "README.md")
+    if not card.is_file():
+        return []
+    block = re.search(r"## How it was trained\s*```\n(.*?)```", card.read_text(), re.S)
+    return block.group(1).splitlines() if block else []
 
 
 def load_run(run_dir):
-    """The best model of a run folder (float32) and its history."""
+    """The best model of a run folder (float32) and its history; or a saved
+    preset's model and history (a folder with no best.keras)."""
     keras.config.set_dtype_policy("float32")
-    model = saving.uncompiled_copy(
-        saving.load_model(Path(run_dir) / "best.keras", compile=False), dtype="float32"
-    )
+    run_dir = Path(run_dir)
+    if not (run_dir / "best.keras").is_file() and (run_dir / "config.json").is_file():
+        from keras_tfm.zoo.catalogue import build_from_directory
+
+        model = build_from_directory(run_dir)
+    else:
+        model = saving.uncompiled_copy(
+            saving.load_model(Path(run_dir) / "best.keras", compile=False),
+            dtype="float32",
+        )
     history = json.loads((Path(run_dir) / "history.json").read_text())
     return model, history
 
