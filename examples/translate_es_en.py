@@ -107,7 +107,6 @@ PRESET = "zoo/translator_es_en"
 CURVES = "docs/images/translator_es_en_curves.png"
 BASELINE = "IBM Model 1"
 COMMANDS = "commands.txt"  # in a run folder: the commands that trained it
-PRESET_VOCABULARY = "assets/tokenizer/vocabulary.txt"  # in a saved preset
 GOAL = dict(bleu=28.0, chrf=55.0)  # issue 43, on the test books
 # ------------------------------------------------------------------------------
 
@@ -269,14 +268,12 @@ class HistoryFile(keras.callbacks.Callback):
 
 
 def vocabulary(config, run_dir, train_pairs):
-    """The shared WordPiece tokenizer, learned on the training verses (both
-    languages) by HuggingFace's WordPiece trainer, or read from the run
-    folder of an earlier start."""
+    """The shared WordPiece tokenizer, read from the run folder of an earlier
+    start, or learned on the training verses (both languages) by
+    HuggingFace's WordPiece trainer and written there."""
     import keras_hub
 
     path = run_dir / "vocabulary.txt"
-    if not path.is_file() and (run_dir / PRESET_VOCABULARY).is_file():
-        path = run_dir / PRESET_VOCABULARY  # --init from a saved preset
     if path.is_file():
         return keras_hub.tokenizers.WordPieceTokenizer(
             vocabulary=path.read_text(encoding="utf-8").splitlines(),
@@ -303,7 +300,11 @@ def train(config, args, train_pairs, validation):
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     init = Path(args.init) if args.init else None
-    tokenizer = vocabulary(config, init or run_dir, train_pairs)
+    if init:  # the earlier model, and the vocabulary its embeddings learned
+        previous, earlier_history = load_run(init)  # sets float32 globally
+        words = previous.preprocessor.tokenizer.get_vocabulary()
+        saving.atomic_write_text(run_dir / "vocabulary.txt", "\n".join(words))
+    tokenizer = vocabulary(config, run_dir, train_pairs)
     datasets = [
         translation.translation_dataset(
             split,
@@ -328,10 +329,8 @@ def train(config, args, train_pairs, validation):
     model = build_model(config, tokenizer, schedule=schedule)
     history = HistoryFile(run_dir / "history.json")
     if init:
-        policy = keras.config.dtype_policy()
-        previous, history.history = load_run(init)  # sets float32 globally
         model.set_weights(previous.get_weights())
-        keras.config.set_dtype_policy(policy)
+        history.history = earlier_history
         print(f"Starting from {init}")
     print(
         f"Seq2SeqLM: {model.count_params():,} parameters, "

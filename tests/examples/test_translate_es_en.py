@@ -135,3 +135,33 @@ def test_the_shipped_preset_translates_held_out_verses_as_its_card_says(shipped)
     assert bleu.score >= card_bleu / 2, hypotheses[:3]
     assert chrf >= 0.75 * card_chrf > sacrebleu.corpus_chrf(sources, references).score
     assert 0.8 <= bleu.sys_len / bleu.ref_len <= 1.25
+
+
+def test_init_trains_on_with_the_vocabulary_of_the_model_it_starts_from(
+    example, tmp_path
+):
+    config = dict(example.QUICK, steps=2, epochs=1, curve_verses=2, max_length=16)
+    config["model"] = dict(config["model"], num_heads=1, hidden_dim=8, intermediate_dim=8)
+    spanish = ["el perro come pan", "la casa es grande", "el hombre ve la luz"]
+    english = ["the dog eats bread", "the house is big", "the man sees the light"]
+
+    def run(name, pairs, init=None):
+        args = types.SimpleNamespace(
+            run_dir=str(tmp_path / name), init=init, max_minutes=None, command=name
+        )
+        return example.train(config, args, pairs, pairs[:2])
+
+    first, _ = run("first", list(zip(spanish, english, strict=True)) * 4)
+    learned = first.preprocessor.tokenizer.get_vocabulary()
+    # A folder that keeps its vocabulary only inside its model (a run that
+    # was itself started with --init, before each run wrote its own file).
+    (tmp_path / "first" / "vocabulary.txt").unlink()
+    # Other verses: a vocabulary learned on them would differ from the first.
+    other = [(s[::-1], e[::-1]) for s, e in zip(spanish, english, strict=True)]
+    second, _ = run("second", other * 4, init=str(tmp_path / "first"))
+    assert second.preprocessor.tokenizer.get_vocabulary() == learned
+    assert (tmp_path / "second" / "vocabulary.txt").read_text().splitlines() == learned
+    assert not (tmp_path / "first" / "vocabulary.txt").exists()  # not written into
+    assert (tmp_path / "second" / "commands.txt").read_text().splitlines() == [
+        "first", "second"
+    ]
