@@ -141,7 +141,8 @@ def test_init_trains_on_with_the_vocabulary_of_the_model_it_starts_from(
     example, tmp_path
 ):
     config = dict(example.QUICK, steps=2, epochs=1, curve_verses=2, max_length=16)
-    config["model"] = dict(config["model"], num_heads=1, hidden_dim=8, intermediate_dim=8)
+    tiny = dict(num_heads=1, hidden_dim=8, intermediate_dim=8)
+    config["model"] = dict(config["model"], **tiny)
     spanish = ["el perro come pan", "la casa es grande", "el hombre ve la luz"]
     english = ["the dog eats bread", "the house is big", "the man sees the light"]
 
@@ -163,5 +164,6 @@ def test_init_trains_on_with_the_vocabulary_of_the_model_it_starts_from(
     assert (tmp_path / "second" / "vocabulary.txt").read_text().splitlines() == learned
     assert not (tmp_path / "first" / "vocabulary.txt").exists()  # not written into
     assert (tmp_path / "second" / "commands.txt").read_text().splitlines() == [
-        "first", "second"
+        "first",
+        "second",
     ]
