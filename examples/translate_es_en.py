@@ -22,15 +22,17 @@ verses, translating word by word.
         --max-minutes 64      # writes runs/es_en; the cosine spans the 64 min
     python examples/translate_es_en.py --init runs/es_en --run-dir runs/es_en2 \\
         --dropout 0.25 --learning-rate 1e-3 --steps 8000 --epochs 40 \\
-        --max-minutes 55      # a second cosine, more dropout: the preset's run
+        --max-minutes 55      # a second cosine from the first's best, more dropout
     python examples/translate_es_en.py --checkpoint runs/es_en2 \\
         --num-beams 4          # score the best model, greedy and beam search
     python examples/translate_es_en.py --checkpoint runs/es_en2 --num-beams 4 \\
         --save zoo/translator_es_en    # ... and write the preset
     python examples/translate_es_en.py --quick      # a small slice, < 1 minute
 
-The card of a saved preset lists every command that made its model (each
-run folder keeps them in `commands.txt`).
+`--init` also takes a saved preset's folder (`--init zoo/translator_es_en`
+trains the shipped model on). The card of a saved preset lists every
+command that made its model, four runs for the shipped one (each run folder
+keeps them in `commands.txt`).
 """
 
 import argparse
