@@ -389,10 +389,10 @@ def load_run(run_dir):
         model = build_from_directory(run_dir)
     else:
         model = saving.uncompiled_copy(
-            saving.load_model(Path(run_dir) / "best.keras", compile=False),
+            saving.load_model(run_dir / "best.keras", compile=False),
             dtype="float32",
         )
-    history = json.loads((Path(run_dir) / "history.json").read_text())
+    history = json.loads((run_dir / "history.json").read_text())
     return model, history
 
 
