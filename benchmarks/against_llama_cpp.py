@@ -116,7 +116,8 @@ def keras_tfm_speed(mode):
     def load(weights):
         if weights == "int8_blocks":
             return zoo.from_preset("smollm2_135m_instruct", weights="int8_blocks")
-        return cli._store_weights(zoo.from_preset("smollm2_135m_instruct"), weights)
+        model = zoo.from_preset("smollm2_135m_instruct")
+        return cli.loading.store_weights(model, weights)
 
     model = load(mode)
     prompt = model.tokenizer.apply_chat_template(POEM)

@@ -110,8 +110,8 @@ def stages(weights):
     # As the command does it: a process that traced anything else first
     # would name its compiled functions otherwise, and TensorFlow's
     # persistent XLA cache keys a program by its function's name.
-    model = cli._language_model("smollm2_135m_instruct", "chat", weights)
-    model = cli._store_weights(model, weights)
+    model = cli.loading.language_model("smollm2_135m_instruct", "chat", weights)
+    model = cli.loading.store_weights(model, weights)
     mark("load the model (first run: convert the GGUF and cache it)")
     compile_loop = generation_utils.compile_loop
 

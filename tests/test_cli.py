@@ -298,7 +298,7 @@ def run_command(*args):
 def test_the_console_script_is_the_quieting_launcher():
     import tomllib
 
-    pyproject = Path(cli.__file__).resolve().parent.parent / "pyproject.toml"
+    pyproject = Path(cli.__file__).resolve().parents[2] / "pyproject.toml"
     if not pyproject.is_file():
         pytest.skip("not a source checkout")
     scripts = tomllib.loads(pyproject.read_text())["project"]["scripts"]
@@ -402,9 +402,10 @@ def test_generate_stores_the_weights_as_asked(trained, capsys, monkeypatch,
                                               weights, quantized_to):  # fmt: skip
     model, *_ = trained
     loaded = []
-    load = cli.resolve_model
+    load = cli.loading.resolve_model
     monkeypatch.setattr(
-        cli, "resolve_model", lambda *a, **k: loaded.append(load(*a, **k)) or loaded[-1]
+        cli.loading, "resolve_model",
+        lambda *a, **k: loaded.append(load(*a, **k)) or loaded[-1],
     )
     cli.main(["generate", str(model), "--prompt", "In the", "--max-new-tokens", "5",
               "--sampler", "greedy", "--weights", weights])  # fmt: skip
@@ -431,7 +432,7 @@ def test_the_readme_commands_parse_and_name_models_that_exist():
 
     from keras_tfm import zoo
 
-    readme = (Path(cli.__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(cli.__file__).resolve().parents[2] / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
     commands = [
         shlex.split(part, comments=True)[1:]
@@ -456,7 +457,7 @@ def test_sampler_settings_the_model_does_not_take_are_refused():
 
     argv = ["generate", "m", "--prompt", "x", "--sampler", "top_k"]
     with pytest.raises(SystemExit, match="takes no --temperature, --top-k"):
-        cli._generate_settings(Model(), cli.build_parser().parse_args(argv))
+        cli.generate.generate_settings(Model(), cli.build_parser().parse_args(argv))
     # Without --sampler: the model's own default, nothing it does not take.
     args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
-    assert cli._generate_settings(Model(), args) == {}
+    assert cli.generate.generate_settings(Model(), args) == {}

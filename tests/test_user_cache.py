@@ -266,7 +266,7 @@ def test_chat_without_a_message_converses_with_history(tiny_gguf, monkeypatch):
         return real_chat(messages, **kwargs)
 
     monkeypatch.setattr(model, "chat", chat)
-    monkeypatch.setattr(cli, "_language_model", lambda *args, **kwargs: model)
+    monkeypatch.setattr(cli.loading, "language_model", lambda *args, **kwargs: model)
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n\nworld\n"))
     out = io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)

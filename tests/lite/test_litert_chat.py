@@ -263,7 +263,7 @@ def test_the_command_starts_one_background_build_which_rebuilds(
             started.append((command, kwargs["env"]["KERAS_TFM_CACHE_DIR"]))
 
     monkeypatch.setattr(writer.subprocess, "Popen", Started)
-    monkeypatch.setattr("keras_tfm.cli.resolve_model", lambda *args: model)
+    monkeypatch.setattr("keras_tfm.cli.loading.resolve_model", lambda *args: model)
     monkeypatch.setattr(writer, "load_named_model", lambda *args: model)
     main(_command(path))
     main(_command(path))  # the first build is still "running"

@@ -1,0 +1,80 @@
+"""The `keras-tfm` command: train, generate, evaluate, chat, classify, serve,
+export, presets, cache.
+
+keras-tfm train            # gpt_micro, byte-level BPE, on the shipped KJV
+keras-tfm generate gpt_micro_kjv.keras --prompt "And God said"
+keras-tfm evaluate gpt_micro_kjv.keras
+keras-tfm generate kjv_gpt --prompt "And God said"      # a preset, alike
+keras-tfm presets          # each preset's task, parameters and command
+
+A command's model is a `.keras` file if that path exists, else a preset
+name. This package parses and dispatches: each command is a module with
+`HELP`, `add_arguments(parser)` and `run(args)`; the training recipe is
+`keras_tfm.training.train_on_text`.
+
+The `keras-tfm` console script starts in `keras_tfm_launcher`, which silences
+TensorFlow's start-up logs before TensorFlow is imported; `--verbose` keeps
+them.
+"""
+
+import argparse
+
+from keras_tfm.cli import (
+    cache,
+    chat,
+    classify,
+    evaluate,
+    export,
+    generate,
+    presets,
+    serve,
+    train,
+)
+from keras_tfm.cli.arguments import SHIPPED_TEXT_NAME
+from keras_tfm.cli.loading import resolve_model
+
+# In the order `keras-tfm --help` lists them.
+COMMANDS = {
+    "train": train,
+    "generate": generate,
+    "evaluate": evaluate,
+    "chat": chat,
+    "classify": classify,
+    "serve": serve,
+    "cache": cache,
+    "export": export,
+    "presets": presets,
+}
+
+__all__ = ["COMMANDS", "SHIPPED_TEXT_NAME", "build_parser", "main", "resolve_model"]
+
+
+def build_parser():
+    """The `keras-tfm` parser: one subcommand per module of `COMMANDS`."""
+    parser = argparse.ArgumentParser(
+        prog="keras-tfm", description=__doc__.split("\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    # Read by keras_tfm_launcher before TensorFlow is imported; listed here
+    # so that every command accepts it and --help shows it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's start-up and C++ logs and dependencies' warnings",
+    )
+    for name, module in COMMANDS.items():
+        p = commands.add_parser(name, parents=[common], help=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv=None):
+    # `--verbose` (and quiet by default) is handled by keras_tfm_launcher:
+    # here TensorFlow is already imported, too late to configure its logs.
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except ValueError as error:
+        raise SystemExit(f"keras-tfm: {error}") from None

@@ -1,0 +1,58 @@
+"""`keras-tfm chat ["MESSAGE"]`: ask an instruct model one message (the
+answer streamed, then a LiteRT entry started for the next time) or, without
+a message, converse."""
+
+from keras_tfm.cli import loading
+from keras_tfm.cli.arguments import MODEL_HELP, positive_int
+from keras_tfm.cli.decoding import add_decoding_options, sampler_settings
+from keras_tfm_lite import chat_command
+
+HELP = "ask an instruct model (SmolLM2 by default)"
+
+
+def add_arguments(p):
+    p.add_argument(
+        "message",
+        nargs="?",
+        help="the user's message (none: an interactive conversation, Ctrl-D ends it)",
+    )
+    p.add_argument(
+        "--model",
+        "--preset",
+        default=chat_command.DEFAULT_MODEL,
+        help=MODEL_HELP + " (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=chat_command.DEFAULT_MAX_NEW_TOKENS,
+    )
+    p.add_argument(
+        "--sampler",
+        choices=["greedy", "top_p"],
+        help="default: the preset's settings (greedy unless its "
+        "generation_config.json says otherwise)",
+    )
+    add_decoding_options(p, temperature=1.0)
+
+
+def run(args):
+    model = loading.language_model(args.model, needs="chat", weights=args.weights)
+    model = loading.store_weights(model, args.weights)
+    settings = sampler_settings(args.sampler, args)
+    if args.message is None:  # an interactive conversation
+        from keras_tfm.interactive_chat import converse
+
+        converse(model, max_new_tokens=args.max_new_tokens, **settings)
+        return
+    # Streamed, stop strings included (checked on the host, never shown).
+    pieces = model.chat(
+        args.message, max_new_tokens=args.max_new_tokens, stream=True, **settings
+    )
+    for piece in pieces:
+        print(piece, end="", flush=True)
+    print()
+    from keras_tfm.chat_entry_writer import start_chat_entry
+
+    # The next `chat` with this model answers from LiteRT, without TensorFlow.
+    start_chat_entry(model, args.model, args.weights, settings)

@@ -1,0 +1,33 @@
+"""`keras-tfm evaluate MODEL`: a causal LM's loss and perplexity on the
+validation split of a text."""
+
+import math
+
+from keras_tfm.cli import loading
+from keras_tfm.cli.arguments import MODEL_HELP, positive_int, read_corpus
+
+HELP = "validation loss and perplexity"
+
+
+def add_arguments(p):
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
+    p.add_argument("--sequence-length", type=positive_int)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args):
+    from keras_tfm import training
+
+    model = loading.language_model(args.model, needs="evaluate")
+    text, source, _ = read_corpus(args.data)
+    length = args.sequence_length or model.max_sequence_length
+    validation = training.held_out_batches(
+        model, text, length, args.batch_size, args.seed
+    )
+    model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
+    loss = model.evaluate(validation, return_dict=True, verbose=0)["loss"]
+    print(
+        f"{source}, validation split: loss {loss:.4f}, perplexity {math.exp(loss):.3f}"
+    )

@@ -1,0 +1,41 @@
+"""`keras-tfm export MODEL DIRECTORY`: the model loaded with its
+`--weights`, then `keras_tfm.export.command`, which writes it."""
+
+from keras_tfm.cli import loading
+from keras_tfm.cli.arguments import MODEL_HELP
+
+HELP = "write a SavedModel whose signatures take strings (docs/deployment.md)"
+
+
+def add_arguments(p):
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("directory", help="the SavedModel folder to write")
+    p.add_argument("--overwrite", action="store_true", help="replace a folder")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="the answers' length")
+    p.add_argument(
+        "--num-beams",
+        type=int,
+        default=1,
+        help="translate's beam width (1: greedy; translate_with_options "
+        "takes 1 or this width, 4 when it is 1)",
+    )
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=0.0,
+        help="translate's beam length penalty (the translator's card: 1.5)",
+    )
+    p.add_argument(
+        "--litert", action="store_true", help="an encoder task as model.tflite"
+    )
+    loading.add_weights_option(p)
+
+
+def run(args):
+    from keras_tfm.export.command import run_export, saved_model_options
+
+    saved_model_options(args)  # a bad flag is reported before the model loads
+    model = loading.resolve_model(args.model)
+    if not args.litert:  # LiteRT quantizes in its converter
+        model = loading.store_weights(model, args.weights)
+    run_export(model, args)
