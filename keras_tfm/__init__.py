@@ -13,20 +13,46 @@ Example:
 >>> model = keras_tfm.zoo.from_preset("gpt_tiny")
 """
 
+import importlib
+
+# The subpackages whose classes `keras.saving` must know (layers, models,
+# losses, metrics, schedules, samplers, tokenizers) are imported now; none
+# of them imports TensorFlow until a TensorFlow-only feature runs
+# (`keras_tfm._optional`). The others are imported on first use, as
+# Hugging Face transformers' `_LazyModule` does: `keras_tfm.export` and
+# `keras_tfm.data` import TensorFlow when they are imported.
 from keras_tfm import (
-    baselines,
-    convert,
-    data,
-    datasets,
-    export,
     generation,
     layers,
     models,
     runtime,
     tokenizers,
     training,
-    zoo,
 )
+
+_LAZY_SUBPACKAGES = (
+    "baselines",
+    "convert",
+    "data",
+    "datasets",
+    "distribute",
+    "export",
+    "serving",
+    "zoo",
+)
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBPACKAGES:
+        module = importlib.import_module(f"keras_tfm.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'keras_tfm' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBPACKAGES))
+
 
 runtime.prefer_wide_vectors()
 runtime.use_persistent_xla_cache()

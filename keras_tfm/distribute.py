@@ -24,9 +24,8 @@ Example:
 import json
 import os
 
-import tensorflow as tf
-
 from keras_tfm._keras_compat import symbolic_build
+from keras_tfm._optional import tensorflow as tf
 
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 

@@ -1,6 +1,7 @@
 """The package imports downwards only, with no ring between its parts.
 
-    validation, _keras_compat, legacy_files      shared checks and helpers
+    validation, _keras_compat, legacy_files,     shared checks and helpers;
+        _optional                                TensorFlow, imported when used
     runtime, kernels                             XLA flags and cache; attention,
                                                  activations, masks, the
                                                  weight-only matmul
@@ -38,6 +39,7 @@ RANKS = {
     "validation": 0,
     "_keras_compat": 0,
     "legacy_files": 0,
+    "_optional": 0,
     "runtime": 1,
     "kernels": 1,
     "quantized_weights": 2,

@@ -1,8 +1,8 @@
 """Batching variable-length token sequences by length, so little compute pads."""
 
 import numpy as np
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.validation import check_positive_int
 
 

@@ -1,8 +1,8 @@
 """A `tf.data` pipeline for text classification: tokenize, bucket, batch."""
 
 import numpy as np
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.data.bucketing import (
     batch_by_length,
     bucket_batch_sizes,

@@ -1,8 +1,8 @@
 """`tf.data` pipelines for next-token prediction on a stream of text."""
 
 import numpy as np
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.validation import check_positive_int
 
 

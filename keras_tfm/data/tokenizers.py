@@ -2,8 +2,8 @@
 
 import keras_hub
 import numpy as np
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.data.word_piece_learner import learn_word_piece_vocabulary
 from keras_tfm.validation import check_int_at_least
 

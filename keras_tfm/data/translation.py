@@ -5,8 +5,8 @@ The pairs themselves come from a corpus loader, e.g.
 """
 
 import numpy as np
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.data.bucketing import bucket_batch_sizes
 from keras_tfm.data.detokenization import join_word_pieces
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer

@@ -6,9 +6,16 @@ Example:
 ['generate', 'generate_with_options', 'score']
 """
 
-from keras_tfm.export.litert import export_litert
-from keras_tfm.export.litert_decoder import export_litert_decoder
-from keras_tfm.export.saved_model import export_saved_model, signatures_of
+from keras_tfm._optional import require_tensorflow
+
+require_tensorflow("keras_tfm.export (SavedModel and LiteRT export)")
+
+from keras_tfm.export.litert import export_litert  # noqa: E402
+from keras_tfm.export.litert_decoder import export_litert_decoder  # noqa: E402
+from keras_tfm.export.saved_model import (  # noqa: E402
+    export_saved_model,
+    signatures_of,
+)
 
 __all__ = [
     "export_litert",

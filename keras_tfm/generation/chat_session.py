@@ -12,9 +12,9 @@ changed token and re-prefills from there.
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.kernels import kv_cache

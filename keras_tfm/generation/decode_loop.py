@@ -7,8 +7,7 @@ the per-row settings dict (`settings_tensors`) as inputs. Compiled once per
 penalty, seed and stop id without being traced again.
 """
 
-import tensorflow as tf
-
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation import logit_processors, sampling, stop_strings
 
 MAX_NGRAM_SIZE = 8

@@ -7,10 +7,10 @@ The decoding loops themselves are keras-hub samplers (and
 import keras
 import keras_hub
 import numpy as np
-import tensorflow as tf
 from keras import ops
 from keras_hub.src.utils.tensor_utils import any_equal
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.data.detokenization import detokenize
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.generation_config import GenerationConfig

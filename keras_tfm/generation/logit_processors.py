@@ -26,7 +26,7 @@ All processors see the tokens at positions `< index` of the buffer (the
 prompt and what was generated), row by row: no row reads another.
 """
 
-import tensorflow as tf
+from keras_tfm._optional import tensorflow as tf
 
 NEG_INF = float("-inf")
 

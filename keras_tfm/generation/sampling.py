@@ -20,8 +20,7 @@ the same tokens alone or in any batch. A row with temperature 0 is greedy:
 the argmax of softmax(logits), exactly as `keras_hub.samplers.GreedySampler`.
 """
 
-import tensorflow as tf
-
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation.logit_processors import NEG_INF
 
 

@@ -23,8 +23,8 @@ ValueError: `top_logprobs` needs `return_scores=True` (the alternatives come wit
 """  # noqa: E501
 
 import numpy as np
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation import generation_utils as gen
 
 

@@ -34,9 +34,9 @@ Reference: Leviathan et al., 2023 (speculative decoding); Saxena, 2023
 (prompt lookup decoding).
 """
 
-import tensorflow as tf
 from keras import ops
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.validation import check_positive_int

@@ -23,7 +23,8 @@ b'a'
 import weakref
 
 import numpy as np
-import tensorflow as tf
+
+from keras_tfm._optional import tensorflow as tf
 
 TOKEN_WIDTH = 32
 """How many trailing bytes of each token the table keeps."""

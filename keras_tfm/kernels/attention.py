@@ -2,15 +2,19 @@
 
 `dot_product_attention` runs the plain kernel (`plain_dot_product_attention`,
 every weight formed at once) or the tiled one (`chunked_dot_product_attention`,
-memory linear in the length) as the shapes call for, and returns
+memory linear in the length) as the shapes call for on TensorFlow; on JAX,
+attention without returned scores, dropout or a general mask goes to
+`keras.ops.dot_product_attention` (`fused_attention`: cuDNN's fused
+attention on a GPU), the rest to the plain kernel. It returns
 `(outputs, scores)` whatever it runs: the scores only with
 `return_scores=True`, which takes the plain kernel. The masks are combined as
 `masks.attention_mask` combines them.
 """
 
+import keras
 from keras import ops
 
-from keras_tfm.kernels import plain_scope
+from keras_tfm.kernels import fused_attention, plain_scope
 from keras_tfm.kernels.chunked_attention import chunked_dot_product_attention
 from keras_tfm.kernels.masks import attention_mask
 from keras_tfm.kernels.plain_attention import plain_dot_product_attention
@@ -35,11 +39,15 @@ def dot_product_attention(
 ):
     """`(outputs, scores)`: softmax(Q K^T * scale, masked) V, tiled when long.
 
-    The tiled kernel runs when the keys number `CHUNKED_ATTENTION_MIN_LENGTH`
-    or more (a run-time choice when their number is unknown at trace time),
-    unless the scores are asked for or attention dropout is active (both
-    need the weights), or there is a single query (a decoding step: its
-    logits are one row, which a tile of queries would only pad), or the
+    On JAX, attention whose weights are not needed, without a general mask
+    and with no causal mask or the aligned one, is `fused_attention`'s; on
+    backends other than TensorFlow the rest is the plain kernel's. On
+    TensorFlow the tiled kernel runs when the keys number
+    `CHUNKED_ATTENTION_MIN_LENGTH` or more (a run-time choice when their
+    number is unknown at trace time), unless the scores are asked for or
+    attention dropout is active (both need the weights), or there is a
+    single query (a decoding step: its logits are one row, which a tile of
+    queries would only pad), or the
     number of keys is unknown inside `plain_scope.plain_kernels()` (a graph
     that only runs forward). Both kernels give the same numbers to float32
     rounding, gradients included.
@@ -74,9 +82,18 @@ def dot_product_attention(
     [1.0, 0.0, 0.0]
     """
     query_length, key_length = query.shape[1], key.shape[1]
+    weights_needed = return_scores or (dropout_layer is not None and bool(training))
+    if fused_attention.fuses_on_this_backend() and fused_attention.can_fuse(
+        query, key, mask, causal_start, weights_needed
+    ):
+        outputs = fused_attention.fused_dot_product_attention(
+            query, key, value, key_mask, causal_start is not None, scale
+        )
+        return outputs, None
     if (
-        return_scores
-        or (dropout_layer is not None and bool(training))
+        weights_needed
+        # The tiled kernel's loops are TensorFlow's.
+        or keras.backend.backend() != "tensorflow"
         or query_length == 1
         or (key_length is not None and key_length < CHUNKED_ATTENTION_MIN_LENGTH)
         or (key_length is None and plain_scope.active())

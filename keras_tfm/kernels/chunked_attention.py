@@ -9,9 +9,9 @@ The loops are `tf.map_fn` / `tf.while_loop`, which run with and without XLA
 and for lengths unknown when the graph is traced.
 """
 
-import tensorflow as tf
 from keras import ops
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.kernels.masks import (
     MASKED_LOGIT,
     attention_mask,

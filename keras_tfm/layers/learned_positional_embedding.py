@@ -67,8 +67,10 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
                 )
         seq_len = ops.shape(inputs)[1]
         if isinstance(start_index, int):
+            # A tensor, not the variable: JAX refuses a Keras variable here.
+            table = ops.convert_to_tensor(self.embeddings)
             positions = ops.slice(
-                self.embeddings, (start_index, 0), (seq_len, self.embeddings.shape[-1])
+                table, (start_index, 0), (seq_len, self.embeddings.shape[-1])
             )
         elif is_per_row(start_index):  # (batch,): one start per row
             rows = ops.expand_dims(ops.cast(start_index, "int32"), 1)

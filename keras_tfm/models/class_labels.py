@@ -20,7 +20,8 @@ import contextlib
 import re
 
 import numpy as np
-import tensorflow as tf
+
+from keras_tfm._optional import tensorflow as tf
 
 # Marks the assertion of the tf.data check, so that `fit` can turn the
 # InvalidArgumentError it surfaces as into the ValueError an eager check raises.

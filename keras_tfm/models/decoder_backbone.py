@@ -131,7 +131,11 @@ class DecoderBackbone(PresetMixin, TransformerModel):
 
     def call(self, token_ids, training=None, return_attention_scores=False):
         check_token_ids("token_ids", token_ids, self.max_sequence_length)
-        padding_mask = self.padding_mask_of(token_ids)
+        # No mask at all without a padding id: an all-True one would keep
+        # attention off the fused kernels (keras_tfm.kernels.fused_attention).
+        padding_mask = None if self.padding_id is None else self.padding_mask_of(
+            token_ids
+        )
         x = self.embed(token_ids, training=training)
         scores = []
         for block in self.transformer_layers:

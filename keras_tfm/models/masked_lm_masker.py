@@ -1,8 +1,8 @@
 import keras
 import keras_hub
-import tensorflow as tf
 
 from keras_tfm._keras_compat import MASK_GENERATOR_TF_ONLY
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.validation import check_positive_int, check_token_id
 
 

@@ -15,8 +15,8 @@ presets save it separately): here the tokenizer is a tracked sublayer, so a
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation.generation_utils import format_outputs
 from keras_tfm.models.tokenizer_attachment import (
     is_text,

@@ -1,7 +1,7 @@
 import keras
 import keras_hub
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.models.preprocessor import Preprocessor
 from keras_tfm.validation import check_positive_int
 

@@ -16,8 +16,9 @@ of these.
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from keras_tfm._optional import is_dataset
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.models.class_labels import (
     check_class_labels,
     label_errors,
@@ -114,7 +115,7 @@ class Task(PresetMixin, keras.Model):
     def _pipeline(self, x, y, sample_weight, batch_size, name="y", shuffle=False):
         """The data as `fit` reads it: preprocessed, labels checked."""
         limit, kind = self.label_range(), self.label_kind or "class"
-        if isinstance(x, tf.data.Dataset):
+        if is_dataset(x):
             if self.preprocessor is not None and _holds_text(x):
                 x = x.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
             if limit is not None:
@@ -155,7 +156,7 @@ class Task(PresetMixin, keras.Model):
         x, y, sample_weight = self._pipeline(
             x, y, sample_weight, batch_size, shuffle=shuffle
         )
-        if isinstance(x, tf.data.Dataset):
+        if is_dataset(x):
             # Keras ignores `shuffle` for a dataset (and warns); arrays of
             # strings were shuffled in the pipeline.
             batch_size, shuffle = None, False
@@ -181,7 +182,7 @@ class Task(PresetMixin, keras.Model):
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         """Keras' `evaluate`, with the data pipeline of `fit`."""
         x, y, sample_weight = self._pipeline(x, y, sample_weight, batch_size)
-        if isinstance(x, tf.data.Dataset):
+        if is_dataset(x):
             batch_size = None
         with self._label_errors():
             return super().evaluate(
@@ -190,7 +191,7 @@ class Task(PresetMixin, keras.Model):
 
     def predict(self, x, batch_size=None, **kwargs):
         """Keras' `predict`; strings go through the preprocessor first."""
-        if is_text(x) or isinstance(x, tf.data.Dataset):
+        if is_text(x) or is_dataset(x):
             x = self._pipeline(x, None, None, batch_size)[0]
             batch_size = None
         return super().predict(x, batch_size=batch_size, **kwargs)

@@ -27,9 +27,9 @@ of which each request keeps the ones it asked for.
 """
 
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation.decode_loop import chosen_log_probabilities
 from keras_tfm.generation.logit_processors import presence_frequency_penalty
 from keras_tfm.serving.slot_sampler import row_seed, sample_tokens

@@ -9,10 +9,10 @@ files and named `GGUFBytePairTokenizer`; that name stays registered, so a
 import keras
 import keras_hub
 import numpy as np
-import tensorflow as tf
 from keras_hub.src.tokenizers.byte_pair_tokenizer import SPLIT_PATTERN_TOKENIZERS
 from tokenizers import Regex, models, normalizers, pre_tokenizers
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm_lite.chat_template import apply_chatml, parse_chatml_template
 
 # How text is cut into pieces before the merges. "gpt2": GPT-2's byte-level

@@ -5,8 +5,9 @@ import unicodedata
 import keras
 import keras_hub
 import numpy as np
-import tensorflow as tf
-import tensorflow_text as tf_text
+
+from keras_tfm._optional import tensorflow as tf
+from keras_tfm._optional import tensorflow_text as tf_text
 
 
 def _is_control(char):

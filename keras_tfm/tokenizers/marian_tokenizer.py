@@ -7,8 +7,9 @@ import keras
 import keras_hub
 import numpy as np
 import sentencepiece
-import tensorflow as tf
-import tensorflow_text as tf_text
+
+from keras_tfm._optional import tensorflow as tf
+from keras_tfm._optional import tensorflow_text as tf_text
 
 SPIECE_UNDERLINE = "\u2581"
 SOURCE_FILE, TARGET_FILE, VOCABULARY_FILE = "source.spm", "target.spm", "vocab.json"

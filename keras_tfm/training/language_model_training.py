@@ -13,8 +13,8 @@ with the weights of an uninterrupted run.
 import math
 
 import keras
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.distribute import build_for_fit, shard_by_data
 from keras_tfm.saving import ResumableBackupAndRestore
 from keras_tfm.training.token_accuracy import TokenAccuracy

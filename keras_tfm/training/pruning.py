@@ -43,8 +43,8 @@ Example:
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from keras_tfm._optional import tensorflow as tf
 from keras_tfm.models.encoder_backbone import EncoderBackbone
 from keras_tfm.validation import check_choice
 

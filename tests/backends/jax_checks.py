@@ -1,0 +1,97 @@
+"""The model stack on JAX without TensorFlow: run by test_without_tensorflow.py.
+
+`python jax_checks.py save DIR` trains and saves; `... load DIR` (a fresh
+process, after only `import keras_tfm`) loads and compares. Prints "ok".
+"""
+
+import importlib
+import os
+import sys
+
+# First: every later import is checked.
+sys.path.insert(0, os.path.dirname(__file__))
+block_tensorflow = importlib.import_module("block_tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from keras import ops  # noqa: E402
+
+import keras_tfm  # noqa: E402
+
+assert keras.backend.backend() == "jax", keras.backend.backend()
+IDS = np.array([[5, 6, 7, 8, 9], [3, 4, 2, 0, 0]], "int32")
+
+
+def classifier_inputs():
+    return {"token_ids": IDS, "padding_mask": IDS != 0}
+
+
+def save(folder):
+    from keras_tfm import layers, models
+
+    # The README's layers example, fitted.
+    inputs = keras.Input((None,), dtype="int32")
+    x = layers.TokenEmbedding(100, 16, mask_zero=True, scale_embeddings=True)(inputs)
+    x = layers.PositionalEncoding()(x)
+    x = layers.TransformerEncoderBlock(num_heads=2, intermediate_dim=32)(x)
+    model = keras.Model(inputs, keras.layers.Dense(2)(x[:, 0]))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(IDS, np.array([0, 1]), epochs=1, verbose=0)
+
+    # A causal LM fitted on token ids (learned positions: the slice JAX refused).
+    backbone = models.DecoderBackbone(
+        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=8,
+    )  # fmt: skip
+    lm = models.CausalLM(backbone)
+    lm.compile(
+        keras.optimizers.Adam(1e-2),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    ids = np.tile(np.arange(1, 9, dtype="int32"), (8, 1))
+    losses = lm.fit(ids[:, :-1], ids[:, 1:], epochs=5, verbose=0).history["loss"]
+    assert losses[-1] < losses[0], losses
+    np.save(os.path.join(folder, "lm.npy"), ops.convert_to_numpy(lm(IDS)))
+    lm.save(os.path.join(folder, "lm.keras"))
+
+    encoder = models.EncoderBackbone(
+        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=8,
+    )  # fmt: skip
+    classifier = models.EncoderClassifier(encoder, num_classes=3)
+    classifier.compile(
+        "adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    classifier.fit(classifier_inputs(), np.array([0, 2]), epochs=1, verbose=0)
+    out = ops.convert_to_numpy(classifier(classifier_inputs()))
+    np.save(os.path.join(folder, "classifier.npy"), out)
+    classifier.save(os.path.join(folder, "classifier.keras"))
+
+
+def load(folder):
+    lm = keras.saving.load_model(os.path.join(folder, "lm.keras"))
+    assert type(lm).__name__ == "CausalLM"
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(lm(IDS)), np.load(os.path.join(folder, "lm.npy")),
+        atol=1e-6,
+    )  # fmt: skip
+    classifier = keras.saving.load_model(os.path.join(folder, "classifier.keras"))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(classifier(classifier_inputs())),
+        np.load(os.path.join(folder, "classifier.npy")),
+        atol=1e-6,
+    )
+    # A TensorFlow-only feature says what to install.
+    block_tensorflow.check_not_imported()
+    block_tensorflow.ATTEMPTS.clear()  # the one attempt below
+    try:
+        _ = keras_tfm.export
+    except ImportError as error:
+        assert "pip install tensorflow" in str(error), error
+    else:
+        raise AssertionError("keras_tfm.export imported without TensorFlow")
+
+
+{"save": save, "load": load}[sys.argv[1]](sys.argv[2])
+block_tensorflow.check_not_imported()
+print("ok")
