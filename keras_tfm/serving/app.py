@@ -9,8 +9,9 @@ its shutdown on SIGTERM (stop accepting, wait for open requests) is the
 one the issue asks for.
 
 Routes: POST /v1/chat/completions, POST /v1/completions, POST
-/v1/embeddings, GET /v1/models, GET /health. A causal LM serves the first
-two (chat needs a chat template), a sentence encoder the third.
+/v1/embeddings, GET /v1/models, GET /health, GET /metrics. A causal LM
+serves the first two (chat needs a chat template), a sentence encoder the
+third.
 """
 
 import asyncio
@@ -24,6 +25,7 @@ from contextlib import asynccontextmanager
 import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
@@ -31,11 +33,19 @@ from keras_tfm.generation.stop_strings import token_bytes
 from keras_tfm.models import CausalLM, Seq2SeqLM
 from keras_tfm.serving import openai_fields as fields
 from keras_tfm.serving.api_errors import ApiError, read_json
+from keras_tfm.serving.api_key import RequireApiKey, check_api_key
 from keras_tfm.serving.command import DEFAULT_MAX_BODY_BYTES
 from keras_tfm.serving.generation_stream import GenerationStream
+from keras_tfm.serving.metrics import CountAnswers, ServerMetrics
+from keras_tfm.serving.prompt_logprobs import prompt_logprobs
 from keras_tfm.serving.scheduler import Scheduler
 from keras_tfm.serving.text_stream import as_text
 from keras_tfm.serving.token_logprobs import TokenLogprobs
+
+ROUTES = (
+    "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
+    "/health", "/metrics",
+)  # fmt: skip
 
 
 class Service:
@@ -48,15 +58,18 @@ class Service:
         max_length: positions per slot; default the model's, at most 2048.
         steps_per_call: tokens per slot per compiled decode call.
         max_body_bytes: the largest request body accepted.
+        api_key: the bearer key every route but /health and /metrics
+            asks for (`keras_tfm.serving.api_key`), or None: none.
     """
 
     def __init__(
         self, model, model_id, max_batch=8, max_length=None, steps_per_call=1,
-        max_body_bytes=DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes=DEFAULT_MAX_BODY_BYTES, api_key=None,
     ):  # fmt: skip
         self.model = model
         self.model_id = model_id
         self.max_body_bytes = max_body_bytes
+        self.api_key = None if api_key is None else check_api_key(api_key)
         self.created = int(time.time())
         if isinstance(model, Seq2SeqLM):
             raise ValueError(
@@ -78,8 +91,11 @@ class Service:
         self.chats = callable(getattr(tokenizer, "apply_chat_template", None))
         self.scheduler = None
         self.encoder_thread = None
+        self.scorer = None
         if self.generates:
             self.scheduler = Scheduler(model, max_batch, max_length, steps_per_call)
+            # `echo`'s forward passes, beside the scheduler's thread.
+            self.scorer = ThreadPoolExecutor(1, "keras-tfm-scorer")
         elif callable(getattr(model, "encode", None)):
             # One thread owns the model, as the scheduler's does.
             self.encoder_thread = ThreadPoolExecutor(1, "keras-tfm-encoder")
@@ -88,6 +104,7 @@ class Service:
                 "`keras-tfm serve` serves a CausalLM (chat and completions) or "
                 f"a SentenceEncoder (embeddings). Received: {type(model).__name__}"
             )
+        self.metrics = ServerMetrics(self.scheduler, ROUTES)
 
     # === Lifespan ===
 
@@ -98,8 +115,9 @@ class Service:
     def stop(self):
         if self.scheduler is not None:
             self.scheduler.stop()
-        if self.encoder_thread is not None:
-            self.encoder_thread.shutdown()
+        for thread in (self.encoder_thread, self.scorer):
+            if thread is not None:
+                thread.shutdown()
 
     # === Routes ===
 
@@ -137,17 +155,39 @@ class Service:
         body = await read_json(request, self.max_body_bytes)
         fields.check_fields(body, fields.COMPLETION_FIELDS, self.model_id)
         self._require(self.generates, "/v1/completions", "a causal LM")
-        text = fields.completion_prompt(body)
+        prompts = fields.completion_prompts(body, self.model.backbone.vocabulary_size)
         settings = fields.sampling_settings(body, chat=False)
-        prompt = [
-            int(i) for i in self.model.preprocessor.generate_preprocess([text])[0]
-        ]
-        if body.get("max_tokens") is None:  # OpenAI's default for completions
-            body = dict(
-                body, max_tokens=min(16, self.scheduler.max_length - len(prompt))
+        echo = fields.echo(body)
+        rows = [
+            [int(i) for i in self.model.preprocessor.generate_preprocess([p])[0]]
+            if isinstance(p, str) else p
+            for p in prompts
+        ]  # fmt: skip
+        limits = [self._completion_limit(body, len(row), echo) for row in rows]
+        if settings["stream"] and (len(rows) > 1 or limits[0] == 0):
+            raise fields.bad(
+                "stream", "false with several prompts or max_tokens=0 (their "
+                "answers come whole)", True,
+            )  # fmt: skip
+        prefixes = [None] * len(rows)
+        if echo:
+            texts = [p if isinstance(p, str) else self._detokenize(p) for p in prompts]
+            scores = await self._prompt_scores(rows, settings)
+            prefixes = list(zip(texts, scores, strict=True))
+        if settings["stream"]:
+            return await self._answer(
+                request, rows[0], limits[0], settings, chat=False, prefix=prefixes[0]
             )
-        limit = fields.max_tokens(body, len(prompt), self.scheduler.max_length)
-        return await self._answer(request, prompt, limit, settings, chat=False)
+        choices = await asyncio.gather(*[
+            self._completion_choice(i, row, limit, settings, prefix)
+            for i, (row, limit, prefix) in enumerate(
+                zip(rows, limits, prefixes, strict=True)
+            )
+        ])  # fmt: skip
+        usage = _usage(
+            sum(len(row) for row in rows), sum(c.pop("tokens") for c in choices)
+        )
+        return JSONResponse(dict(self._meta(False), choices=choices, usage=usage))
 
     async def embeddings(self, request):
         body = await read_json(request, self.max_body_bytes)
@@ -165,6 +205,7 @@ class Service:
             raise ApiError(400, str(error), param="input") from None
         packed = self.model.preprocessor.pack_texts(texts, trim=False)
         tokens = int(np.sum(packed["padding_mask"]))  # [CLS] and [SEP] included
+        self.metrics.prompt_tokens.inc(tokens)
         data = [
             {"object": "embedding", "index": i, "embedding": _encode(v, encoding)}
             for i, v in enumerate(np.asarray(vectors, "float32"))
@@ -198,28 +239,102 @@ class Service:
             self._pieces = token_bytes(self.tokenizer, size)
         return TokenLogprobs(self._pieces, chat, settings["top_logprobs"])
 
-    async def _answer(self, request, prompt, max_tokens, settings, chat):
-        stream = GenerationStream(
-            self.scheduler, prompt, max_tokens, self.model.preprocessor.end_token_id,
-            self._detokenize, settings,
-        )  # fmt: skip
-        stream.submit()
-        meta = {
+    def _completion_limit(self, body, prompt_length, echo):
+        """The new-token budget of one prompt: `max_tokens` (16 by default,
+        as OpenAI's), or 0 with `echo` (the prompt's scores alone)."""
+        max_length = self.scheduler.max_length
+        value = body.get("max_tokens")
+        if echo and fields.is_id(value) and value == 0:
+            if prompt_length > max_length:
+                raise ApiError(
+                    400,
+                    f"This model's context is {max_length} tokens and the prompt "
+                    f"has {prompt_length}: too long to score.",
+                    param="prompt",
+                    code="context_length_exceeded",
+                )
+            return 0
+        if value is None:  # OpenAI's default for completions
+            body = dict(body, max_tokens=min(16, max_length - prompt_length))
+        return fields.max_tokens(body, prompt_length, max_length)
+
+    async def _prompt_scores(self, rows, settings):
+        """Each prompt's `prompt_logprobs` when logprobs are asked for (one
+        prompt at a time: a pass holds (tokens, vocabulary) floats), else
+        None per prompt."""
+        if not settings["logprobs"]:
+            return [None] * len(rows)
+        loop = asyncio.get_running_loop()
+        scores = []
+        for row in rows:
+            try:
+                scores.append(await loop.run_in_executor(
+                    self.scorer, prompt_logprobs, self.model, row,
+                    settings["top_logprobs"],
+                ))  # fmt: skip
+            except Exception as error:
+                raise ApiError(
+                    500, f"The model failed scoring the prompt: {error}"
+                ) from None
+        return scores
+
+    def _meta(self, chat):
+        return {
             "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
             "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": self.model_id,
         }
+
+    def _submit(self, prompt, max_tokens, settings):
+        """A `GenerationStream` of `prompt`, timed and submitted."""
+        stream = GenerationStream(
+            self.scheduler, prompt, max_tokens, self.model.preprocessor.end_token_id,
+            self._detokenize, settings,
+        )  # fmt: skip
+        self.metrics.watch(stream.request)
+        stream.submit()
+        self.metrics.prompt_tokens.inc(len(prompt))
+        return stream
+
+    async def _text(self, stream):
+        """The whole answer's text (its tokens counted, however it ends)."""
+        try:
+            return "".join([delta async for delta in stream.deltas()])
+        finally:
+            self.metrics.completion_tokens.inc(stream.completion_tokens)
+
+    async def _completion_choice(self, index, prompt, max_tokens, settings, prefix):
+        """One prompt's choice, with its completion tokens under "tokens";
+        `prefix` the echoed `(text, scores)`, or None."""
+        logprobs = self._logprobs_format(settings, chat=False)
+        text, scores = prefix or ("", None)
+        reason, tokens, answer = "length", 0, []
+        if max_tokens > 0:
+            stream = self._submit(prompt, max_tokens, settings)
+            text += await self._text(stream)
+            reason, tokens = stream.finish_reason, stream.completion_tokens
+            answer = stream.take_logprobs()
+        choice = {"index": index, "text": text, "finish_reason": reason,
+                  "logprobs": None, "tokens": tokens}  # fmt: skip
+        if logprobs is not None:
+            choice["logprobs"] = _echoed(logprobs, scores, answer)
+        return choice
+
+    async def _answer(self, request, prompt, max_tokens, settings, chat, prefix=None):
+        stream = self._submit(prompt, max_tokens, settings)
+        meta = self._meta(chat)
         logprobs = self._logprobs_format(settings, chat)
         if settings["stream"]:
             events = _events(
-                stream, meta, len(prompt), chat, settings["include_usage"], logprobs
-            )
+                stream, meta, len(prompt), chat, settings["include_usage"], logprobs,
+                prefix, self.metrics.completion_tokens.inc,
+            )  # fmt: skip
             return StreamingResponse(
                 events, media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )  # fmt: skip
-        text = "".join([delta async for delta in stream.deltas()])
+        text = await self._text(stream)
         choice = {"index": 0, "finish_reason": stream.finish_reason, "logprobs": None}
         if logprobs is not None:
             choice["logprobs"] = logprobs(stream.take_logprobs())
@@ -229,6 +344,16 @@ class Service:
             choice["text"] = text
         usage = _usage(len(prompt), stream.completion_tokens)
         return JSONResponse(dict(meta, choices=[choice], usage=usage))
+
+
+def _echoed(logprobs, prompt_scores, answer_scores):
+    """The completions `logprobs` of an echoed prompt's scores (or None:
+    not echoed) and the answer's, the first prompt token's alternatives
+    None (nothing precedes it), as OpenAI's."""
+    formatted = logprobs((prompt_scores or []) + answer_scores)
+    if prompt_scores and formatted["top_logprobs"] is not None:
+        formatted["top_logprobs"][0] = None
+    return formatted
 
 
 def _usage(prompt_tokens, completion_tokens):
@@ -245,10 +370,24 @@ def _encode(vector, encoding):
     return vector.tolist()
 
 
-async def _events(stream, meta, prompt_tokens, chat, include_usage, logprobs):
-    """Server-sent events: one chunk per delta (with its tokens' logprobs
-    when `logprobs` formats them), the finish, then [DONE]."""
+async def _events(
+    stream, meta, prompt_tokens, chat, include_usage, logprobs, prefix, count
+):  # fmt: skip
+    """Server-sent events: the echoed `prefix` `(text, scores)` (or None),
+    one chunk per delta (with its tokens' logprobs when `logprobs` formats
+    them), the finish, then [DONE]; `count(n)` is told the tokens
+    generated, however the stream ends."""
     meta = dict(meta, object=meta["object"] + ".chunk" if chat else meta["object"])
+    try:
+        async for event in _chunks(
+            stream, meta, prompt_tokens, chat, include_usage, logprobs, prefix
+        ):
+            yield event
+    finally:
+        count(stream.completion_tokens)
+
+
+async def _chunks(stream, meta, prompt_tokens, chat, include_usage, logprobs, prefix):
 
     def chunk(delta, finish_reason=None):
         choice = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
@@ -264,6 +403,12 @@ async def _events(stream, meta, prompt_tokens, chat, include_usage, logprobs):
     if chat:
         first = {"index": 0, "delta": {"role": "assistant", "content": ""},
                  "finish_reason": None, "logprobs": None}  # fmt: skip
+        yield _sse(dict(meta, choices=[first]))
+    if prefix is not None:
+        text, scores = prefix
+        first = {"index": 0, "text": text, "finish_reason": None, "logprobs": None}
+        if logprobs is not None:
+            first["logprobs"] = _echoed(logprobs, scores, [])
         yield _sse(dict(meta, choices=[first]))
     try:
         async for delta in stream.deltas():
@@ -307,9 +452,15 @@ def build_app(service):
         Route("/v1/embeddings", service.embeddings, methods=["POST"]),
         Route("/v1/models", service.models, methods=["GET"]),
         Route("/health", service.health, methods=["GET"]),
+        Route("/metrics", service.metrics.route, methods=["GET"]),
     ]
+    # The first is the outermost: the answers of refused keys are counted.
+    middleware = [Middleware(CountAnswers, metrics=service.metrics)]
+    if service.api_key is not None:
+        middleware.append(Middleware(RequireApiKey, key=service.api_key))
     return Starlette(
         routes=routes,
         lifespan=lifespan,
+        middleware=middleware,
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
     )

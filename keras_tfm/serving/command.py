@@ -5,9 +5,11 @@ HTTP stack (Starlette, uvicorn: the `serve` extra) is imported when the
 command runs, so the other commands work without it.
 """
 
+import os
 from pathlib import Path
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+API_KEY_VARIABLE = "KERAS_TFM_API_KEY"
 
 
 def add_arguments(parser):
@@ -15,8 +17,7 @@ def add_arguments(parser):
     parser.add_argument("model", help="a .keras file, or a preset name")
     parser.add_argument(
         "--host", default="127.0.0.1",
-        help="the address to bind (default %(default)s: this machine only; "
-        "the server has no authentication)",
+        help="the address to bind (default %(default)s: this machine only)",
     )  # fmt: skip
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
@@ -37,6 +38,12 @@ def add_arguments(parser):
         help="tokens decoded per slot per compiled call: more amortises the "
         "call, fewer lets new requests join sooner (default %(default)s)",
     )  # fmt: skip
+    parser.add_argument(
+        "--api-key",
+        help="the key clients must send as 'Authorization: Bearer KEY' (every "
+        "route but /health and /metrics; default: $" + API_KEY_VARIABLE + ", "
+        "else none; the variable keeps the key out of the process list)",
+    )  # fmt: skip
 
 
 def run(args, model):
@@ -50,11 +57,15 @@ def run(args, model):
         ) from None
     path = Path(args.model)
     model_id = path.stem if path.is_file() else args.model
+    api_key = args.api_key
+    if api_key is None:
+        api_key = os.environ.get(API_KEY_VARIABLE)
     try:
         serve(
             model, model_id, host=args.host, port=args.port,
             max_batch=args.max_batch, max_length=args.max_context,
             steps_per_call=args.steps_per_call, max_body_bytes=args.max_body_bytes,
+            api_key=api_key,
         )  # fmt: skip
     except ValueError as error:
         raise SystemExit(f"keras-tfm serve: {error}") from None

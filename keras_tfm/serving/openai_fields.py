@@ -19,7 +19,9 @@ SAMPLING = {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stre
 SAMPLING |= {"stream_options", "n", "user", "presence_penalty", "frequency_penalty"}
 SAMPLING |= {"logprobs"}
 CHAT_FIELDS = SAMPLING | {"messages", "max_completion_tokens", "top_logprobs"}
-COMPLETION_FIELDS = SAMPLING | {"prompt"}
+COMPLETION_FIELDS = SAMPLING | {"prompt", "echo"}
+# The most prompts one completions request may hold (each its own answer).
+MAX_PROMPTS = 64
 EMBEDDING_FIELDS = {"model", "input", "encoding_format", "user"}
 ROLES = ("system", "user", "assistant")
 
@@ -205,13 +207,53 @@ def chat_messages(body):
     return checked
 
 
-def completion_prompt(body):
+def completion_prompts(body, vocabulary_size):
+    """The prompts of a completions request, each a string or a list of
+    token ids: `prompt` is a string, a list of strings, a list of token
+    ids, or a list of such lists (OpenAI's four forms; lm-eval sends token
+    ids), with at most `MAX_PROMPTS` prompts."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str) or not prompt:
-        raise bad("prompt", "a non-empty string", prompt)
-    return prompt
+    wanted = (
+        "a non-empty string, a list of them, a list of token ids from 0 to "
+        f"{vocabulary_size - 1}, or a list of such lists (at most {MAX_PROMPTS} "
+        "prompts)"
+    )
+    if isinstance(prompt, str) or (
+        isinstance(prompt, list) and prompt and all(is_id(i) for i in prompt)
+    ):
+        prompts = [prompt]
+    elif isinstance(prompt, list) and 0 < len(prompt) <= MAX_PROMPTS:
+        prompts = prompt
+    else:
+        raise bad("prompt", wanted, prompt)
+    for one in prompts:
+        if isinstance(one, str) and one:
+            continue
+        if not (isinstance(one, list) and one and all(is_id(i) for i in one)):
+            raise bad("prompt", wanted, prompt)
+        outside = [i for i in one if not 0 <= i < vocabulary_size]
+        if outside:
+            raise ApiError(
+                400,
+                "`prompt` holds token ids outside the vocabulary (0 to "
+                f"{vocabulary_size - 1}). Received: {outside[:8]}",
+                param="prompt",
+            )
+    return prompts
+
+
+def is_id(value):
+    """A JSON integer (not a boolean)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def echo(body):
+    """Whether to return the prompt (and its tokens' logprobs) before the
+    answer."""
+    value = body.get("echo", False)
+    if not isinstance(value, bool):
+        raise bad("echo", "true or false", value)
+    return value
 
 
 def embedding_inputs(body):

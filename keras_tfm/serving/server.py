@@ -23,16 +23,18 @@ def _config(service, host, port, log_level):
 def serve(
     model, model_id, host="127.0.0.1", port=8000, max_batch=8, max_length=None,
     steps_per_call=1, max_body_bytes=DEFAULT_MAX_BODY_BYTES, log_level="info",
+    api_key=None,
 ):  # fmt: skip
     """Serves `model` over HTTP until SIGTERM or Ctrl-C (then exits cleanly).
 
-    Binds 127.0.0.1 unless told otherwise: the server has no authentication.
-    The arguments are those of `Service`, plus the address and uvicorn's
-    `log_level`.
+    Binds 127.0.0.1 unless told otherwise. The arguments are those of
+    `Service` (`api_key` None: no key asked for), plus the address and
+    uvicorn's `log_level`.
     """
     service = Service(
-        model, model_id, max_batch, max_length, steps_per_call, max_body_bytes
-    )
+        model, model_id, max_batch, max_length, steps_per_call, max_body_bytes,
+        api_key,
+    )  # fmt: skip
     # uvicorn shuts down gracefully on SIGTERM / SIGINT, then raises the
     # signal again under the handler it found: with these, that second
     # raise does nothing and a finished shutdown exits with status 0.
