@@ -9,9 +9,10 @@ its shutdown on SIGTERM (stop accepting, wait for open requests) is the
 one the issue asks for.
 
 Routes: POST /v1/chat/completions, POST /v1/completions, POST
-/v1/embeddings, GET /v1/models, GET /health, GET /metrics. A causal LM
-serves the first two (chat needs a chat template), a sentence encoder the
-third.
+/v1/embeddings, GET /v1/models, GET /health, GET /metrics, and vLLM's
+POST /tokenize, POST /detokenize, GET /tokenizer_info. A causal LM serves
+the completions and the tokenizer routes (chat needs a chat template), a
+sentence encoder the embeddings.
 """
 
 import asyncio
@@ -41,10 +42,11 @@ from keras_tfm.serving.prompt_logprobs import prompt_logprobs
 from keras_tfm.serving.scheduler import Scheduler
 from keras_tfm.serving.text_stream import as_text
 from keras_tfm.serving.token_logprobs import TokenLogprobs
+from keras_tfm.serving.tokenizer_routes import TokenizerRoutes
 
 ROUTES = (
     "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
-    "/health", "/metrics",
+    "/health", "/metrics", "/tokenize", "/detokenize", "/tokenizer_info",
 )  # fmt: skip
 
 
@@ -454,6 +456,13 @@ def build_app(service):
         Route("/health", service.health, methods=["GET"]),
         Route("/metrics", service.metrics.route, methods=["GET"]),
     ]
+    if service.generates:  # vLLM's, for lm-eval's "remote" tokenizer
+        tokenizer = TokenizerRoutes(service)
+        routes += [
+            Route("/tokenize", tokenizer.tokenize, methods=["POST"]),
+            Route("/detokenize", tokenizer.detokenize, methods=["POST"]),
+            Route("/tokenizer_info", tokenizer.tokenizer_info, methods=["GET"]),
+        ]
     # The first is the outermost: the answers of refused keys are counted.
     middleware = [Middleware(CountAnswers, metrics=service.metrics)]
     if service.api_key is not None:

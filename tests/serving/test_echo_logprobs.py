@@ -147,3 +147,35 @@ def test_bad_echo_requests_are_named(server, body, words):
                        json=dict(model=MODEL, **body))  # fmt: skip
     assert reply.status_code == 400
     assert words in reply.json()["error"]["message"]
+
+
+def test_tokenizer_routes_are_the_models_tokenizer(server, chat_model):
+    """vLLM's /tokenize, /detokenize and /tokenizer_info, which lm-eval's
+    "remote" tokenizer backend reads."""
+    text = "hello world, or owl"
+    reply = httpx.post(
+        server.url + "/tokenize",
+        timeout=TIMEOUT,
+        json={"prompt": text, "add_special_tokens": False},
+    ).json()
+    assert reply["tokens"] == ids_of(chat_model, text)
+    assert reply["count"] == len(reply["tokens"])
+    back = httpx.post(server.url + "/detokenize", timeout=TIMEOUT,
+                      json={"tokens": reply["tokens"]}).json()  # fmt: skip
+    assert back == {"prompt": text}
+    info = httpx.get(server.url + "/tokenizer_info", timeout=TIMEOUT).json()
+    assert info["eos_token"] == "<|im_end|>"
+    # lm-eval takes the end token's id as the first id of its text.
+    end = httpx.post(server.url + "/tokenize", timeout=TIMEOUT,
+                     json={"prompt": info["eos_token"]}).json()["tokens"]  # fmt: skip
+    assert end == [chat_model.tokenizer.end_token_id]
+    for route, body, words in [
+        ("/tokenize", {"prompt": 3}, "`prompt` must be a string"),
+        ("/tokenize", {"prompt": "a", "extra": 1}, "Unsupported field(s): extra"),
+        ("/detokenize", {"tokens": [1, 10**6]}, "`tokens` must be a list"),
+        ("/detokenize", {"tokens": "abc"}, "`tokens` must be a list"),
+        ("/tokenize", {"prompt": "a", "model": "gpt-4"}, "does not exist"),
+    ]:
+        refused = httpx.post(server.url + route, json=body, timeout=TIMEOUT)
+        assert refused.status_code in (400, 404)
+        assert words in refused.json()["error"]["message"]
