@@ -79,7 +79,7 @@ def compare(output_path, preset):
     def tokenize(text):
         return [int(i) for i in model.preprocessor.generate_preprocess([text])[0]]
 
-    served, scored, right = [], [], {"lm-eval": 0, "score": 0}
+    served, scored, right, same = [], [], {"lm-eval": 0, "score": 0}, 0
     rows = [json.loads(line) for line in open(samples, encoding="utf-8")]
     for row in rows:
         # lm-eval's log: {"gen_args_i": {"arg_0": context, "arg_1": choice}}.
@@ -95,10 +95,11 @@ def compare(output_path, preset):
         logged = [float(r[0][0]) for r in row["resps"]]
         right["lm-eval"] += int(np.argmax(logged) == int(row["target"]))
         right["score"] += int(np.argmax(ours) == int(row["target"]))
+        same += int(np.argmax(logged) == np.argmax(ours))
         print(f"question {row['doc_id']}: lm-eval {np.round(logged, 4).tolist()}, "
               f"score {np.round(ours, 4).tolist()}", flush=True)  # fmt: skip
     difference = np.abs(np.subtract(served, scored))
-    print(f"questions: {len(rows)}, choices: {len(served)}")
+    print(f"questions: {len(rows)}, choices: {len(served)}, the same choice: {same}")
     for name, count in right.items():
         print(f"accuracy ({name}): {count}/{len(rows)} = {count / len(rows):.2f}")
     print(f"largest |lm-eval - score| of a choice's log-likelihood: "
