@@ -317,6 +317,8 @@ class Service:
             text += await self._text(stream)
             reason, tokens = stream.finish_reason, stream.completion_tokens
             answer = stream.take_logprobs()
+            if prefix is not None:
+                answer += _end_token_score(stream, len(answer))
         choice = {"index": index, "text": text, "finish_reason": reason,
                   "logprobs": None, "tokens": tokens}  # fmt: skip
         if logprobs is not None:
@@ -346,6 +348,23 @@ class Service:
             choice["text"] = text
         usage = _usage(len(prompt), stream.completion_tokens)
         return JSONResponse(dict(meta, choices=[choice], usage=usage))
+
+
+def _end_token_score(stream, kept):
+    """[the end token's `(token_id, logprob, alternatives)`] when the
+    answer ended with it, else []. The stream keeps the scores of the
+    tokens it turned into text (`kept` of them) and counts the end token
+    too, so the two differ by one exactly when the end token came. Echoed,
+    the scores hold one entry per prompt token and per generated token (as
+    `usage` counts them, and as vLLM's do), so that lm-eval's
+    `token_logprobs[ctxlen:-1]` cuts off the generated token and nothing
+    else."""
+    count = stream.completion_tokens
+    if count != kept + 1:
+        return []
+    request = stream.request  # its lists hold every generated token's scores
+    alternatives = request.alternatives[count - 1] if request.top_logprobs else []
+    return [(stream.end_token_id, request.logprobs[count - 1], alternatives)]
 
 
 def _echoed(logprobs, prompt_scores, answer_scores):
@@ -390,10 +409,15 @@ async def _events(
 
 
 async def _chunks(stream, meta, prompt_tokens, chat, include_usage, logprobs, prefix):
+    kept = 0  # the answer's scores sent so far
 
     def chunk(delta, finish_reason=None):
+        nonlocal kept
         choice = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
         pairs = stream.take_logprobs()
+        kept += len(pairs)
+        if finish_reason is not None and prefix is not None:
+            pairs += _end_token_score(stream, kept)
         if logprobs is not None and pairs:
             choice["logprobs"] = logprobs(pairs)
         if chat:
