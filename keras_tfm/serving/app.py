@@ -9,9 +9,10 @@ its shutdown on SIGTERM (stop accepting, wait for open requests) is the
 one the issue asks for.
 
 Routes: POST /v1/chat/completions, POST /v1/completions, POST
-/v1/embeddings, GET /v1/models, GET /health, GET /metrics. A causal LM
-serves the first two (chat needs a chat template), a sentence encoder the
-third.
+/v1/embeddings, GET /v1/models, GET /health, GET /metrics, and vLLM's
+POST /tokenize, POST /detokenize, GET /tokenizer_info. A causal LM serves
+the completions and the tokenizer routes (chat needs a chat template), a
+sentence encoder the embeddings.
 """
 
 import asyncio
@@ -41,10 +42,11 @@ from keras_tfm.serving.prompt_logprobs import prompt_logprobs
 from keras_tfm.serving.scheduler import Scheduler
 from keras_tfm.serving.text_stream import as_text
 from keras_tfm.serving.token_logprobs import TokenLogprobs
+from keras_tfm.serving.tokenizer_routes import TokenizerRoutes
 
 ROUTES = (
     "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
-    "/health", "/metrics",
+    "/health", "/metrics", "/tokenize", "/detokenize", "/tokenizer_info",
 )  # fmt: skip
 
 
@@ -315,6 +317,8 @@ class Service:
             text += await self._text(stream)
             reason, tokens = stream.finish_reason, stream.completion_tokens
             answer = stream.take_logprobs()
+            if prefix is not None:
+                answer += _end_token_score(stream, len(answer))
         choice = {"index": index, "text": text, "finish_reason": reason,
                   "logprobs": None, "tokens": tokens}  # fmt: skip
         if logprobs is not None:
@@ -344,6 +348,23 @@ class Service:
             choice["text"] = text
         usage = _usage(len(prompt), stream.completion_tokens)
         return JSONResponse(dict(meta, choices=[choice], usage=usage))
+
+
+def _end_token_score(stream, kept):
+    """[the end token's `(token_id, logprob, alternatives)`] when the
+    answer ended with it, else []. The stream keeps the scores of the
+    tokens it turned into text (`kept` of them) and counts the end token
+    too, so the two differ by one exactly when the end token came. Echoed,
+    the scores hold one entry per prompt token and per generated token (as
+    `usage` counts them, and as vLLM's do), so that lm-eval's
+    `token_logprobs[ctxlen:-1]` cuts off the generated token and nothing
+    else."""
+    count = stream.completion_tokens
+    if count != kept + 1:
+        return []
+    request = stream.request  # its lists hold every generated token's scores
+    alternatives = request.alternatives[count - 1] if request.top_logprobs else []
+    return [(stream.end_token_id, request.logprobs[count - 1], alternatives)]
 
 
 def _echoed(logprobs, prompt_scores, answer_scores):
@@ -388,10 +409,15 @@ async def _events(
 
 
 async def _chunks(stream, meta, prompt_tokens, chat, include_usage, logprobs, prefix):
+    kept = 0  # the answer's scores sent so far
 
     def chunk(delta, finish_reason=None):
+        nonlocal kept
         choice = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
         pairs = stream.take_logprobs()
+        kept += len(pairs)
+        if finish_reason is not None and prefix is not None:
+            pairs += _end_token_score(stream, kept)
         if logprobs is not None and pairs:
             choice["logprobs"] = logprobs(pairs)
         if chat:
@@ -454,6 +480,13 @@ def build_app(service):
         Route("/health", service.health, methods=["GET"]),
         Route("/metrics", service.metrics.route, methods=["GET"]),
     ]
+    if service.generates:  # vLLM's, for lm-eval's "remote" tokenizer
+        tokenizer = TokenizerRoutes(service)
+        routes += [
+            Route("/tokenize", tokenizer.tokenize, methods=["POST"]),
+            Route("/detokenize", tokenizer.detokenize, methods=["POST"]),
+            Route("/tokenizer_info", tokenizer.tokenizer_info, methods=["GET"]),
+        ]
     # The first is the outermost: the answers of refused keys are counted.
     middleware = [Middleware(CountAnswers, metrics=service.metrics)]
     if service.api_key is not None:

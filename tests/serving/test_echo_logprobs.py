@@ -7,7 +7,10 @@ import numpy as np
 import openai
 import pytest
 
-from tests.serving.conftest import MODEL, TIMEOUT, greedy_reference
+from keras_tfm.serving.process import free_port
+from keras_tfm.serving.server import ServerThread
+from tests.builders import causal_lm
+from tests.serving.conftest import MAX_LENGTH, MODEL, TIMEOUT, greedy_reference
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +128,46 @@ def test_multiple_choice_as_lm_eval_asks(client, chat_model):
     assert reply.usage.completion_tokens == len(choices)
 
 
+def test_an_answer_that_ends_at_once_keeps_one_entry_per_token(chat_model):
+    """Echoed, the end token has its entry too: lm-eval cuts the last entry
+    off as the generated token's, so without it a prompt token would go.
+    The model is made to end at once: an untied head whose only non-zero
+    column, the end token's, is the prompt's last hidden state."""
+    tokenizer = chat_model.tokenizer
+    end = tokenizer.end_token_id
+    model = causal_lm(
+        vocabulary_size=chat_model.backbone.vocabulary_size, num_layers=1,
+        num_heads=2, hidden_dim=32, intermediate_dim=64, max_sequence_length=96,
+        position_encoding="rotary", padding_id=None, tokenizer=tokenizer,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    ids = ids_of(model, "hello world")
+    hidden = np.asarray(model.backbone(np.array([ids])))[0, -1]
+    kernel = np.zeros(model.lm_head.kernel.shape, "float32")
+    kernel[:, end] = 10 * hidden / np.linalg.norm(hidden)
+    model.lm_head.kernel.assign(kernel)
+    with ServerThread(model, MODEL, port=free_port(), max_batch=1,
+                      max_length=MAX_LENGTH) as server, openai.OpenAI(
+        base_url=server.url + "/v1", api_key="unused", max_retries=0,
+        timeout=TIMEOUT,
+    ) as client:  # fmt: skip
+        request = dict(model=MODEL, prompt=ids, echo=True, max_tokens=1,
+                       logprobs=1, temperature=0)  # fmt: skip
+        reply = client.completions.create(**request)
+        chunks = list(client.completions.create(**request, stream=True))
+    choice = reply.choices[0]
+    assert reply.usage.completion_tokens == 1 and choice.finish_reason == "stop"
+    scored = choice.logprobs.token_logprobs
+    assert len(scored) == len(ids) + 1 == reply.usage.total_tokens
+    reference = reference_log_softmax(model, ids + [end])
+    expected = reference[np.arange(len(ids)), ids[1:] + [end]]
+    np.testing.assert_allclose(scored[1:], expected, atol=1e-4)
+    assert scored[-1] == max(choice.logprobs.top_logprobs[-1].values())
+    streamed = [lp for c in chunks if c.choices[0].logprobs
+                for lp in c.choices[0].logprobs.token_logprobs]  # fmt: skip
+    assert streamed == scored
+
+
 @pytest.mark.parametrize(
     "body, words",
     [
@@ -147,3 +190,35 @@ def test_bad_echo_requests_are_named(server, body, words):
                        json=dict(model=MODEL, **body))  # fmt: skip
     assert reply.status_code == 400
     assert words in reply.json()["error"]["message"]
+
+
+def test_tokenizer_routes_are_the_models_tokenizer(server, chat_model):
+    """vLLM's /tokenize, /detokenize and /tokenizer_info, which lm-eval's
+    "remote" tokenizer backend reads."""
+    text = "hello world, or owl"
+    reply = httpx.post(
+        server.url + "/tokenize",
+        timeout=TIMEOUT,
+        json={"prompt": text, "add_special_tokens": False},
+    ).json()
+    assert reply["tokens"] == ids_of(chat_model, text)
+    assert reply["count"] == len(reply["tokens"])
+    back = httpx.post(server.url + "/detokenize", timeout=TIMEOUT,
+                      json={"tokens": reply["tokens"]}).json()  # fmt: skip
+    assert back == {"prompt": text}
+    info = httpx.get(server.url + "/tokenizer_info", timeout=TIMEOUT).json()
+    assert info["eos_token"] == "<|im_end|>"
+    # lm-eval takes the end token's id as the first id of its text.
+    end = httpx.post(server.url + "/tokenize", timeout=TIMEOUT,
+                     json={"prompt": info["eos_token"]}).json()["tokens"]  # fmt: skip
+    assert end == [chat_model.tokenizer.end_token_id]
+    for route, body, words in [
+        ("/tokenize", {"prompt": 3}, "`prompt` must be a string"),
+        ("/tokenize", {"prompt": "a", "extra": 1}, "Unsupported field(s): extra"),
+        ("/detokenize", {"tokens": [1, 10**6]}, "`tokens` must be a list"),
+        ("/detokenize", {"tokens": "abc"}, "`tokens` must be a list"),
+        ("/tokenize", {"prompt": "a", "model": "gpt-4"}, "does not exist"),
+    ]:
+        refused = httpx.post(server.url + route, json=body, timeout=TIMEOUT)
+        assert refused.status_code in (400, 404)
+        assert words in refused.json()["error"]["message"]
