@@ -121,6 +121,7 @@ def load(folder):
         assert "pip install tensorflow" in str(error), error
     else:
         raise AssertionError("keras_tfm.export imported without TensorFlow")
+    block_tensorflow.ATTEMPTS.clear()  # that one was asked for
 
 
 {"save": save, "load": load}[sys.argv[1]](sys.argv[2])
