@@ -154,7 +154,6 @@ def token_ids(config, rows, seed=0):
 def compiled_train_step(model, inputs, config):
     """XLA's executable of Keras's own JAX train step for one batch."""
     import jax
-    import keras
 
     ids = token_ids(config, config["batch"])
     x, y = inputs(ids[:, :-1]), ids[:, 1:]
