@@ -3,9 +3,10 @@
 Importing the package registers every serializable class (layers, models,
 losses, metrics, schedules, the converted checkpoints' tokenizers), so
 `keras.models.load_model` reads any keras-tfm `.keras` file after a plain
-`import keras_tfm`. On a CPU with AVX-512 it also asks XLA for 512-bit
-vector code (`keras_tfm.runtime.prefer_wide_vectors`), and it points
-TensorFlow's persistent XLA compilation cache at keras-tfm's cache folder
+`import keras_tfm`, which imports no TensorFlow (docs/backends.md). On a
+CPU with AVX-512 it also asks XLA for 512-bit vector code
+(`keras_tfm.runtime.prefer_wide_vectors`), and it points TensorFlow's
+persistent XLA compilation cache at keras-tfm's cache folder
 (`keras_tfm.runtime.use_persistent_xla_cache`, `keras_tfm_lite.user_cache`).
 
 Example:

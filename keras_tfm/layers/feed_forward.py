@@ -32,7 +32,8 @@ class FeedForward(keras.layers.Layer):
     0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), HuggingFace's "gelu_new";
     "silu" is x sigmoid(x), also called swish.
     The output has the input's last dimension.
-    Sequences of `CHUNKED_FEED_FORWARD_MIN_LENGTH` (1024) tokens or more run
+    On TensorFlow, sequences of `CHUNKED_FEED_FORWARD_MIN_LENGTH` (1024)
+    tokens or more run
     through `chunked_feed_forward` (same numbers; the backward pass
     recomputes the hidden activations a chunk at a time instead of keeping
     them), unless the layer is quantized; when the length is unknown at
@@ -105,6 +106,9 @@ class FeedForward(keras.layers.Layer):
         one when the graph runs (`plain_below` for `chunked_feed_forward`)."""
         if (
             len(inputs.shape) < 3
+            # On JAX the chunk loop serialises small matmuls and recomputes
+            # them; XLA plans the activations' memory itself there.
+            or keras.backend.backend() != "tensorflow"
             or self.intermediate_dense.quantization_mode is not None
             or self.output_dense.quantization_mode is not None
         ):
