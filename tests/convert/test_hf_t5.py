@@ -196,6 +196,18 @@ def test_translate_signatures_give_the_python_texts(loaded, reference):
     assert [t.decode("utf-8") for t in beam] == want
 
 
+@pytest.mark.parametrize("mode", ["bfloat16", "int8"])
+def test_weights_cast_or_quantized_keep_the_bias_tables_float(reference, mode):
+    model = load_hf_t5(FIXTURES / "tiny_t5_v1_1_hf")
+    if mode == "bfloat16":
+        model.cast_weights(mode)
+    else:
+        model.quantize(mode)
+    assert np.all(np.isfinite(logits_of(model, reference, "v1_1_")))
+    table = model.backbone.encoder_relative_position_bias.embeddings
+    assert table.dtype == "float32"
+
+
 def test_save_round_trip_is_identical(loaded, reference, tmp_path):
     prefix, model = loaded
     folder = save_hf_t5(model, tmp_path / "saved")
