@@ -105,3 +105,19 @@ def test_the_new_options_default_off():
 def test_bad_t5_options_raise(overrides, message):
     with pytest.raises(ValueError, match=message):
         Seq2SeqBackbone(**{**T5_LIKE, **overrides})
+
+
+def test_attention_scores_include_the_bias():
+    model = t5_like()
+    ids = {"source_ids": np.array([[3, 4, 5, 6]]), "target_ids": np.array([[0, 6, 7]])}
+    logits, scores = model(ids, return_attention_scores=True)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(model(ids)), atol=1e-6)
+    decoder = np.asarray(scores["decoder_self_attention"][0])
+    assert np.allclose(decoder.sum(-1), 1.0, atol=1e-5)
+    assert np.all(decoder[..., np.triu_indices(3, 1)[0], np.triu_indices(3, 1)[1]] == 0)
+    # Without the encoder's table the first layer's weights change.
+    before = np.asarray(scores["encoder_self_attention"][0])
+    table = model.backbone.encoder_relative_position_bias.embeddings
+    table.assign(np.zeros(table.shape))
+    _, after = model(ids, return_attention_scores=True)
+    assert not np.allclose(before, np.asarray(after["encoder_self_attention"][0]))
