@@ -12,17 +12,35 @@ ids are HuggingFace's `T5Tokenizer` ids.
 import base64
 import json
 import re
+import sys
 from pathlib import Path
 
 import keras
 import keras_hub
 import numpy as np
-import tensorflow as tf
-from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+from keras_tfm._optional import tensorflow as tf
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 SENTINEL = "<extra_id_{}>"
-_Piece = model_pb2.ModelProto.SentencePiece
+
+
+def _model_pb2():
+    # Imported when a proto is built: it needs protobuf, which a JAX-only
+    # install may not have.
+    from sentencepiece import sentencepiece_model_pb2
+
+    return sentencepiece_model_pb2
+
+
+def _is_tf_tensor(x):
+    """Whether `x` is a TensorFlow tensor, without importing TensorFlow."""
+    tensorflow = sys.modules.get("tensorflow")
+    return tensorflow is not None and isinstance(
+        x, tensorflow.Tensor | tensorflow.RaggedTensor
+    )
+
+
 # HuggingFace splits T5 text on Unicode whitespace (`WhitespaceSplit`) and
 # splits sentinels off before that; SentencePiece would keep a tab (with an
 # identity normalization) and a "▁" before a sentinel. These rewrites,
@@ -55,19 +73,24 @@ def sentinel_tokens(count):
 
 def spiece_proto(path, extra_ids=0):
     """The bytes of spiece.model with `extra_ids` sentinels appended."""
+    model_pb2 = _model_pb2()
     model = model_pb2.ModelProto()
     model.ParseFromString(Path(path).read_bytes())
     present = {piece.piece for piece in model.pieces}
     for token in sentinel_tokens(extra_ids):
         if token not in present:
-            model.pieces.add(piece=token, score=0.0, type=_Piece.USER_DEFINED)
+            model.pieces.add(
+                piece=token,
+                score=0.0,
+                type=model_pb2.ModelProto.SentencePiece.USER_DEFINED,
+            )
     return model.SerializeToString()
 
 
 def plain_spiece_proto(proto):
     """`(spiece.model bytes, extra_ids)`: `proto` without its trailing sentinels,
     as a T5 checkpoint stores it (transformers appends `extra_ids` again)."""
-    model = model_pb2.ModelProto()
+    model = _model_pb2().ModelProto()
     model.ParseFromString(proto)
     count = 0
     while count < len(model.pieces) and model.pieces[
@@ -120,16 +143,18 @@ def unigram_proto(path):
             f"Received: model type {model.get('type')!r} in {path}"
         )
     special = {t["content"] for t in spec.get("added_tokens", []) if t.get("special")}
+    model_pb2 = _model_pb2()
+    kinds = model_pb2.ModelProto.SentencePiece
     unk_id = model.get("unk_id")
     proto = model_pb2.ModelProto()
     for i, (piece, score) in enumerate(model["vocab"]):
-        kind = _Piece.NORMAL
+        kind = kinds.NORMAL
         if i == unk_id:
-            kind = _Piece.UNKNOWN
+            kind = kinds.UNKNOWN
         elif piece.startswith("<extra_id_"):
-            kind = _Piece.USER_DEFINED
+            kind = kinds.USER_DEFINED
         elif piece in special:
-            kind = _Piece.CONTROL
+            kind = kinds.CONTROL
         proto.pieces.add(piece=piece, score=score, type=kind)
     pieces = [piece for piece, _ in model["vocab"]]
     trainer = proto.trainer_spec
@@ -192,7 +217,7 @@ class T5Tokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
         # A T5 embedding has rows past the tokenizer (32128 for 32100 tokens):
         # those ids have no piece, and are dropped, as transformers drops them.
         size = self.vocabulary_size()
-        if isinstance(inputs, tf.Tensor | tf.RaggedTensor) or self._use_tf_workflow():
+        if _is_tf_tensor(inputs) or self._use_tf_workflow():
             ids = inputs
             if not isinstance(ids, tf.RaggedTensor):
                 ids = tf.convert_to_tensor(ids)
@@ -210,7 +235,7 @@ class T5Tokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
 
     def _clean(self, inputs):
         """`inputs` with `_REWRITES` applied, as tensors or as Python strings."""
-        if self._use_tf_workflow() or isinstance(inputs, tf.Tensor | tf.RaggedTensor):
+        if self._use_tf_workflow() or _is_tf_tensor(inputs):
             inputs = tf.convert_to_tensor(inputs)
             for (pattern, _), replacement in _REWRITES:
                 inputs = tf.strings.regex_replace(inputs, pattern, replacement)
