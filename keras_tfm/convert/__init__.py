@@ -1,6 +1,6 @@
 """Converters between keras-tfm models and other frameworks' checkpoints.
 
-One module per model family (bert, gpt2, llama, marian), each with
+One module per model family (bert, gpt2, llama, marian, t5), each with
 `convert_backbone_config`, `convert_weights` and `convert_tokenizer`, on
 shared readers of the file formats: hf_directory (a HuggingFace folder:
 config.json, safetensors in one file or shards), hf_tokenizer_files
@@ -17,21 +17,27 @@ from keras_tfm.convert.llama import load_hf_llama as load_hf_llama
 from keras_tfm.convert.llama import save_hf_llama as save_hf_llama
 from keras_tfm.convert.llama import smollm2_gguf_path as smollm2_gguf_path
 from keras_tfm.convert.marian import load_hf_marian as load_hf_marian
+from keras_tfm.convert.t5 import load_hf_t5 as load_hf_t5
+from keras_tfm.convert.t5 import save_hf_t5 as save_hf_t5
 from keras_tfm.tokenizers import GGUFBytePairTokenizer as GGUFBytePairTokenizer
 from keras_tfm.tokenizers import HFBertTokenizer as HFBertTokenizer
 from keras_tfm.tokenizers import MarianTokenizer as MarianTokenizer
+from keras_tfm.tokenizers import T5Tokenizer as T5Tokenizer
 
 __all__ = [
     "GGUFBytePairTokenizer",
     "HFBertTokenizer",
     "MarianTokenizer",
+    "T5Tokenizer",
     "load_gguf_llama",
     "load_hf_bert",
     "load_hf_gpt2",
     "load_hf_llama",
     "load_hf_marian",
+    "load_hf_t5",
     "save_hf_bert",
     "save_hf_gpt2",
     "save_hf_llama",
+    "save_hf_t5",
     "smollm2_gguf_path",
 ]

@@ -2,7 +2,8 @@
 
 WordPiece tokenizers (keras-hub's, and `HFBertTokenizer`) already run in
 TensorFlow inside a `tf.function`, with the ids of their Python calls;
-byte-level BPE goes through `byte_pair_graph`. Detokenizing: BPE in
+byte-level BPE goes through `byte_pair_graph`; `T5Tokenizer` is
+tensorflow-text's SentencePiece op both ways. Detokenizing: BPE in
 `byte_pair_graph`, WordPiece's rejoin in `word_piece_graph`.
 """
 
@@ -10,6 +11,7 @@ import keras_hub
 import tensorflow as tf
 
 from keras_tfm.export import byte_pair_graph, word_piece_graph
+from keras_tfm.tokenizers.t5_tokenizer import T5Tokenizer
 
 # What Python's str.strip() removes, as RE2 spells it.
 _STRIP = r"^[\t\n\x0B\f\r\x1C-\x1F\x{85}\p{Z}]+|[\t\n\x0B\f\r\x1C-\x1F\x{85}\p{Z}]+$"
@@ -35,8 +37,10 @@ def detokenize(tokenizer, ids):
         return byte_pair_graph.detokenize(tokenizer, ids)
     if isinstance(tokenizer, keras_hub.tokenizers.WordPieceTokenizer):
         return word_piece_graph.detokenize(tokenizer, ids)
+    if isinstance(tokenizer, T5Tokenizer):  # tensorflow-text's SentencePiece op
+        return tokenizer.detokenize(ids)
     raise ValueError(
-        "Only byte-level BPE and WordPiece tokenizers detokenize inside an "
+        "Only byte-level BPE, WordPiece and T5 tokenizers detokenize inside an "
         f"exported graph. Received: {type(tokenizer).__name__}"
     )
 

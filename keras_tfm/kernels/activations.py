@@ -15,6 +15,8 @@ layers and models accept) is read from this table.
     silu:             h sigmoid(h) (swish; Marian)
     swiglu:           silu(gate) * up, the hidden split in two halves
                       (gate first; PaLM, LLaMA)
+    geglu_approximate: gelu_approximate(gate) * up, split as swiglu
+                      (T5 v1.1 and FLAN-T5's "gated-gelu")
 
 Example:
 >>> hidden = np.array([[-1.0, 0.5]], "float32")
@@ -106,6 +108,27 @@ def _swiglu(hidden):
     return ops.cast(silu, hidden.dtype) * up, derivative
 
 
+def _gated(activation):
+    """The `Activation` of `activation(gate) * up`, the hidden split in two
+    halves (gate first), from `activation`'s own value and derivative."""
+
+    def apply(hidden):
+        gate, up = ops.split(hidden, 2, axis=-1)
+        return activation.apply(gate) * up
+
+    def with_derivative(hidden):
+        gate, up = ops.split(hidden, 2, axis=-1)
+        activated, d_activated = activation.with_derivative(gate)
+
+        def derivative(d_out):
+            d_gate = d_activated(d_out * up)
+            return ops.concatenate([d_gate, d_out * activated], axis=-1)
+
+        return activated * up, derivative
+
+    return Activation(apply, with_derivative)
+
+
 ACTIVATION_FUNCTIONS = {
     "relu": Activation(ops.relu, _relu),
     "gelu": Activation(lambda h: ops.gelu(h, approximate=False), _gelu),
@@ -115,8 +138,11 @@ ACTIVATION_FUNCTIONS = {
     "silu": Activation(ops.silu, _silu),
     "swiglu": Activation(_swiglu_apply, _swiglu),
 }
+ACTIVATION_FUNCTIONS["geglu_approximate"] = _gated(
+    ACTIVATION_FUNCTIONS["gelu_approximate"]
+)
 ACTIVATIONS = tuple(ACTIVATION_FUNCTIONS)
 """The activation names `FeedForward` and the models accept."""
 
-GATED_ACTIVATIONS = ("swiglu",)
+GATED_ACTIVATIONS = ("swiglu", "geglu_approximate")
 """Activations whose input is twice the inner width (gate, then up)."""

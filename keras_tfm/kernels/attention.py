@@ -36,11 +36,13 @@ def dot_product_attention(
     dropout_layer=None,
     training=None,
     return_scores=False,
+    bias=None,
 ):
-    """`(outputs, scores)`: softmax(Q K^T * scale, masked) V, tiled when long.
+    """`(outputs, scores)`: softmax(Q K^T * scale + bias, masked) V, tiled when long.
 
     On JAX, attention whose weights are not needed, without a general mask
-    and with no causal mask or the aligned one, is `fused_attention`'s; on
+    or a `bias` and with no causal mask or the aligned one, is
+    `fused_attention`'s; on
     backends other than TensorFlow the rest is the plain kernel's. On
     TensorFlow the tiled kernel runs when the keys number
     `CHUNKED_ATTENTION_MIN_LENGTH` or more (a run-time choice when their
@@ -49,8 +51,9 @@ def dot_product_attention(
     single query (a decoding step: its logits are one row, which a tile of
     queries would only pad), or the
     number of keys is unknown inside `plain_scope.plain_kernels()` (a graph
-    that only runs forward). Both kernels give the same numbers to float32
-    rounding, gradients included.
+    that only runs forward), or there is an additive `bias` (a full (q_len,
+    k_len) matrix per head already). Both kernels give the same numbers to
+    float32 rounding, gradients included.
 
     Args:
         query: (batch, q_len, num_heads, head_dim).
@@ -64,6 +67,8 @@ def dot_product_attention(
         dropout_layer: optional dropout on the attention weights.
         training: passed to `dropout_layer`.
         return_scores: whether to return the attention weights.
+        bias: optional float (batch or 1, num_heads, q_len, k_len) added to
+            the scaled logits before the masks (T5's relative position bias).
 
     Returns:
         Always a pair `(outputs, scores)`: outputs (batch, q_len, num_heads,
@@ -83,8 +88,10 @@ def dot_product_attention(
     """
     query_length, key_length = query.shape[1], key.shape[1]
     weights_needed = return_scores or (dropout_layer is not None and bool(training))
-    if fused_attention.fuses_on_this_backend() and fused_attention.can_fuse(
-        query, key, mask, causal_start, weights_needed
+    if (
+        bias is None
+        and fused_attention.fuses_on_this_backend()
+        and fused_attention.can_fuse(query, key, mask, causal_start, weights_needed)
     ):
         outputs = fused_attention.fused_dot_product_attention(
             query, key, value, key_mask, causal_start is not None, scale
@@ -92,6 +99,7 @@ def dot_product_attention(
         return outputs, None
     if (
         weights_needed
+        or bias is not None
         # The tiled kernel's loops are TensorFlow's.
         or keras.backend.backend() != "tensorflow"
         or query_length == 1
@@ -103,7 +111,7 @@ def dot_product_attention(
         )
         outputs, scores = plain_dot_product_attention(
             query, key, value, mask=combined, scale=scale,
-            dropout_layer=dropout_layer, training=training,
+            dropout_layer=dropout_layer, training=training, bias=bias,
         )  # fmt: skip
         return outputs, scores if return_scores else None
     outputs = chunked_dot_product_attention(

@@ -35,7 +35,7 @@ def chunked_feed_forward(
     Args:
         inputs: (..., hidden_dim).
         intermediate_kernel: (hidden_dim, width), width = intermediate_dim or
-            2 * intermediate_dim for "swiglu" (gate first, then up).
+            2 * intermediate_dim for a gated activation (gate first, then up).
         intermediate_bias: (width,).
         output_kernel: (intermediate_dim, hidden_dim).
         output_bias: (hidden_dim,).

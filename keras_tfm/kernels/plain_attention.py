@@ -5,7 +5,7 @@ from keras import ops
 from keras_tfm.kernels.masks import MASKED_LOGIT
 
 
-def grouped_logits(query, key, keep=None):
+def grouped_logits(query, key, keep=None, bias=None):
     """Float32 logits Q K^T, (batch, kv_heads, groups, q_len, k_len), masked.
 
     Args:
@@ -14,6 +14,8 @@ def grouped_logits(query, key, keep=None):
             head `n // (num_heads // kv_heads)`.
         keep: optional boolean mask broadcastable to the logits; where it is
             False the logit is `MASKED_LOGIT`.
+        bias: optional float (batch or 1, num_heads, q_len, k_len) added to
+            the logits (in float32) before the mask.
 
     Example:
     >>> q = np.ones((1, 2, 4, 3), "float32")
@@ -27,15 +29,26 @@ def grouped_logits(query, key, keep=None):
     query = ops.reshape(query, (batch, q_len, kv_heads, groups, head_dim))
     logits = ops.einsum("btkgh,bskh->bkgts", query, key)  # (B, K, G, T, S)
     logits = ops.cast(logits, "float32")
+    if bias is not None:
+        bias = ops.cast(bias, "float32")
+        bias = ops.reshape(bias, (ops.shape(bias)[0], kv_heads, groups, q_len, -1))
+        logits = logits + bias
     if keep is not None:
         logits = ops.where(keep, logits, MASKED_LOGIT)
     return logits
 
 
 def plain_dot_product_attention(
-    query, key, value, mask=None, scale=1.0, dropout_layer=None, training=None
+    query,
+    key,
+    value,
+    mask=None,
+    scale=1.0,
+    dropout_layer=None,
+    training=None,
+    bias=None,
 ):
-    """softmax(Q K^T * scale, masked) V with grouped key/value heads.
+    """softmax(Q K^T * scale + bias, masked) V with grouped key/value heads.
 
     Args:
         query: (batch, q_len, num_heads, head_dim).
@@ -46,6 +59,8 @@ def plain_dot_product_attention(
         scale: the logit scale, usually 1 / sqrt(head_dim).
         dropout_layer: optional dropout applied to the attention weights.
         training: passed to `dropout_layer`.
+        bias: optional float (batch or 1, num_heads, q_len, k_len) added to
+            the scaled logits before the mask (T5's relative position bias).
 
     Returns:
         `(outputs, weights)`: outputs (batch, q_len, num_heads, head_dim) in the
@@ -63,7 +78,7 @@ def plain_dot_product_attention(
     query = query * ops.cast(scale, query.dtype)
     if mask is not None:
         mask = ops.cast(mask, "bool")[:, None, None]  # (B, 1, 1, T, S)
-    logits = grouped_logits(query, key, mask)
+    logits = grouped_logits(query, key, mask, bias)
     if logits.shape[-1] == 1:
         # One key (a one-token uncached pass): ops.softmax would warn.
         weights = ops.ones_like(logits)

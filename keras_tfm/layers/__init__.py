@@ -12,6 +12,7 @@ from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbed
 from keras_tfm.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_tfm.layers.patch_embedding import PatchEmbedding
 from keras_tfm.layers.positional_encoding import PositionalEncoding
+from keras_tfm.layers.relative_position_bias import RelativePositionBias
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -26,6 +27,7 @@ __all__ = [
     "PatchEmbedding",
     "PositionalEncoding",
     "QuantizableDense",
+    "RelativePositionBias",
     "RotaryEmbedding",
     "TokenEmbedding",
     "TransformerEncoderBlock",

@@ -44,6 +44,10 @@ class DecoderBlock(TransformerBlock):
             values, in place of `encoder_outputs`.
         return_attention_scores: also return the attention weights; not
             with a cache.
+        attention_bias: optional float (batch or 1, num_heads, seq, k_len)
+            added to the self-attention logits (T5's relative position
+            bias; with a cache k_len is the cache's length); the
+            cross-attention has none.
         training: whether dropout is active.
 
     Returns:
@@ -100,6 +104,7 @@ class DecoderBlock(TransformerBlock):
         cross_attention_cache=None,
         return_attention_scores=False,
         training=None,
+        attention_bias=None,
     ):
         check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
         scores = {}
@@ -132,7 +137,8 @@ class DecoderBlock(TransformerBlock):
         x = inputs
 
         # Causal self-attention block.
-        masks = {"padding_mask": padding_mask, "use_causal_mask": use_causal_mask}
+        masks = {"padding_mask": padding_mask, "use_causal_mask": use_causal_mask,
+                 "attention_bias": attention_bias}  # fmt: skip
         x, extra = self._self_attention_block(
             x, masks, training, cache=cache, scores=return_attention_scores
         )

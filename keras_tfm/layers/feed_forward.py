@@ -27,6 +27,7 @@ class FeedForward(keras.layers.Layer):
         gelu_approximate: GELU's tanh approximation         (GPT-2)
         silu:   FFN(x) = SiLU(x W1 + b1) W2 + b2            (Marian's swish)
         swiglu: FFN(x) = (SiLU(x W_gate) * (x W1)) W2       (PaLM, LLaMA)
+        geglu_approximate: (GELU~(x W_gate) * (x W1)) W2   (T5 v1.1)
 
     "gelu" is the exact (erf) form; "gelu_approximate" is
     0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), HuggingFace's "gelu_new";
@@ -43,7 +44,8 @@ class FeedForward(keras.layers.Layer):
 
     Args:
         intermediate_dim: the inner width (2048 in the paper's base model).
-        activation: "relu", "gelu", "gelu_approximate", "silu" or "swiglu".
+        activation: "relu", "gelu", "gelu_approximate", "silu", "swiglu" or
+            "geglu_approximate" (GELU~ is "gelu_approximate").
         use_bias: whether the projections have biases.
         kernel_initializer, bias_initializer: initializers of the projections.
 
@@ -76,7 +78,7 @@ class FeedForward(keras.layers.Layer):
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
         inner_shape = (*inputs_shape[:-1], self.intermediate_dim)
-        # SwiGLU's gate and up projections are fused into one matmul.
+        # A gated activation's gate and up projections are fused into one matmul.
         width = 2 if self.activation in GATED_ACTIVATIONS else 1
         self.intermediate_dense = projection(
             self, width * self.intermediate_dim, "intermediate"

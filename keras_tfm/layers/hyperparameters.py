@@ -69,6 +69,7 @@ CHECKS = {
     "normalization": one_of(NORMALIZATIONS),
     "layer_norm_epsilon": check_positive_float,
     "use_rotary": as_bool,
+    "scale_attention": as_bool,
     "rotary_max_wavelength": check_positive_float,
     "use_bias": as_bool,
 }

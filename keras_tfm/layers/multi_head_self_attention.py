@@ -31,6 +31,7 @@ ATTENTION_ARGUMENTS = (
     "use_bias",
     "use_rotary",
     "rotary_max_wavelength",
+    "scale_attention",
 )
 
 
@@ -42,10 +43,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     self-attention):
 
         Q_h = X W_Q^h,  K_h = C W_K^h,  V_h = C W_V^h
-        head_h = softmax(Q_h K_h^T / sqrt(d_k) + M) V_h
+        head_h = softmax(Q_h K_h^T / sqrt(d_k) + B_h + M) V_h
         output = concat(head_1, ..., head_n) W_O
 
-    where M is 0 where the mask allows attention and -inf elsewhere. The
+    where M is 0 where the mask allows attention and -inf elsewhere, and B
+    an optional additive `attention_bias` (0 without one; T5's relative
+    position bias); with `scale_attention=False` the 1 / sqrt(d_k) is left
+    out (T5 folds it into the initialisation of W_Q). The
     softmax runs in float32 under every dtype policy; a query that may attend
     to nothing gets zero attention weights (its output is the output bias),
     never NaN. With keys of `CHUNKED_ATTENTION_MIN_LENGTH` (1024) or more,
@@ -95,6 +99,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         use_rotary: apply rotary position embedding to queries and keys
             (self-attention only).
         rotary_max_wavelength: the base of the rotary wavelengths.
+        scale_attention: scale the logits by 1 / sqrt(head_dim) (default);
+            False for T5.
         kernel_initializer, bias_initializer: initializers of the projections.
 
     Call arguments:
@@ -105,6 +111,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         context_padding_mask: optional (batch, k_len) mask of `context`.
         attention_mask: optional (batch, q_len, k_len).
         use_causal_mask: whether query t may only see keys <= t.
+        attention_bias: optional float (batch or 1, num_heads, q_len, k_len)
+            added to the logits (with a cache, k_len is the cache's length).
         cache: optional `AttentionCache`, see above.
         training: whether dropout is active.
 
@@ -132,6 +140,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         use_bias=True,
         use_rotary=False,
         rotary_max_wavelength=10000,
+        scale_attention=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
@@ -236,10 +245,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         use_causal_mask=False,
         cache=None,
         training=None,
+        attention_bias=None,
     ):
         outputs, _, cache = self._attend(
             inputs, context, padding_mask, context_padding_mask, attention_mask,
             use_causal_mask, cache, training, return_scores=False,
+            attention_bias=attention_bias,
         )  # fmt: skip
         return outputs if cache is None else (outputs, cache)
 
@@ -247,7 +258,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """`(outputs, scores)`: `call`'s outputs and the attention weights.
 
         The arguments are `call`'s (`padding_mask`, `context_padding_mask`,
-        `attention_mask`, `use_causal_mask`, `training` by keyword), without a
+        `attention_mask`, `use_causal_mask`, `attention_bias`, `training` by
+        keyword), without a
         cache; `scores` are the float32
         weights (batch, num_heads, q_len, k_len), computed by the plain kernel
         (the tiled one never materializes them).
@@ -266,7 +278,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             context = self._compute_dtype_input(context)
         arguments = {"padding_mask": None, "context_padding_mask": None,
                      "attention_mask": None, "use_causal_mask": False,
-                     "training": None}  # fmt: skip
+                     "attention_bias": None, "training": None}  # fmt: skip
         unknown = set(masks_and_training) - set(arguments)
         if unknown:
             raise ValueError(
@@ -297,6 +309,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         cache,
         training,
         return_scores,
+        attention_bias=None,
     ):
         """`(outputs, scores, cache)`: the one implementation of both calls.
 
@@ -346,10 +359,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             padding_mask, context_padding_mask, attention_mask, use_causal_mask,
             cache_update_index, is_cross,
         )  # fmt: skip
+        check_mask_shape(
+            "attention_bias",
+            attention_bias,
+            (None, self.num_heads, inputs.shape[1], key.shape[1] if cache is None
+             else kv_cache.values_of(cache).shape[2]),
+        )  # fmt: skip
         if prefill:
             key_mask = None if key_mask is None else key_mask[:, :query_length]
             if attention_mask is not None:
                 attention_mask = attention_mask[:, :, :query_length]
+            if attention_bias is not None:
+                attention_bias = attention_bias[..., :query_length]
         outputs, scores = dot_product_attention(
             query,
             key,
@@ -357,10 +378,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             key_mask=key_mask,
             mask=attention_mask,
             causal_start=causal_start,
-            scale=1.0 / math.sqrt(self.effective_head_dim),
+            scale=1.0 / math.sqrt(self.effective_head_dim)
+            if self.scale_attention
+            else 1.0,
             dropout_layer=self.dropout_layer if self.dropout > 0 else None,
             training=training,
             return_scores=return_scores,
+            bias=attention_bias,
         )
         outputs = ops.reshape(
             outputs, (batch, query_length, self.num_heads * self.effective_head_dim)

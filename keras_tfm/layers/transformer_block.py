@@ -34,6 +34,9 @@ BLOCK_ARGUMENTS = (
     "rotary_max_wavelength",
     "use_bias",
 )
+# Options of the blocks that the backbones pass only where they use them
+# (`Seq2SeqBackbone` for T5), so the other families' arguments stay as they are.
+BLOCK_OPTIONS = ("scale_attention",)
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -66,11 +69,12 @@ class TransformerBlock(keras.layers.Layer):
         use_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        scale_attention=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         # Each argument above, checked, under its own name.
-        store_checked(self, locals(), BLOCK_ARGUMENTS)
+        store_checked(self, locals(), BLOCK_ARGUMENTS + BLOCK_OPTIONS)
         check_heads(num_heads, head_dim, num_key_value_heads)
         store_initializers(self, locals())
         self.supports_masking = True
@@ -153,5 +157,5 @@ class TransformerBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(config_of(self, BLOCK_ARGUMENTS))
+        config.update(config_of(self, BLOCK_ARGUMENTS + BLOCK_OPTIONS))
         return config

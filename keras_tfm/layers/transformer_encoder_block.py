@@ -23,7 +23,7 @@ class TransformerEncoderBlock(TransformerBlock):
         head_dim: size of each head, by default hidden_dim // num_heads.
         num_key_value_heads: fewer key/value heads for grouped-query attention.
         activation: the FFN's "relu" (default), "gelu", "gelu_approximate",
-            "silu" or "swiglu".
+            "silu", "swiglu" or "geglu_approximate".
         dropout: dropout rate of the attention weights and of each sublayer's
             output before the residual addition.
         normalize_first: pre-LN if True, post-LN (the paper) if False.
@@ -34,6 +34,8 @@ class TransformerEncoderBlock(TransformerBlock):
             100000 in SmolLM2, 500000 in Llama 3).
         use_bias: whether the dense projections have biases.
         kernel_initializer, bias_initializer: initializers of the projections.
+        scale_attention: scale the attention logits by 1 / sqrt(head_dim)
+            (default); False for T5.
 
     Call arguments:
         inputs: (batch, seq, hidden_dim).
@@ -42,6 +44,8 @@ class TransformerEncoderBlock(TransformerBlock):
         attention_mask: optional (batch, seq, seq).
         return_attention_scores: also return the attention weights.
         training: whether dropout is active.
+        attention_bias: optional float (batch or 1, num_heads, seq, seq)
+            added to the attention logits (T5's relative position bias).
 
     Returns:
         `outputs` (batch, seq, hidden_dim); always `(outputs, scores)` with
@@ -65,6 +69,7 @@ class TransformerEncoderBlock(TransformerBlock):
         attention_mask=None,
         return_attention_scores=False,
         training=None,
+        attention_bias=None,
     ):
         check_rank("inputs", inputs, 3, "(batch, seq, hidden_dim)")
         if padding_mask is None:
@@ -73,7 +78,8 @@ class TransformerEncoderBlock(TransformerBlock):
         x = inputs
 
         # Self-attention block.
-        masks = {"padding_mask": padding_mask, "attention_mask": attention_mask}
+        masks = {"padding_mask": padding_mask, "attention_mask": attention_mask,
+                 "attention_bias": attention_bias}  # fmt: skip
         x, scores = self._self_attention_block(
             x, masks, training, scores=return_attention_scores
         )

@@ -23,6 +23,7 @@ from keras_tfm._keras_compat import (
 )
 from keras_tfm.generation.compiled_loops import invalidate_compiled_loops
 from keras_tfm.layers.learned_positional_embedding import LearnedPositionalEmbedding
+from keras_tfm.layers.relative_position_bias import RelativePositionBias
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.quantized_weights import (
     BLOCK_MODES,
@@ -46,9 +47,10 @@ _KERAS_QUANTIZABLE = (
     keras.layers.Embedding,
     keras.layers.ReversibleEmbedding,
 )
-# Tables that are added to the hidden states, not multiplied with them: they
-# hold no matmul kernel and stay float (they are small).
-_NOT_MATMUL = (LearnedPositionalEmbedding,)
+# Tables that are added to the hidden states (or, T5's bias, to the attention
+# logits), not multiplied with them: they hold no matmul kernel and stay
+# float (they are small).
+_NOT_MATMUL = (LearnedPositionalEmbedding, RelativePositionBias)
 
 
 # Keras has no weight-only bfloat16 or int8-block mode: our two matmul layers

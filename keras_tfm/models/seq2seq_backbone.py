@@ -1,13 +1,24 @@
 import keras
+from keras import ops
 
+from keras_tfm.kernels import kv_cache
 from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.layers.decoder_block import DecoderBlock
-from keras_tfm.layers.hyperparameters import as_bool
+from keras_tfm.layers.hyperparameters import as_bool, one_of
+from keras_tfm.layers.relative_position_bias import RelativePositionBias
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_tfm.models._common import TransformerModel, check_token_ids
+from keras_tfm.models._common import (
+    POSITION_ENCODINGS,
+    TransformerModel,
+    check_token_ids,
+)
 from keras_tfm.models.preset_loading import PresetMixin
 from keras_tfm.validation import check_positive_int
+
+# T5's positions: no embedding added, a bias on the self-attention logits
+# (`RelativePositionBias`, bidirectional in the encoder, causal in the decoder).
+RELATIVE = "relative"
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -52,15 +63,23 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         normalization: "layer_norm" or "rms_norm".
         layer_norm_epsilon: epsilon of the normalization layers.
         position_encoding: "sinusoidal" (default), "sinusoidal_split"
-            (sines and cosines in two halves, as Marian), "learned" or
+            (sines and cosines in two halves, as Marian), "learned",
             "rotary" (rotary in self-attention only; cross-attention has no
-            positions).
+            positions) or "relative" (T5's bucketed relative position bias
+            on the self-attention logits, one table per stack, computed once
+            and shared by its layers: sublayers
+            `encoder_relative_position_bias` and
+            `decoder_relative_position_bias`).
         rotary_max_wavelength: the RoPE base with rotary positions.
         use_bias: whether the attention and feed-forward projections have
             biases.
         scale_embeddings: multiply the token embeddings by sqrt(hidden_dim)
             (default, the paper) before positions are added.
         padding_id: the id of padding tokens, or None if no id is padding.
+        scale_attention: scale the attention logits by 1 / sqrt(head_dim)
+            (default); False for T5, which folds it into its weights.
+        relative_attention_num_buckets: the buckets of "relative" positions.
+        relative_attention_max_distance: where their last bucket starts.
 
     Call arguments:
         inputs: a dict with int "source_ids" (batch, src_seq) and
@@ -93,6 +112,10 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         "num_encoder_layers": check_positive_int,
         "num_decoder_layers": check_positive_int,
         "scale_embeddings": as_bool,
+        "position_encoding": one_of((*POSITION_ENCODINGS, RELATIVE)),
+        "scale_attention": as_bool,
+        "relative_attention_num_buckets": check_positive_int,
+        "relative_attention_max_distance": check_positive_int,
     }
 
     def __init__(
@@ -116,6 +139,9 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         use_bias=True,
         scale_embeddings=True,
         padding_id=0,
+        scale_attention=True,
+        relative_attention_num_buckets=32,
+        relative_attention_max_distance=128,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -144,17 +170,21 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         self.decoder_embeddings_dropout = self._make_dropout(
             "decoder_embeddings_dropout"
         )
+        self.encoder_relative_position_bias = self._make_relative_bias(True)
+        self.decoder_relative_position_bias = self._make_relative_bias(False)
         self.encoder_transformer_layers = []
         for i in range(self.num_encoder_layers):
             block = TransformerEncoderBlock(
-                **self._block_arguments(), name=f"encoder_transformer_layer_{i}"
+                **self._block_arguments(scale_attention=self.scale_attention),
+                name=f"encoder_transformer_layer_{i}",
             )
             block.build(hidden_shape)
             self.encoder_transformer_layers.append(block)
         self.decoder_transformer_layers = []
         for i in range(self.num_decoder_layers):
             block = DecoderBlock(
-                **self._block_arguments(), name=f"decoder_transformer_layer_{i}"
+                **self._block_arguments(scale_attention=self.scale_attention),
+                name=f"decoder_transformer_layer_{i}",
             )
             block.build(hidden_shape, hidden_shape)
             self.decoder_transformer_layers.append(block)
@@ -163,6 +193,35 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
             self.encoder_final_norm = self._make_norm("encoder_final_norm")
             self.decoder_final_norm = self._make_norm("decoder_final_norm")
         self.built = True
+
+    def _make_position_embedding(self, name="position_embedding", **kwargs):
+        if self.position_encoding == RELATIVE:
+            return None
+        return super()._make_position_embedding(name, **kwargs)
+
+    def _make_relative_bias(self, bidirectional):
+        """The stack's `RelativePositionBias`, or None without "relative"."""
+        if self.position_encoding != RELATIVE:
+            return None
+        stack = "encoder" if bidirectional else "decoder"
+        layer = RelativePositionBias(
+            self.num_heads,
+            self.relative_attention_num_buckets,
+            self.relative_attention_max_distance,
+            bidirectional=bidirectional,
+            dtype=self.dtype_policy,
+            name=f"{stack}_relative_position_bias",
+        )
+        layer.build()
+        return layer
+
+    def _relative_bias(self, layer, query_length, key_length, query_start=0):
+        """`layer`'s bias (see `RelativePositionBias`), or None without one."""
+        if layer is None:
+            return None
+        return layer(
+            query_length=query_length, key_length=key_length, query_start=query_start
+        )
 
     def encode(
         self,
@@ -187,6 +246,8 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
             self.encoder_embeddings_dropout,
             training=training,
         )
+        length = ops.shape(source_ids)[1]
+        bias = self._relative_bias(self.encoder_relative_position_bias, length, length)
         scores = []
         for block in self.encoder_transformer_layers:
             x = block(
@@ -194,6 +255,7 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
                 padding_mask=encoder_padding_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
+                attention_bias=bias,
             )
             if return_attention_scores:
                 x, layer_scores = x
@@ -233,6 +295,8 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         if return_attention_scores:
             encoder_outputs, encoder_scores = encoder_outputs
         x = self.embed_target(target_ids, training=training)
+        length = ops.shape(target_ids)[1]
+        bias = self._relative_bias(self.decoder_relative_position_bias, length, length)
         self_scores, cross_scores = [], []
         for block in self.decoder_transformer_layers:
             x = block(
@@ -241,6 +305,7 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
                 encoder_padding_mask=encoder_padding_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
+                attention_bias=bias,
             )
             if return_attention_scores:
                 x, layer_scores = x
@@ -296,6 +361,14 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         """
         check_token_ids("target_ids", target_ids, self.max_sequence_length)
         x = self.embed_target(target_ids, start_index=cache_update_index)
+        bias = None
+        if self.decoder_relative_position_bias is not None and caches:
+            bias = self._relative_bias(
+                self.decoder_relative_position_bias,
+                ops.shape(target_ids)[1],
+                ops.shape(kv_cache.values_of(caches[0]))[2],
+                cache_update_index,
+            )
         updated = []
         for block, cache, cross_cache in zip(
             self.decoder_transformer_layers, caches, cross_attention_caches, strict=True
@@ -305,6 +378,7 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
                 encoder_padding_mask=encoder_padding_mask,
                 cache=AttentionCache(cache, cache_update_index),
                 cross_attention_cache=cross_cache,
+                attention_bias=bias,
             )
             updated.append(cache)
         return self._final(x), tuple(updated)

@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation import scoring
+from keras_tfm.layers.hyperparameters import as_bool
 from keras_tfm.models._common import make_logits_bias
 from keras_tfm.models.causal_lm import CausalLM
 from keras_tfm.models.seq2seq_backbone import Seq2SeqBackbone
@@ -17,6 +18,8 @@ class Seq2SeqLM(CausalLM):
 
         h      = Seq2SeqBackbone(source, target)
         logits = h E^T (+ b with `use_logits_bias`)
+                 (h scaled by hidden_dim ** -0.5 first with
+                 `scale_decoder_outputs`, T5's tied head)
 
     Generation is `CausalLM`'s, one implementation for both families (every
     sampler, streaming, beam search); this class supplies only its context
@@ -35,6 +38,8 @@ class Seq2SeqLM(CausalLM):
             logits (sublayer `logits_bias`; Marian's `final_logits_bias`).
         start_token_id: the decoder's first input; None: the preprocessor's
             start token ("[START]", "<s>", ...).
+        scale_decoder_outputs: multiply the decoder's output by
+            `hidden_dim ** -0.5` before the head (T5 with tied embeddings).
 
     Call arguments:
         inputs: a dict with int "source_ids" (batch, src_seq) and
@@ -71,9 +76,13 @@ class Seq2SeqLM(CausalLM):
         tie_word_embeddings=True,
         use_logits_bias=False,
         start_token_id=None,
+        scale_decoder_outputs=False,
         **kwargs,
     ):
         super().__init__(backbone, preprocessor, tie_word_embeddings, **kwargs)
+        self.scale_decoder_outputs = as_bool(
+            "scale_decoder_outputs", scale_decoder_outputs
+        )
         self.use_logits_bias = bool(use_logits_bias)
         self.logits_bias = None
         if self.use_logits_bias:
@@ -106,6 +115,8 @@ class Seq2SeqLM(CausalLM):
         return inputs, target_ids.astype("int32")
 
     def logits(self, hidden):
+        if self.scale_decoder_outputs:
+            hidden = hidden * ops.cast(self.backbone.hidden_dim**-0.5, hidden.dtype)
         logits = super().logits(hidden)
         if self.logits_bias is not None:
             logits = self.logits_bias(logits)
@@ -273,6 +284,7 @@ class Seq2SeqLM(CausalLM):
             {
                 "use_logits_bias": self.use_logits_bias,
                 "start_token_id": self.start_token_id,
+                "scale_decoder_outputs": self.scale_decoder_outputs,
             }
         )
         return config

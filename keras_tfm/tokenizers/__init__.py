@@ -4,8 +4,9 @@ keras-hub's tokenizers, with what the checkpoints' own tokenizers do
 differently: `ByteLevelBPETokenizer` (GPT-2, Llama 3, Qwen2 and SmolLM
 byte-level BPE, from HuggingFace or GGUF files, with the checkpoint's
 pre-tokenization and chat template), `HFBertTokenizer` (BERT's WordPiece
-with HuggingFace's text normalization) and `MarianTokenizer` (Marian's two
-SentencePiece models numbered by its vocab.json). `apply_chatml` formats a
+with HuggingFace's text normalization), `MarianTokenizer` (Marian's two
+SentencePiece models numbered by its vocab.json) and `T5Tokenizer` (T5's
+SentencePiece model, "</s>" appended). `apply_chatml` formats a
 conversation for ChatML templates.
 
 Example:
@@ -23,6 +24,7 @@ from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
 )
 from keras_tfm.tokenizers.hf_bert_tokenizer import HFBertTokenizer as HFBertTokenizer
 from keras_tfm.tokenizers.marian_tokenizer import MarianTokenizer as MarianTokenizer
+from keras_tfm.tokenizers.t5_tokenizer import T5Tokenizer as T5Tokenizer
 from keras_tfm_lite.chat_template import apply_chatml as apply_chatml
 
 __all__ = [
@@ -30,5 +32,6 @@ __all__ = [
     "GGUFBytePairTokenizer",
     "HFBertTokenizer",
     "MarianTokenizer",
+    "T5Tokenizer",
     "apply_chatml",
 ]

@@ -45,6 +45,7 @@ import keras
 import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
+from keras_tfm.kernels.activations import GATED_ACTIVATIONS
 from keras_tfm.models.encoder_backbone import EncoderBackbone
 from keras_tfm.validation import check_choice
 
@@ -72,10 +73,10 @@ def _backbone(model):
         raise ValueError(
             "Prune the float model, then quantize it: this one is quantized."
         )
-    if backbone.activation == "swiglu":
+    if backbone.activation in GATED_ACTIVATIONS:
         raise ValueError(
-            "Pruning a SwiGLU feed-forward is not supported. Received: "
-            "activation='swiglu'"
+            "Pruning a gated (SwiGLU, GEGLU) feed-forward is not supported. "
+            f"Received: activation={backbone.activation!r}"
         )
     return backbone
 

@@ -30,6 +30,12 @@ DEFINITIONS = {
     "swiglu": lambda x: (
         lambda gate, up: gate * _sigmoid(gate) * up
     )(*np.split(x, 2, axis=-1)),
+    # T5 v1.1's "gated-gelu": the tanh GELU of the gate times the up half.
+    "geglu_approximate": lambda x: (
+        lambda gate, up: 0.5 * gate * (
+            1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate**3))
+        ) * up
+    )(*np.split(x, 2, axis=-1)),
 }
 
 

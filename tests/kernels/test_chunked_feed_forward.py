@@ -40,7 +40,8 @@ def _chunked(ffn, chunk_size):
 
 
 @pytest.mark.parametrize(
-    "activation", ["relu", "gelu", "gelu_approximate", "silu", "swiglu"]
+    "activation",
+    ["relu", "gelu", "gelu_approximate", "silu", "swiglu", "geglu_approximate"],
 )
 @pytest.mark.parametrize(
     "shape, chunk_size",

@@ -115,6 +115,10 @@ def feed_forward(x, w1, b1, w2, b2, activation):
         h = 0.5 * h * (1.0 + np.tanh(inner))
     elif activation == "silu":
         h = h / (1.0 + np.exp(-h))
+    elif activation == "geglu_approximate":  # T5 v1.1: tanh GELU gate
+        gate, up = np.split(h, 2, axis=-1)
+        inner = math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate**3)
+        h = 0.5 * gate * (1.0 + np.tanh(inner)) * up
     else:  # swiglu: first half gate, second half up
         gate, up = np.split(h, 2, axis=-1)
         h = gate / (1.0 + np.exp(-gate)) * up

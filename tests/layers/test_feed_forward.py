@@ -7,7 +7,8 @@ from tests.layers.layer_harness import randomize_weights, run_layer_test
 
 
 @pytest.mark.parametrize(
-    "activation", ["relu", "gelu", "gelu_approximate", "silu", "swiglu"]
+    "activation",
+    ["relu", "gelu", "gelu_approximate", "silu", "swiglu", "geglu_approximate"],
 )
 def test_matches_reference(activation):
     layer = FeedForward(intermediate_dim=12, activation=activation)
