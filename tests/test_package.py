@@ -23,6 +23,11 @@ def test_a_fresh_process_loads_a_saved_model_after_import_keras_tfm(tmp_path):
         got = np.asarray(model(np.array([[1, 2, 3, 4]])))
         np.testing.assert_array_equal(got, np.load({str(tmp_path / "expected.npy")!r}))
         print("loaded", type(model).__name__)
+        # A task's from_preset finds the zoo, which `import keras_tfm` leaves lazy.
+        preset = keras_tfm.models.CausalLM.from_preset("gpt_tiny")
+        got = np.asarray(preset(np.array([[1, 2, 3, 4]])))
+        np.testing.assert_array_equal(got, np.load({str(tmp_path / "expected.npy")!r}))
+        print("from_preset", type(preset).__name__)
         """
     )
     result = subprocess.run(
@@ -30,3 +35,4 @@ def test_a_fresh_process_loads_a_saved_model_after_import_keras_tfm(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "loaded CausalLM" in result.stdout
+    assert "from_preset CausalLM" in result.stdout

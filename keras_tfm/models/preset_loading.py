@@ -1,9 +1,12 @@
 """`from_preset` on every backbone and task, without importing the zoo.
 
 The zoo builds models, so models cannot import it (an import ring). Instead
-the zoo registers its loader here when it is imported (`import keras_tfm`
-does), and `from_preset` calls it: the dependency points downwards.
+the zoo registers its loader here when it is imported, and `from_preset`
+calls it: the dependency points downwards. `import keras_tfm` imports the
+zoo lazily, so the first `from_preset` imports it by name.
 """
+
+import importlib
 
 _loader = None
 
@@ -40,8 +43,8 @@ class PresetMixin:
         >>> type(llm.backbone).__name__
         'DecoderBackbone'
         """
-        if _loader is None:  # `import keras_tfm` imports the zoo, which sets it
-            raise RuntimeError("No preset loader: import keras_tfm first.")
+        if _loader is None:  # importing the zoo registers its loader
+            importlib.import_module("keras_tfm.zoo")
         model = _loader(name, **overrides)
         if isinstance(model, cls):
             return model
