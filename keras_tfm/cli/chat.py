@@ -41,7 +41,7 @@ def run(args):
     model = loading.store_weights(model, args.weights)
     settings = sampler_settings(args.sampler, args)
     if args.message is None:  # an interactive conversation
-        from keras_tfm.interactive_chat import converse
+        from keras_tfm.chat import converse
 
         converse(model, max_new_tokens=args.max_new_tokens, **settings)
         return
@@ -52,7 +52,7 @@ def run(args):
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
-    from keras_tfm.chat_entry_writer import start_chat_entry
+    from keras_tfm.chat.entry_writer import start_chat_entry
 
     # The next `chat` with this model answers from LiteRT, without TensorFlow.
     start_chat_entry(model, args.model, args.weights, settings)
