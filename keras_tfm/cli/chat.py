@@ -4,7 +4,11 @@ a message, converse."""
 
 from keras_tfm.cli import loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
-from keras_tfm.cli.decoding import add_decoding_options, sampler_settings
+from keras_tfm.cli.decoding import (
+    add_decoding_options,
+    check_settings,
+    sampler_settings,
+)
 from keras_tfm_lite import chat_command
 
 HELP = "ask an instruct model (SmolLM2 by default)"
@@ -40,6 +44,7 @@ def run(args):
     model = loading.language_model(args.model, needs="chat", weights=args.weights)
     model = loading.store_weights(model, args.weights)
     settings = sampler_settings(args.sampler, args)
+    check_settings(model, settings)  # as `chat` would: a flag not read is refused
     if args.message is None:  # an interactive conversation
         from keras_tfm.chat import converse
 
