@@ -97,8 +97,8 @@ def check_settings(model, settings):
             for name in rest
             if name in FLAGS and (f"`{name}`" in message or f"{name}=" in message)
         ]
-        chosen = sampler or getattr(default, "sampler", None) or "greedy"
-        raise SystemExit(
-            f"keras-tfm: {', '.join(flags) or 'the decoding flags'} with the "
-            f"{chosen} sampler (choose one with --sampler): {message}"
-        ) from None
+        named = ", ".join(flags) or "the decoding flags"
+        if "not read" in message:
+            chosen = sampler or getattr(default, "sampler", None) or "greedy"
+            named += f" with the {chosen} sampler (choose one with --sampler)"
+        raise SystemExit(f"keras-tfm: {named}: {message}") from None
