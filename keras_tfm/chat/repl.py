@@ -4,7 +4,11 @@
 (and its decoding compiled) once, then each line the user types is answered,
 streamed as it is generated, by a `ChatSession`: the conversation so far is
 the prompt, but only what the cache does not hold yet (the new message and
-the template's markup around it) goes through the model. An empty line is
+the template's markup around it) goes through the model. The first prompt
+goes through the compiled decoding step one token at a time (no prefill to
+compile before the first answer); the chunked prefill that runs the later
+turns' new tokens in one pass is compiled in a thread while the user reads
+and types (`ChatSession.warm`). An empty line is
 skipped, `/reset` forgets the conversation, and end of input (Ctrl-D) or
 Ctrl-C ends it. When the conversation outgrows the context window, its
 oldest turns are dropped (`fitting_history`) and the prompt runs again from
@@ -12,6 +16,7 @@ the first changed token.
 """
 
 import sys
+import threading
 
 from keras_tfm.chat.conversation import fitting_history
 from keras_tfm.chat.session import ChatSession
@@ -54,6 +59,7 @@ def converse(model, lines=None, out=None, max_new_tokens=256, session=None, **se
     tokenizer = getattr(model, "tokenizer", None)
     limit = getattr(getattr(model, "backbone", None), "max_sequence_length", None)
     history = []
+    warming = None
     try:
         for line in lines:
             message = line.strip()
@@ -62,6 +68,8 @@ def converse(model, lines=None, out=None, max_new_tokens=256, session=None, **se
             if message == RESET:
                 history = []
                 continue
+            if warming is not None:
+                warming.join()
             history.append({"role": "user", "content": message})
             if limit is not None and tokenizer is not None:
                 history = fitting_history(history, tokenizer, limit - max_new_tokens)
@@ -72,9 +80,22 @@ def converse(model, lines=None, out=None, max_new_tokens=256, session=None, **se
                 out.flush()
             out.write("\n")
             history.append({"role": "assistant", "content": "".join(pieces).strip()})
+            warming = _warm(session)
     except KeyboardInterrupt:
         out.write("\n")
+    if warming is not None:
+        warming.join()
     return history
+
+
+def _warm(session):
+    """Compiles the session's chunked prefill in a thread while the user reads
+    and types (`ChatSession.warm`); the thread, or None without it."""
+    if not callable(getattr(session, "warm", None)):
+        return None
+    thread = threading.Thread(target=session.warm, name="keras-tfm-warm", daemon=True)
+    thread.start()
+    return thread
 
 
 def _stdin_lines(prompt):

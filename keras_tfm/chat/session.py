@@ -116,6 +116,7 @@ class ChatSession:
         self.model = model
         self.steps = DecoderSteps(model)
         self.jit_compile = bool(jit_compile)
+        self._warm = set()  # cache lengths whose chunked prefill is compiled
         self.reset()
 
     def reset(self):
@@ -212,9 +213,11 @@ class ChatSession:
         step = self._compiled("step", _step_function(self.model))
         self._ids, self.cached_length = list(prompt), reused
         first = reused + 1  # the step at `index` writes the keys of `index - 1`
-        if len(prompt) - 1 - reused > self.model.prompt_through_step:
+        through_step = len(prompt) - 1 - reused <= self.model.prompt_through_step
+        if first < len(prompt) and (length in self._warm or not through_step):
             extend = self._compiled("extend", self.steps.extend)
             caches = extend(tokens, caches, np.int32(reused), np.int32(len(prompt) - 1))
+            self._warm.add(length)
             first = len(prompt)
         self._caches, self.cached_length = caches, first - 1
         for index in range(first, len(prompt) + max_new_tokens):
@@ -236,6 +239,20 @@ class ChatSession:
         delta, _ = text.flush()
         if delta:
             yield delta
+
+    def warm(self):
+        """Compiles the chunked prefill for the cache's current length (what
+        a REPL runs while the user types): the next turns then run their new
+        tokens in one pass instead of one step per token."""
+        if self._caches is None:
+            return
+        length = int(ops.shape(kv_cache.values_of(self._caches[0]))[2])
+        if length in self._warm:
+            return
+        extend = self._compiled("extend", self.steps.extend)
+        tokens = np.full((1, length), self.model.fill_id, "int32")
+        extend(tokens, self._caches, np.int32(0), np.int32(0))  # writes nothing
+        self._warm.add(length)
 
     def _compiled(self, name, function):
         """`function` compiled once per model (sessions share it)."""

@@ -9,44 +9,48 @@ from keras_tfm.chat.repl import converse
 
 
 def test_a_second_turn_does_not_run_the_first_again(llm, monkeypatch):
-    indices = []  # the position of each token that goes through the step
+    written = []  # per turn, the cache positions the model computes
     compiled = ChatSession._compiled
 
     def counting(self, name, function):
         function = compiled(self, name, function)
-        if name != "step":
-            return function
 
-        def step(tokens, caches, index, mask, settings):
-            indices[-1].append(int(index))
-            return function(tokens, caches, index, mask, settings)
+        def call(tokens, caches, *args):
+            if name == "step":  # the step at `index` writes `index - 1`
+                written[-1].append(int(args[0]) - 1)
+            else:  # the chunked prefill writes `start ... stop - 1`
+                written[-1].extend(range(int(args[0]), int(args[1])))
+            return function(tokens, caches, *args)
 
-        return step
+        return call
 
     monkeypatch.setattr(ChatSession, "_compiled", counting)
-    chat = ChatSession(llm, jit_compile=False)
 
-    class Turns(ChatSession):  # marks where each turn starts
-        def stream(self, messages, max_new_tokens, **settings):
-            indices.append([])
-            return chat.stream(messages, max_new_tokens, **settings)
+    def lines():
+        for line in ["hello world", "or hello", "world"]:
+            written.append([])
+            yield line
 
     out = io.StringIO()
-    lines = iter(["hello world", "or hello"])
-    history = converse(llm, lines, out, max_new_tokens=5, session=Turns(llm))
+    history = converse(llm, lines(), out, max_new_tokens=5,
+                       session=ChatSession(llm, jit_compile=False))  # fmt: skip
     # Each answer is the stateless chat's greedy answer to the history so far.
-    assert history[1]["content"] == llm.chat(history[:1], max_new_tokens=5)
-    assert history[3]["content"] == llm.chat(history[:3], max_new_tokens=5)
-    answers = [history[1]["content"], history[3]["content"]]
-    assert out.getvalue().split("\n")[:2] == answers
+    answers = [history[i]["content"] for i in (1, 3, 5)]
+    for i, answer in zip((1, 3, 5), answers, strict=True):
+        assert answer == llm.chat(history[:i], max_new_tokens=5)
+    assert out.getvalue().split("\n")[:3] == answers
     tokenizer = llm.tokenizer
-    first = len(tokenizer(tokenizer.apply_chat_template(history[:1])))
-    second = len(tokenizer(tokenizer.apply_chat_template(history[:3])))
-    # The first turn runs its prompt from the start; the second turn's
-    # tokens are all past the first prompt (the step at position i writes
-    # the keys of position i - 1): none of the first turn runs again.
-    assert indices[0][0] == 1 and min(indices[1]) > first
-    assert len(indices[1]) < second
+    lengths = [
+        len(tokenizer(tokenizer.apply_chat_template(history[:i]))) for i in (1, 3, 5)
+    ]
+    # The first turn runs its prompt from the start; a later turn runs only
+    # positions past the previous prompt: none of the earlier turns again
+    # (its new prompt tokens through the chunked prefill that was compiled
+    # while the "user" typed, then one step per new token).
+    assert written[0][0] == 0
+    for turn in (1, 2):
+        assert min(written[turn]) >= lengths[turn - 1]
+        assert len(written[turn]) < lengths[turn]
 
 
 def test_reset_forgets_the_conversation(llm):
