@@ -142,7 +142,7 @@ def main():
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-    from keras_tfm.generation import ChatSession
+    from keras_tfm.chat import ChatSession
     from keras_tfm.models import CausalLM
 
     model = CausalLM.from_preset("smollm2_135m_instruct")

@@ -9,7 +9,7 @@ per process):
    first run after the caches are cleared, the second with what the first
    left in them (`keras_tfm_lite.user_cache`). The first run answers
    through TensorFlow and starts a background process that writes the
-   LiteRT entry (`keras_tfm.chat_entry_writer`); the benchmark waits for
+   LiteRT entry (`keras_tfm.chat.entry_writer`); the benchmark waits for
    it (its wall time and peak memory are a row), and the second run answers
    from that entry without importing TensorFlow.
 2. The same path inside one Python process (the launcher's imports,

@@ -33,6 +33,7 @@ from keras_tfm import (
 
 _LAZY_SUBPACKAGES = (
     "baselines",
+    "chat",
     "convert",
     "data",
     "datasets",
@@ -63,6 +64,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "baselines",
+    "chat",
     "convert",
     "data",
     "datasets",

@@ -6,5 +6,5 @@ NumPy, `tokenizers` and `ai-edge-litert`, so that a `keras-tfm chat` whose
 decoding step is already cached answers from a process that never imports
 TensorFlow (`keras_tfm_lite.litert_chat`). `keras_tfm` uses them too: the
 cache folder (`user_cache`), the ChatML template (`chat_template`), stop
-strings on text (`stop_text`) and streamed answers (`chat_pieces`).
+strings and streamed text (`stop_text`).
 """

@@ -5,7 +5,7 @@ command; it answers only when the command asks for nothing the entry cannot
 give (a single message, greedy decoding, the float32 weights, a buffer long
 enough), and otherwise returns False without printing anything, and the
 command runs through TensorFlow (`keras_tfm.cli`), which writes the entry
-for next time (`keras_tfm.chat_entry_writer`).
+for next time (`keras_tfm.chat.entry_writer`).
 
 The options are parsed here with a parser of their own because `keras_tfm.cli`
 builds its parser inside the `keras_tfm` package, whose import imports

@@ -19,7 +19,7 @@ TensorFlow, Keras and ai-edge-litert versions, so another version reads
 another entry; a folder whose files do not match its MANIFEST is deleted,
 and one whose model files changed since is not read; either way the
 TensorFlow path answers and writes the entry anew
-(`keras_tfm.chat_entry_writer`). `keras-tfm cache clear` removes them all.
+(`keras_tfm.chat.entry_writer`). `keras-tfm cache clear` removes them all.
 
 Example:
 >>> import tempfile

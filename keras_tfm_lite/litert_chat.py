@@ -24,34 +24,11 @@ import os
 import numpy as np
 
 from keras_tfm_lite.chat_entries import DECODER, TOKENIZER
-from keras_tfm_lite.chat_pieces import answer_pieces
 from keras_tfm_lite.chat_template import apply_chatml
-from keras_tfm_lite.stop_text import cut_at_stop_strings
+from keras_tfm_lite.stop_text import text_pieces
 
 PREFILL_CHUNK = 16
 """Prompt tokens per interpreter call before decoding starts."""
-
-
-class _Detokenizer:
-    """`detokenize(ids)` of a `tokenizers.Tokenizer`, as `answer_pieces` asks."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def detokenize(self, ids):
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
-
-
-def _until_stop_string(ids, detokenizer, stop_strings):
-    """`ids` until the answer's text holds one of `stop_strings` (the
-    TensorFlow loop ends there too; the text is cut before it)."""
-    answer = []
-    for token in ids:
-        yield token
-        answer.append(token)
-        text = detokenizer.detokenize(answer)
-        if stop_strings and cut_at_stop_strings(text, stop_strings, 0) != text:
-            return
 
 
 class LiteRTChat:
@@ -135,13 +112,13 @@ class LiteRTChat:
             stop_strings: strings that end the answer (not shown).
             stream: yield the answer's new text as it comes.
         """
-        stop_strings = (
-            (stop_strings,) if isinstance(stop_strings, str) else stop_strings
-        )
-        detokenizer = _Detokenizer(self.tokenizer)
         ids = self.greedy_ids(self.prompt_ids(messages), max_new_tokens)
-        ids = _until_stop_string(ids, detokenizer, stop_strings)
-        pieces = answer_pieces(
-            detokenizer, ids, self.entry["end_token_id"], stop_strings
+        pieces = text_pieces(
+            self.detokenize, ids, stop_strings, [self.entry["end_token_id"]]
         )
         return pieces if stream else "".join(pieces).strip()
+
+    def detokenize(self, ids):
+        """The text of `ids` (the answer's leading spaces dropped, as
+        `CausalLM.chat` drops them)."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False).lstrip()

@@ -17,6 +17,7 @@ SUBPACKAGES = [
     "layers",
     "models",
     "generation",
+    "chat",
     "training",
     "data",
     "datasets",

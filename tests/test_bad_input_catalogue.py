@@ -460,6 +460,12 @@ CATALOGUE = [
             ["generate", lm_file(d), "--prompt", "a", "--max-new-tokens", "2",
              "--temperature", "nan"]),
         before="accepted: the same token every step"),
+    Row("cli", "`generate --sampler greedy --min-p 0.1` (a flag the sampler does "
+        "not read; `chat --temperature 0.7` alike)", "SystemExit",
+        "--min-p with the greedy sampler", lambda d: cli.main(
+            ["generate", lm_file(d), "--prompt", "a", "--max-new-tokens", "2",
+             "--sampler", "greedy", "--min-p", "0.1"]),
+        before="ignored: decoded greedily"),
     Row("cli", "`train --strategy multi_worker` without TF_CONFIG", "SystemExit",
         "needs the TF_CONFIG", lambda d: cli.main(
             ["train", "--strategy", "multi_worker"])),

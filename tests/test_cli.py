@@ -247,6 +247,7 @@ def test_the_default_output_is_named_for_the_preset_and_text(monkeypatch):
     from keras_tfm import zoo
 
     written = []
+
     def compile_only(model, *args, **kwargs):
         model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
 
@@ -404,7 +405,8 @@ def test_generate_stores_the_weights_as_asked(trained, capsys, monkeypatch,
     loaded = []
     load = cli.loading.resolve_model
     monkeypatch.setattr(
-        cli.loading, "resolve_model",
+        cli.loading,
+        "resolve_model",
         lambda *a, **k: loaded.append(load(*a, **k)) or loaded[-1],
     )
     cli.main(["generate", str(model), "--prompt", "In the", "--max-new-tokens", "5",
@@ -461,3 +463,84 @@ def test_sampler_settings_the_model_does_not_take_are_refused():
     # Without --sampler: the model's own default, nothing it does not take.
     args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
     assert cli.generate.generate_settings(Model(), args) == {}
+
+
+class _Chatter:
+    """A stand-in chat model: greedy by default, or its `generation_config`."""
+
+    def __init__(self, generation_config=None):
+        self.generation_config = generation_config
+        self.asked = []
+
+    def chat(self, message, **settings):
+        self.asked.append(settings)
+        return iter(["Fine."])
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--min-p", "0.1"],
+        ["--temperature", "0.7"],
+        ["--top-p", "0.5", "--temperature", "0.7"],
+        ["--sampler", "greedy", "--min-p", "0.1"],
+    ],
+)
+def test_chat_refuses_a_flag_the_sampler_does_not_read(monkeypatch, flags):
+    # The model decodes greedily (no preset settings): --min-p and
+    # --temperature would be ignored, so they are refused, naming the flags,
+    # with the message the Python API gives for the same setting.
+    from keras_tfm.generation import GenerationConfig
+
+    model = _Chatter()
+    monkeypatch.setattr(cli.loading, "language_model", lambda *a, **k: model)
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["chat", "Name a sea.", *flags])
+    message = str(refused.value)
+    named = [f for f in flags if f.startswith("--") and f != "--sampler"]
+    assert message.startswith(f"keras-tfm: {', '.join(sorted(named))}")
+    with pytest.raises(ValueError) as api:
+        GenerationConfig(**{f[2:].replace("-", "_"): 0.5 for f in named})
+    assert str(api.value).split(" Received")[0] in message
+    assert model.asked == []  # nothing was answered
+
+
+def test_chat_sends_the_flags_the_sampler_reads(monkeypatch):
+    from keras_tfm.chat import entry_writer
+    from keras_tfm.generation import GenerationConfig
+
+    monkeypatch.setattr(entry_writer, "start_chat_entry", lambda *args: None)
+    model = _Chatter()
+    monkeypatch.setattr(cli.loading, "language_model", lambda *a, **k: model)
+    cli.main(["chat", "Name a sea.", "--sampler", "top_p", "--min-p", "0.1"])
+    # With --sampler top_p: min-p as given, the CLI's temperature and top-p.
+    assert model.asked[-1] == {
+        "max_new_tokens": 256, "stream": True, "sampler": "top_p", "min_p": 0.1,
+        "temperature": 1.0, "top_p": 0.9,
+    }  # fmt: skip
+    # A preset that samples (its generation_config) reads --temperature.
+    model = _Chatter(GenerationConfig(sampler="top_p", top_p=0.9))
+    cli.main(["chat", "Name a sea.", "--temperature", "0.7"])
+    assert model.asked[-1] == {
+        "max_new_tokens": 256, "stream": True, "temperature": 0.7,
+    }  # fmt: skip
+
+
+def test_generate_refuses_a_flag_the_sampler_does_not_read():
+    class Model:  # a generate that takes a generation_config: checked
+        generation_config = None
+
+        def generate(
+            self, inputs, max_new_tokens, sampler=None, top_k=None,
+            temperature=None, generation_config=None, stream=False,
+        ):  # fmt: skip
+            return inputs
+
+    argv = ["generate", "m", "--prompt", "x", "--sampler", "greedy", "--top-k", "3"]
+    with pytest.raises(SystemExit, match="^keras-tfm: --top-k with the greedy"):
+        cli.generate.generate_settings(Model(), cli.build_parser().parse_args(argv))
+    # Without --sampler: top-k sampling, the CLI's temperature and top-k.
+    args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
+    assert cli.generate.generate_settings(Model(), args) == {
+        "sampler": "top_k", "temperature": 0.8, "top_k": 10, "stream": True,
+    }  # fmt: skip

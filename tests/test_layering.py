@@ -10,13 +10,14 @@
         tokenizers                               converted checkpoints' tokenizers)
     generation, baselines                        samplers and decoding loops;
                                                  the model-free baselines
+    chat                                         a conversation: the template,
+                                                 the session, the REPL
     models                                       backbones, tasks, preprocessors
     training                                     losses, callbacks, LoRA, distillation
     convert, export                              checkpoint converters; SavedModels
                                                  with string signatures, LiteRT
-    zoo, serving, interactive_chat               the presets; the HTTP server;
-                                                 the chat REPL
-    chat_entry_writer                            the LiteRT chat entries
+    zoo, serving                                 the presets; the HTTP server
+    chat.entry_writer                            the LiteRT chat entries
     cli, keras_tfm/__init__.py                   the entry points
 
 A module may import its own part and any part of a lower rank, never a
@@ -24,7 +25,10 @@ higher one: `models` does not import the zoo (it reaches presets through a
 loader the zoo registers), `generation` does not import `models` (`generate`
 lives in the tasks and calls down into the samplers). A module that imports
 the top-level package while it is still initializing is an import cycle that
-works by accident of import order; `zoo/catalogue.py` once did.
+works by accident of import order; `zoo/catalogue.py` once did. A module
+of a package may have a rank of its own (`chat.entry_writer`: the chat
+package sits under `models`, whose `chat` calls it, but its entry writer
+needs the zoo and export).
 """
 
 import ast
@@ -51,14 +55,14 @@ RANKS = {
     "tokenizers": 3,
     "baselines": 4,
     "generation": 4,
+    "chat": 4.5,
     "models": 5,
     "training": 6,
     "convert": 7,
     "export": 7,
     "zoo": 8,
     "serving": 8,
-    "interactive_chat": 8,
-    "chat_entry_writer": 9,
+    "chat.entry_writer": 9,
     "cli": 10,
 }
 TOP = {"keras_tfm/__init__.py"}
@@ -78,9 +82,11 @@ def imported_modules(path):
 
 
 def part(module):
-    """The package part of a dotted module name or a file path under keras_tfm."""
-    name = module.replace("/", ".").removesuffix(".py").split(".")[1]
-    return name
+    """The package part of a dotted module name or a file path under keras_tfm
+    (a module ranked on its own: its dotted name under keras_tfm)."""
+    names = module.replace("/", ".").removesuffix(".py").split(".")
+    own = ".".join(names[1:3])
+    return own if own in RANKS else names[1]
 
 
 MODULES = sorted(

@@ -18,7 +18,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_tfm import cli, interactive_chat, runtime
+from keras_tfm import cli, runtime
 from keras_tfm.cli import main
 from keras_tfm.convert import converted_cache, llama
 from keras_tfm_lite import user_cache
@@ -244,43 +244,27 @@ def test_cache_command_info_and_clear(cache, tiny_gguf, capsys):
     assert "converted" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    "module", [user_cache, converted_cache, runtime, interactive_chat]
-)
+@pytest.mark.parametrize("module", [user_cache, converted_cache, runtime])
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
 
 
-def test_chat_without_a_message_converses_with_history(tiny_gguf, monkeypatch):
+def test_chat_without_a_message_converses_from_a_session(tiny_gguf, monkeypatch):
     model = llama.load_gguf_llama(tiny_gguf)
-    # The first prompt goes through the compiled step, the next (longer)
-    # through the prefill, traced in the background after the first answer.
-    first = model.tokenizer(model.tokenizer.apply_chat_template("hello"))
-    model.prompt_through_step = len(first)
-    asked = []
-    real_chat = model.chat
-
-    def chat(messages, **kwargs):
-        asked.append([dict(m) for m in messages])
-        return real_chat(messages, **kwargs)
-
-    monkeypatch.setattr(model, "chat", chat)
     monkeypatch.setattr(cli.loading, "language_model", lambda *args, **kwargs: model)
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n\nworld\n"))
     out = io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
     main(["chat", "--max-new-tokens", "3"])
-    assert [[m["content"] for m in turn] for turn in asked][0] == ["hello"]
-    first_answer = asked[1][1]["content"]
-    assert [m["role"] for m in asked[1]] == ["user", "assistant", "user"]
-    assert [asked[1][0]["content"], asked[1][2]["content"]] == ["hello", "world"]
-    # What was printed is each answer, streamed, one line per turn.
-    greedy = real_chat([{"role": "user", "content": "hello"}], max_new_tokens=3)
-    assert first_answer == greedy
-    assert out.getvalue().split("\n")[0] == greedy
-    # Each compiled function traced once: the next turn found its prefill warm.
-    prefill, step = model.compiled_loops.get(("stream", ("tensor",)), None)
-    counts = [f.experimental_get_tracing_count() for f in (prefill, step)]
-    assert counts == [1, 1]
+    # Each answer streamed, one line per turn: the stateless chat's answer
+    # to the conversation so far (the REPL answers from its session's cache).
+    first = "".join(model.chat("hello", max_new_tokens=3, stream=True))
+    history = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": first.strip()},
+        {"role": "user", "content": "world"},
+    ]
+    second = "".join(model.chat(history, max_new_tokens=3, stream=True))
+    assert out.getvalue() == f"{first}\n{second}\n"
 

@@ -4,7 +4,11 @@ a message, converse."""
 
 from keras_tfm.cli import loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
-from keras_tfm.cli.decoding import add_decoding_options, sampler_settings
+from keras_tfm.cli.decoding import (
+    add_decoding_options,
+    check_settings,
+    sampler_settings,
+)
 from keras_tfm_lite import chat_command
 
 HELP = "ask an instruct model (SmolLM2 by default)"
@@ -40,8 +44,9 @@ def run(args):
     model = loading.language_model(args.model, needs="chat", weights=args.weights)
     model = loading.store_weights(model, args.weights)
     settings = sampler_settings(args.sampler, args)
+    check_settings(model, settings)  # as `chat` would: a flag not read is refused
     if args.message is None:  # an interactive conversation
-        from keras_tfm.interactive_chat import converse
+        from keras_tfm.chat import converse
 
         converse(model, max_new_tokens=args.max_new_tokens, **settings)
         return
@@ -52,7 +57,7 @@ def run(args):
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
-    from keras_tfm.chat_entry_writer import start_chat_entry
+    from keras_tfm.chat.entry_writer import start_chat_entry
 
     # The next `chat` with this model answers from LiteRT, without TensorFlow.
     start_chat_entry(model, args.model, args.weights, settings)

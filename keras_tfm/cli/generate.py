@@ -5,7 +5,11 @@ import inspect
 
 from keras_tfm.cli import loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
-from keras_tfm.cli.decoding import add_decoding_options, sampler_settings
+from keras_tfm.cli.decoding import (
+    add_decoding_options,
+    check_settings,
+    sampler_settings,
+)
 from keras_tfm.cli.loading import SEQ2SEQ_CLASSES
 
 HELP = "continue prompts with a saved model"
@@ -20,9 +24,11 @@ def add_arguments(p):
         choices=["greedy", "random", "top_k", "top_p", "beam"],
         help="default: top_k where the model's generate has it, else its own",
     )
-    p.add_argument("--top-k", type=positive_int, default=10)
-    p.add_argument("--num-beams", type=positive_int, default=1)
-    add_decoding_options(p, temperature=0.8)
+    p.add_argument(
+        "--top-k", type=positive_int, help="with --sampler top_k (default 10)"
+    )
+    p.add_argument("--num-beams", type=positive_int, help="beam search if > 1")
+    add_decoding_options(p, temperature=0.8, top_k=10, num_beams=1)
 
 
 def generate_settings(model, args):
@@ -42,6 +48,8 @@ def generate_settings(model, args):
             f"keras-tfm: {type(model).__name__}.generate takes no {flags}; "
             "try --sampler greedy."
         )
+    if "generation_config" in accepted:  # checked as `generate` checks it
+        check_settings(model, settings)
     if "stream" in accepted and "num_beams" not in settings:
         settings["stream"] = True
     return settings

@@ -11,7 +11,6 @@ penalty, finished beams and per-row prompt masks to beam search; a
 `keras_hub.samplers.Sampler` object is still accepted (`make_sampler`).
 `sliding_window` holds the host-side loops for decoding past the context
 window and streaming; `CompiledLoops` keeps a model's compiled loops.
-`ChatSession` keeps a conversation's key/value cache between turns,
 `SpeculativeDecoder` drafts tokens (prompt lookup or a draft model) that
 the model verifies in one pass, and `set_kv_cache_dtype("int8")` stores
 the cache in int8.
@@ -26,7 +25,6 @@ Example:
 """
 
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
-from keras_tfm.generation.chat_session import ChatSession
 from keras_tfm.generation.compiled_loops import (
     CompiledLoops,
     invalidate_compiled_loops,
@@ -43,7 +41,6 @@ from keras_tfm.generation.speculative import SpeculativeDecoder
 
 __all__ = [
     "BeamSearchSampler",
-    "ChatSession",
     "CompiledLoops",
     "DecoderSteps",
     "GenerationConfig",

@@ -2,6 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_tfm.chat import stateless
 from keras_tfm.generation import (
     decode_loop,
     logit_processors,
@@ -28,7 +29,6 @@ from keras_tfm.models.legacy_configs import (
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.task import Task, check_backbone, restore_preprocessor
 from keras_tfm.validation import check_positive_int, check_rank
-from keras_tfm_lite.chat_pieces import answer_pieces
 from keras_tfm_lite.stop_text import cut_at_stop_strings
 
 
@@ -773,11 +773,16 @@ class CausalLM(QuantizationMixin, Task):
             max_new_tokens: the longest answer, in tokens.
             stream: return a generator of the answer's text pieces as they
                 are generated (joined, they are the answer).
-            **generate_kwargs: passed to `generate` (sampler, top_p, seed...).
+            **generate_kwargs: passed to `generate` (sampler, top_p, seed,
+                return_scores...); `stop_token_ids` end the answer as the
+                end of the turn does.
 
         Returns:
             The answer, without the template's markup (a generator of its
-            pieces with `stream=True`).
+            pieces with `stream=True`); with `return_scores=True`, what
+            `generate` returns with the answer for its ids: `(answer,
+            scores)` (see `keras_tfm.chat.chat`). A `keras_tfm.chat.ChatSession`
+            keeps the cache of a conversation between turns.
 
         Example:
         >>> model = keras_tfm.models.CausalLM.from_preset(  # doctest: +SKIP
@@ -786,28 +791,7 @@ class CausalLM(QuantizationMixin, Task):
         ...            max_new_tokens=16)
         'The capital of France is Paris.'
         """
-        tokenizer = self.tokenizer
-        if not callable(getattr(tokenizer, "apply_chat_template", None)):
-            raise ValueError(
-                "`chat` needs a model whose tokenizer has a chat template (e.g. "
-                "the preset smollm2_135m_instruct). Received: a model with "
-                f"tokenizer={type(tokenizer).__name__}"
-            )
-        check_positive_int("max_new_tokens", max_new_tokens)
-        end_id = tokenizer.end_token_id
-        prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template(messages))]
-        kwargs = dict(stop_token_ids=(end_id,), **generate_kwargs)
-        stops = generate_kwargs.get("stop_strings") or ()
-        stops = (stops,) if isinstance(stops, str) else stops
-        if stream:
-            steps = self.generate(prompt, max_new_tokens, stream=True, **kwargs)
-            return answer_pieces(tokenizer, steps, end_id, stops)
-        output = self.generate(prompt, max_new_tokens, **kwargs)
-        answer = [int(i) for i in output[len(prompt) :]]
-        if end_id in answer:
-            answer = answer[: answer.index(end_id)]
-        text = tokenizer.detokenize(answer)
-        return cut_at_stop_strings(text, stops, 0).strip()
+        return stateless.chat(self, messages, max_new_tokens, stream, **generate_kwargs)
 
     def score(self, texts):
         """The model's log-likelihood of each text, and how many tokens it sums.

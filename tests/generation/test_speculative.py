@@ -8,7 +8,7 @@ import pytest
 from keras import ops
 
 import keras_tfm
-from keras_tfm.generation import chat_session, decoder_steps, speculative
+from keras_tfm.generation import decoder_steps, speculative
 from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.generation.speculative import SpeculativeDecoder, lookup_drafts
 from tests.builders import causal_lm
@@ -152,7 +152,7 @@ def test_bad_arguments_are_refused(target):
 
 
 @pytest.mark.parametrize(
-    "module", [chat_session, decoder_steps, speculative], ids=lambda m: m.__name__
+    "module", [decoder_steps, speculative], ids=lambda m: m.__name__
 )
 def test_docstring_examples(module):
     # The SpeculativeDecoder example runs the XLA-compiled loop.

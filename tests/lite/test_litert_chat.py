@@ -18,14 +18,13 @@ import textwrap
 import numpy as np
 import pytest
 
-from keras_tfm import chat_entry_writer as writer
+from keras_tfm.chat import entry_writer as writer
 from keras_tfm.cli import main
 from keras_tfm.convert import GGUFBytePairTokenizer
 from keras_tfm.generation import GenerationConfig
 from keras_tfm_lite import (
     chat_command,
     chat_entries,
-    chat_pieces,
     litert_chat,
     stop_text,
     user_cache,
@@ -95,7 +94,7 @@ def test_the_background_process_converts_after_replacing_itself(tiny, lite, tmp_
     model, path, _ = tiny
     root = tmp_path / "cache"
     environment = {**os.environ, "KERAS_TFM_CACHE_DIR": str(root)}
-    command = [sys.executable, "-m", "keras_tfm.chat_entry_writer", path, "float32"]
+    command = [sys.executable, "-m", "keras_tfm.chat.entry_writer", path, "float32"]
     done = subprocess.run(command, env=environment, capture_output=True, timeout=600)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     folder = chat_entries.entry_folder(path, "float32", root)
@@ -269,7 +268,7 @@ def test_the_command_starts_one_background_build_which_rebuilds(
     main(_command(path))  # the first build is still "running"
     assert started == [
         (
-            [sys.executable, "-m", "keras_tfm.chat_entry_writer", path, "float32"],
+            [sys.executable, "-m", "keras_tfm.chat.entry_writer", path, "float32"],
             str(root),
         )
     ]
@@ -351,7 +350,7 @@ def test_entries_only_where_litert_agrees(tiny, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "module", [chat_command, chat_entries, chat_pieces, litert_chat, stop_text, writer]
+    "module", [chat_command, chat_entries, litert_chat, stop_text, writer]
 )
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)

@@ -4,7 +4,7 @@ After `keras-tfm chat "..."` has answered through TensorFlow, it checks that
 LiteRT would give the same answers (`plan_chat_entry`: float32 weights, a
 byte-level BPE tokenizer whose `tokenizers` pipeline gives the same ids, a
 ChatML template, plain greedy decoding, stop strings allowed) and starts a
-background process (`start_chat_entry`, `python -m keras_tfm.chat_entry_writer
+background process (`start_chat_entry`, `python -m keras_tfm.chat.entry_writer
 MODEL WEIGHTS`) that loads the model again and writes the entry
 (`build_chat_entry`): the decoding step as LiteRT, the tokenizer pipeline,
 the chat settings (`keras_tfm_lite.chat_entries` describes the layout, keys
@@ -226,7 +226,7 @@ def start_chat_entry(model, reference, weights, settings, root=None):
     if folder is None:
         return None
     building, _ = _markers(folder)
-    command = [sys.executable, "-m", "keras_tfm.chat_entry_writer", reference, weights]
+    command = [sys.executable, "-m", "keras_tfm.chat.entry_writer", reference, weights]
     environment = dict(os.environ)
     if root is not None:
         environment["KERAS_TFM_CACHE_DIR"] = str(root)
@@ -250,12 +250,12 @@ KILLED = (
 
 
 def main(argv=None, replace_before_converting=False):
-    """`python -m keras_tfm.chat_entry_writer MODEL WEIGHTS`: builds the entry.
+    """`python -m keras_tfm.chat.entry_writer MODEL WEIGHTS`: builds the entry.
 
     `replace_before_converting` (the background process): once the step is
     saved, the process replaces itself (`os.execv`, the same process id, so
     the `.building` marker stays true) with `python -m
-    keras_tfm.chat_entry_writer --convert ENTRY WORK`, which converts it
+    keras_tfm.chat.entry_writer --convert ENTRY WORK`, which converts it
     without the model in memory: SmolLM2's build peaked at 5.0-5.3 GB
     instead of 5.9-6.2 GB in one process (`/usr/bin/time`, idle).
     """
@@ -272,7 +272,7 @@ def main(argv=None, replace_before_converting=False):
         if prepared is None:
             return
         if replace_before_converting:
-            command = [sys.executable, "-m", "keras_tfm.chat_entry_writer", "--convert"]
+            command = [sys.executable, "-m", "keras_tfm.chat.entry_writer", "--convert"]
             os.execv(sys.executable, command + [str(p) for p in prepared])
         finish_chat_entry(*prepared)
 

@@ -1,36 +1,14 @@
 """ChatSession: a later turn prefills only what follows the cached prefix,
 and answers exactly as a fresh `chat` does."""
 
-import keras
 import pytest
 
-from keras_tfm.convert import GGUFBytePairTokenizer
-from keras_tfm.generation import ChatSession, chat_session, set_kv_cache_dtype
-from keras_tfm.generation.chat_session import common_prefix_length
+from keras_tfm.chat import ChatSession
+from keras_tfm.chat import session as chat_session
+from keras_tfm.chat.session import common_prefix_length
+from keras_tfm.generation import set_kv_cache_dtype
 from tests.builders import causal_lm
-from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
-from tests.generation.uncached import chat_uncached
-
-
-@pytest.fixture(scope="module")
-def llm():
-    tokens = tiny_vocabulary()
-    tokenizer = GGUFBytePairTokenizer(
-        {t: i for i, t in enumerate(tokens)},
-        MERGES,
-        unsplittable_tokens=SPECIALS,
-        bos_token="<|im_start|>",
-        eos_token="<|im_end|>",
-        chat_template=TEMPLATE,
-    )
-    keras.utils.set_random_seed(3)
-    return causal_lm(
-        vocabulary_size=len(tokens), num_layers=2, num_heads=4,
-        num_key_value_heads=2, hidden_dim=32, intermediate_dim=64,
-        max_sequence_length=512, position_encoding="rotary",
-        normalization="rms_norm", activation="swiglu", use_bias=False,
-        padding_id=None, tokenizer=tokenizer,
-    )  # fmt: skip
+from tests.generation.uncached import chat_uncached, greedy_uncached
 
 
 def test_common_prefix_length_by_hand():
@@ -93,10 +71,10 @@ def test_a_turn_traces_once_per_cache_length(llm, monkeypatch):
     for message in ["hello", "or", "world hello", "hello world " * 6, "or"]:
         session.send(message, max_new_tokens=4)
         lengths.append(int(session._caches[0].shape[2]))
-    ((function, _),) = llm.compiled_loops.values()
+    step = llm.compiled_loops.get(("chat session", "step", False), None)
     assert len(set(lengths)) < len(lengths)  # some turns share a length
     assert all(length % 64 == 0 for length in lengths)
-    assert function.experimental_get_tracing_count() == len(set(lengths))
+    assert step.experimental_get_tracing_count() == len(set(lengths))
 
 
 def test_send_keeps_the_conversation(llm):
@@ -138,3 +116,48 @@ def test_bad_input_is_refused(llm):
         session.chat("hello", max_new_tokens=600)
     with pytest.raises(ValueError, match="max_new_tokens"):
         session.chat("hello", max_new_tokens=0)
+
+
+def test_a_long_new_stretch_goes_through_the_chunked_prefill(llm, monkeypatch):
+    monkeypatch.setattr(llm, "prompt_through_step", 0)
+    session = ChatSession(llm, jit_compile=False)
+    messages = [{"role": "user", "content": "hello world or"}]
+    assert session.chat(messages, max_new_tokens=6) == chat_uncached(llm, messages, 6)
+    messages += [
+        {"role": "assistant", "content": "or"},
+        {"role": "user", "content": "world"},
+    ]
+    assert session.chat(messages, max_new_tokens=6) == chat_uncached(llm, messages, 6)
+    assert session.reused_length > 0
+
+
+def test_sampling_and_stop_ids_as_in_chat(llm):
+    session = ChatSession(llm, jit_compile=False)
+    sampled = dict(sampler="top_k", top_k=4, temperature=2.0, seed=11)
+    expected = llm.chat("hello", max_new_tokens=8, **sampled)
+    assert session.chat("hello", max_new_tokens=8, **sampled) == expected
+    # A stop id given ends the answer as the end of the turn would.
+    tokenizer = llm.tokenizer
+    prompt = [int(i) for i in tokenizer(tokenizer.apply_chat_template("hello"))]
+    end = tokenizer.end_token_id
+    ids = greedy_uncached(llm, prompt, 8, (end,))[len(prompt) :]
+    k = next(k for k in range(1, len(ids)) if ids[k] not in ids[:k] + [end])
+    answer = session.chat("hello", max_new_tokens=8, stop_token_ids=[ids[k]])
+    assert answer == tokenizer.detokenize(ids[:k]).strip()
+    assert session._ids[len(prompt) :] == ids[: k + 1]
+
+
+def test_stream_pieces_join_to_the_answer(llm):
+    session = ChatSession(llm, jit_compile=False)
+    pieces = list(session.stream("world", max_new_tokens=8))
+    assert "".join(pieces).strip() == chat_uncached(llm, "world", 8)
+
+
+def test_settings_a_session_cannot_honour_are_refused(llm):
+    session = ChatSession(llm, jit_compile=False)
+    with pytest.raises(ValueError, match="return_scores=True"):
+        session.chat("hello", max_new_tokens=2, return_scores=True)
+    with pytest.raises(ValueError, match="sampler='beam'"):
+        session.chat("hello", max_new_tokens=2, sampler="beam")
+    with pytest.raises(ValueError, match="min_p"):
+        session.chat("hello", max_new_tokens=2, min_p=0.2)  # greedy reads none
