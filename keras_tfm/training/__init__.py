@@ -26,8 +26,8 @@ Example:
 from keras_hub.metrics import Perplexity
 
 from keras_tfm.models.lora import enable_lora
+from keras_tfm.runtime.device_settings import device_defaults
 from keras_tfm.training.callbacks import BestModelCheckpoint, TimeBudget
-from keras_tfm.training.device_settings import device_defaults
 from keras_tfm.training.distiller import Distiller
 from keras_tfm.training.flops import measure_peak_flops, training_flops_per_token
 from keras_tfm.training.language_model_recipe import train_on_text

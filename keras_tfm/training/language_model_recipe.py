@@ -24,9 +24,9 @@ import keras
 
 from keras_tfm.baselines import compression_nats_per_byte
 from keras_tfm.distribute import is_chief, task_id
+from keras_tfm.runtime.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.saving import atomic_save
 from keras_tfm.training.callbacks import BestModelCheckpoint
-from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.flops import (
     format_mfu,
     measure_peak_flops,
