@@ -244,7 +244,7 @@ def train_on_text(
             # Silent: Keras' progress line of each epoch shows tokens_per_second.
             ThroughputCallback(
                 tokens_per_step=batch_size * sequence_length,
-                flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=0,
+                flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=1,
             ),
             BestModelCheckpoint(checkpoints, enabled=is_chief()),
         ],
