@@ -465,3 +465,66 @@ def test_sampler_settings_the_model_does_not_take_are_refused():
     # Without --sampler: the model's own default, nothing it does not take.
     args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
     assert cli.generate.generate_settings(Model(), args) == {}
+
+
+def test_every_weights_value_works_on_a_sentence_encoder_or_ends_in_one_line():
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat", "dog", "sat"]
+    from keras_tfm.convert import HFBertTokenizer
+    from keras_tfm.models import (
+        EncoderBackbone,
+        SentenceEncoder,
+        TextClassifierPreprocessor,
+    )
+
+    def encoder():
+        backbone = EncoderBackbone(
+            vocabulary_size=len(words), num_layers=1, num_heads=2, hidden_dim=8,
+            intermediate_dim=16, max_sequence_length=16,
+        )  # fmt: skip
+        tokenizer = HFBertTokenizer(words, lowercase=True)
+        return SentenceEncoder(backbone, TextClassifierPreprocessor(tokenizer, 16))
+
+    model = encoder()
+    float32 = model.encode("a cat sat")
+    int8 = cli.loading.store_weights(model, "int8")
+    assert int8.quantized_to == "int8_weight_only"
+    # Weight-only int8 keeps the embedding close (unit vectors: cosine ~ 1).
+    assert float(int8.encode("a cat sat") @ float32) > 0.99
+    restored = SentenceEncoder.from_config(int8.get_config())
+    assert restored.quantized_to == "int8_weight_only"
+    for weights in ("bfloat16", "int8_blocks"):
+        with pytest.raises(SystemExit) as caught:
+            cli.loading.store_weights(encoder(), weights)
+        message = str(caught.value)
+        assert message.startswith(f"keras-tfm: --weights {weights}: ")
+        assert "\n" not in message and "Embedding" in message
+    with pytest.raises(SystemExit, match="keeps its weights in float32"):
+        cli.loading.store_weights(keras.Sequential([keras.layers.Dense(2)]), "int8")
+
+
+def test_api_errors_name_the_flags_that_set_them(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "file").write_text("x")
+    args = cli.build_parser().parse_args(["export", "gpt_tiny", str(tmp_path / "out")])
+    message = cli.in_flags(
+        "`directory` exists and is not empty; pass overwrite=True to replace it. "
+        "Received: max_new_tokens=0", args.flags
+    )  # fmt: skip
+    assert message == (
+        "`directory` exists and is not empty; pass --overwrite to replace it. "
+        "Received: --max-new-tokens 0"
+    )
+
+
+def test_a_translator_answers_as_long_as_it_can_by_default():
+    class Seq2SeqLM:  # the class name is what the command reads
+        class backbone:
+            max_sequence_length = 128
+
+    args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
+    assert cli.generate.max_new_tokens(Seq2SeqLM(), args) == 127
+    assert cli.generate.max_new_tokens(object(), args) == cli.generate.MAX_NEW_TOKENS
+    args = cli.build_parser().parse_args(
+        ["generate", "m", "--prompt", "x", "--max-new-tokens", "5"]
+    )
+    assert cli.generate.max_new_tokens(Seq2SeqLM(), args) == 5
