@@ -57,9 +57,8 @@ def llama_cpp_installed():
 LLAMA_CPP_CHAT = """
 import sys
 from llama_cpp import Llama
-from keras_tfm.convert.installed_packages import checkpoint_path
-from keras_tfm.convert.llama import SMOLLM2_SOURCE
-llm = Llama(str(checkpoint_path(SMOLLM2_SOURCE)), n_threads={threads}, n_ctx=2048,
+from keras_tfm.zoo.smollm2 import smollm2_gguf_path
+llm = Llama(str(smollm2_gguf_path()), n_threads={threads}, n_ctx=2048,
             verbose=False)
 answer = llm.create_chat_completion(
     [{{"role": "user", "content": {question!r}}}], temperature=0.0, max_tokens=256)
@@ -69,9 +68,8 @@ print(answer["choices"][0]["message"]["content"])
 LLAMA_CPP_SPEED = """
 import json, time
 from llama_cpp import Llama
-from keras_tfm.convert.installed_packages import checkpoint_path
-from keras_tfm.convert.llama import SMOLLM2_SOURCE
-llm = Llama(str(checkpoint_path(SMOLLM2_SOURCE)), n_threads={threads}, n_ctx=2048,
+from keras_tfm.zoo.smollm2 import smollm2_gguf_path
+llm = Llama(str(smollm2_gguf_path()), n_threads={threads}, n_ctx=2048,
             verbose=False)
 prompt = llm.tokenize({prompt!r}.encode(), special=True)
 best = None

@@ -75,7 +75,7 @@ def variants(name, extra=None):
 def fortunes_rows(args):
     from keras_tfm.data.classification import classification_dataset
     from keras_tfm.datasets.fortunes import fortune_splits
-    from keras_tfm.models.text_classification import predict_with_labels
+    from keras_tfm.training.text_classification import predict_with_labels
 
     student = ROOT / "outputs" / "distill" / "student_distilled.keras"
     models = variants("fortunes_classifier", args.student or student)

@@ -2,8 +2,9 @@
 `keras-tfm train` that repeat the training part, and bzip2 without them.
 
 `keras-tfm train` holds out every tenth block of about a chapter
-(`keras_tfm.training.text_split`) and prints `bzip2 -9` given the training
-text beside the model, in nats per held-out byte. If bzip2 won by copying
+(`keras_tfm.training.language_model_recipe.text_split`) and prints
+`bzip2 -9` given the training text beside the model, in nats per held-out
+byte. If bzip2 won by copying
 verses that occur (nearly) verbatim in the training part, a held-out set
 without them would measure modelling, not copying. This counts the
 held-out lines (verses) whose word 8-grams occur in the training part at
@@ -18,7 +19,7 @@ import re
 from keras_tfm.baselines import compression_nats_per_byte
 from keras_tfm.datasets import load_default_corpus
 from keras_tfm.datasets.default_corpus import GENESIS_EXODUS_VERSES
-from keras_tfm.training import text_split
+from keras_tfm.training.language_model_recipe import text_split
 
 N = 8  # words per sequence
 THRESHOLDS = (0.5, 0.8, 1.0)  # share of a verse's 8-grams seen in training

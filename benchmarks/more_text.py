@@ -6,7 +6,8 @@ The question (issue 43): in the same ~3 minutes, does gpt_micro beat
 block's worth; a model that is still compute-bound learns from all of it.
 `xz -9e` (64 MiB dictionary) sees the whole training text: printed too.
 
-The split is `keras-tfm train`'s (`keras_tfm.training.text_split`: every
+The split is `keras-tfm train`'s
+(`keras_tfm.training.language_model_recipe.text_split`: every
 tenth of 100 blocks of whole verses held out), the BPE is learned on the
 training part, the model is the CLI's (`zoo.from_preset`). Needs Debian's
 `bible-kjv` package.
@@ -53,9 +54,10 @@ def main():
 
     from keras_tfm import data, training, zoo
     from keras_tfm.datasets.bible import load_bible
+    from keras_tfm.training import language_model_recipe
 
     text = load_bible()
-    train_text, held_out_text = training.text_split(text)
+    train_text, held_out_text = language_model_recipe.text_split(text)
     print(f"KJV: {len(text.encode()):,} bytes; training {len(train_text.encode()):,}"
           f", held out {len(held_out_text.encode()):,}.")  # fmt: skip
 
@@ -81,7 +83,9 @@ def main():
         learning_rate=args.learning_rate, prompts=[],
     )  # fmt: skip
     minutes = (time.perf_counter() - started) / 60
-    _, xz = training.held_out_comparison(model, text, args.sequence_length, "xz")
+    _, xz = language_model_recipe.held_out_comparison(
+        model, text, args.sequence_length, "xz"
+    )
     print(f"{'xz -9e given the training text':<36} {xz:9.4f}")
     print(f"End to end (BPE, training, saving, bzip2): {minutes:.1f} min; "
           f"{keras.config.dtype_policy().name}.")  # fmt: skip

@@ -529,8 +529,9 @@ def bench_smollm2(quick, torch_python):
     import keras
     import numpy as np
 
-    from keras_tfm.convert import load_gguf_llama, smollm2_gguf_path
+    from keras_tfm.convert import load_gguf_llama
     from keras_tfm.models import int8_weight_only_config
+    from keras_tfm.zoo.smollm2 import smollm2_gguf_path
 
     cfg = dict(SMOLLM2)
     if quick:

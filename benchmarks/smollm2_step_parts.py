@@ -25,8 +25,9 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 from run import copy_bandwidth, weight_bytes  # noqa: E402
 
-from keras_tfm.convert import load_gguf_llama, smollm2_gguf_path  # noqa: E402
+from keras_tfm.convert import load_gguf_llama  # noqa: E402
 from keras_tfm.models import CausalLM  # noqa: E402
+from keras_tfm.zoo.smollm2 import smollm2_gguf_path  # noqa: E402
 
 
 def ms_per_token(config, repeats=5):

@@ -70,9 +70,7 @@ def main():
     shape = dict(
         FULL["model"], hidden_dim=args.hidden_dim, intermediate_dim=4 * args.hidden_dim
     )
-    config = dict(
-        FULL, model=shape, steps=1000, tokens_per_batch=args.tokens_per_batch
-    )
+    config = dict(FULL, model=shape, steps=1000, tokens_per_batch=args.tokens_per_batch)
     dataset = translation.translation_dataset(
         train_pairs, tokenizer, config["batch_size"], config["max_length"], True,
         SEED, config["bucket_boundaries"], config["tokens_per_batch"],

@@ -81,8 +81,8 @@ from keras_tfm import baselines  # noqa: E402
 from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
 from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
-from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 from keras_tfm.saving import uncompiled_copy  # noqa: E402
+from keras_tfm.training.text_classification import predict_with_labels  # noqa: E402
 
 
 def slice_split(texts, labels, count, seed):

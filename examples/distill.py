@@ -158,8 +158,8 @@ import keras_tfm  # noqa: E402
 from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
 from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
-from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 from keras_tfm.training import Distiller  # noqa: E402
+from keras_tfm.training.text_classification import predict_with_labels  # noqa: E402
 
 
 def main(argv=None):

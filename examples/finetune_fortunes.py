@@ -152,9 +152,9 @@ from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer  # noqa: E402
 from keras_tfm.datasets.bible import load_bible  # noqa: E402
 from keras_tfm.datasets.fortunes import fortune_splits, load_fortunes  # noqa: E402
-from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 from keras_tfm.saving import atomic_save  # noqa: E402
 from keras_tfm.training import device_defaults  # noqa: E402
+from keras_tfm.training.text_classification import predict_with_labels  # noqa: E402
 
 
 def head(split, count, seed):

@@ -124,6 +124,7 @@ def main(argv=None):
     )
     from keras_tfm.datasets.bible import load_bible
     from keras_tfm.models import CausalLM, DecoderBackbone
+    from keras_tfm.training import language_model_recipe, language_model_training
 
     config = dict(QUICK if args.quick else FULL)
     if args.epochs:
@@ -132,7 +133,7 @@ def main(argv=None):
     began = time.time()
     # The settings of `keras-tfm train`: the device's fastest, or float32.
     fastest = config["device_defaults"]
-    policy, jit_compile, _ = training.use_device_settings(
+    policy, jit_compile, _ = language_model_recipe.use_device_settings(
         "auto" if fastest else "float32", None if fastest else False
     )
     print(f"Device settings: {policy}, jit_compile={jit_compile}")
@@ -151,7 +152,9 @@ def main(argv=None):
     held_out = next_token_windows(
         tokenizer(held_out_text), sequence_length, overlap=True
     )
-    validation = training.next_token_pairs(held_out).batch(config["batch_size"])
+    validation = language_model_training.next_token_pairs(held_out).batch(
+        config["batch_size"]
+    )
     scored = held_out_bytes(tokenizer, held_out)
     train_bytes_per_token = len(train_text.encode()) / len(train_ids)
     bytes_per_token = len(scored) / held_out[:, 1:].size
@@ -172,7 +175,7 @@ def main(argv=None):
     # The recipe of `keras-tfm train`: AdamW, warm-up then cosine decay.
     history = training.train_language_model(
         model,
-        training.next_token_pairs(train_windows),
+        language_model_training.next_token_pairs(train_windows),
         validation,  # each epoch: the learning curve
         epochs=config["epochs"],
         batch_size=config["batch_size"],

@@ -114,9 +114,9 @@ import keras  # noqa: E402
 import keras_tfm  # noqa: E402
 from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
-from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
 from keras_tfm.saving import uncompiled_copy  # noqa: E402
 from keras_tfm.training import Distiller, pruning  # noqa: E402
+from keras_tfm.training.text_classification import predict_with_labels  # noqa: E402
 
 
 def _classify_fortunes():

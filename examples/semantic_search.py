@@ -127,7 +127,7 @@ import keras_tfm  # noqa: E402
 from keras_tfm.convert import load_hf_bert  # noqa: E402
 from keras_tfm.data.classification import classification_dataset  # noqa: E402
 from keras_tfm.datasets.fortunes import fortune_splits  # noqa: E402
-from keras_tfm.models.text_classification import predict_with_labels  # noqa: E402
+from keras_tfm.training.text_classification import predict_with_labels  # noqa: E402
 
 
 def scores(labels, predictions):

@@ -319,9 +319,13 @@ def test_train_prints_no_tensorflow_logs(tmp_path):
     )  # fmt: skip
     assert not TF_LOG_LINES.search(out), out
     assert "Peak for MFU: 1e+03 FLOP/s (--peak-flops)." in out
-    # One Keras line per epoch, with tokens/s, then the summary and a sample.
-    epochs = re.findall(r"^\d+/\d+ - .*tokens_per_second: [\d.]+", out, re.M)
-    assert len(epochs) == 2, out
+    # One Keras line per epoch, and one of tokens/s formatted (Keras would
+    # print them as raw floats), then the summary and a sample.
+    epochs = re.findall(r"^\d+/\d+ - .*loss: [\d.]+", out, re.M)
+    assert len(epochs) == 2 and "tokens_per_second" not in out, out
+    rate = r"^Epoch \d: [\d,]+ tokens/s \(all tokens\), MFU unknown"
+    rates = re.findall(rate, out, re.M)
+    assert len(rates) == 2, out
     assert re.search(
         r"^Last epoch: [\d,]+ tokens/s, MFU unknown: .* underestimated", out, re.M
     )
@@ -544,3 +548,66 @@ def test_generate_refuses_a_flag_the_sampler_does_not_read():
     assert cli.generate.generate_settings(Model(), args) == {
         "sampler": "top_k", "temperature": 0.8, "top_k": 10, "stream": True,
     }  # fmt: skip
+
+
+def test_every_weights_value_works_on_a_sentence_encoder_or_ends_in_one_line():
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat", "dog", "sat"]
+    from keras_tfm.convert import HFBertTokenizer
+    from keras_tfm.models import (
+        EncoderBackbone,
+        SentenceEncoder,
+        TextClassifierPreprocessor,
+    )
+
+    def encoder():
+        backbone = EncoderBackbone(
+            vocabulary_size=len(words), num_layers=1, num_heads=2, hidden_dim=8,
+            intermediate_dim=16, max_sequence_length=16,
+        )  # fmt: skip
+        tokenizer = HFBertTokenizer(words, lowercase=True)
+        return SentenceEncoder(backbone, TextClassifierPreprocessor(tokenizer, 16))
+
+    model = encoder()
+    float32 = model.encode("a cat sat")
+    int8 = cli.loading.store_weights(model, "int8")
+    assert int8.quantized_to == "int8_weight_only"
+    # Weight-only int8 keeps the embedding close (unit vectors: cosine ~ 1).
+    assert float(int8.encode("a cat sat") @ float32) > 0.99
+    restored = SentenceEncoder.from_config(int8.get_config())
+    assert restored.quantized_to == "int8_weight_only"
+    for weights in ("bfloat16", "int8_blocks"):
+        with pytest.raises(SystemExit) as caught:
+            cli.loading.store_weights(encoder(), weights)
+        message = str(caught.value)
+        assert message.startswith(f"keras-tfm: --weights {weights}: ")
+        assert "\n" not in message and "Embedding" in message
+    with pytest.raises(SystemExit, match="keeps its weights in float32"):
+        cli.loading.store_weights(keras.Sequential([keras.layers.Dense(2)]), "int8")
+
+
+def test_api_errors_name_the_flags_that_set_them(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "file").write_text("x")
+    args = cli.build_parser().parse_args(["export", "gpt_tiny", str(tmp_path / "out")])
+    message = cli.in_flags(
+        "`directory` exists and is not empty; pass overwrite=True to replace it. "
+        "Received: max_new_tokens=0", args.flags
+    )  # fmt: skip
+    assert message == (
+        "`directory` exists and is not empty; pass --overwrite to replace it. "
+        "Received: --max-new-tokens 0"
+    )
+
+
+def test_a_translator_answers_as_long_as_it_can_by_default():
+    class Seq2SeqLM:  # the class name is what the command reads
+        class backbone:
+            max_sequence_length = 128
+
+    args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
+    assert cli.generate.max_new_tokens(Seq2SeqLM(), args) == 127
+    assert cli.generate.max_new_tokens(object(), args) == cli.generate.MAX_NEW_TOKENS
+    args = cli.build_parser().parse_args(
+        ["generate", "m", "--prompt", "x", "--max-new-tokens", "5"]
+    )
+    assert cli.generate.max_new_tokens(Seq2SeqLM(), args) == 5

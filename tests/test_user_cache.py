@@ -20,7 +20,7 @@ import pytest
 
 from keras_tfm import cli, runtime
 from keras_tfm.cli import main
-from keras_tfm.convert import converted_cache, llama
+from keras_tfm.convert import converted_cache, gguf_llama
 from keras_tfm_lite import user_cache
 from tests.convert.tiny_gguf import write_tiny_llama
 
@@ -168,10 +168,12 @@ IDS = np.array([[5, 200, 17, 90, 261, 3]])
 
 
 def test_converted_gguf_is_cached_and_read_back(cache, tiny_gguf, monkeypatch):
-    first = llama.load_gguf_llama(tiny_gguf)
+    first = gguf_llama.load_gguf_llama(tiny_gguf)
     (entry,) = _entries(cache)
-    monkeypatch.setattr(llama, "open_gguf", lambda path: pytest.fail("parsed again"))
-    second = llama.load_gguf_llama(tiny_gguf)
+    monkeypatch.setattr(
+        gguf_llama, "open_gguf", lambda path: pytest.fail("parsed again")
+    )
+    second = gguf_llama.load_gguf_llama(tiny_gguf)
     np.testing.assert_array_equal(np.asarray(first(IDS)), np.asarray(second(IDS)))
     prompt = first.tokenizer.apply_chat_template("hello world")
     assert second.tokenizer.apply_chat_template("hello world") == prompt
@@ -181,18 +183,18 @@ def test_converted_gguf_is_cached_and_read_back(cache, tiny_gguf, monkeypatch):
 
 
 def test_a_stale_key_reads_another_entry(cache, tiny_gguf, monkeypatch):
-    llama.load_gguf_llama(tiny_gguf)
-    llama.load_gguf_llama(tiny_gguf, max_sequence_length=16)  # another setting
+    gguf_llama.load_gguf_llama(tiny_gguf)
+    gguf_llama.load_gguf_llama(tiny_gguf, max_sequence_length=16)  # another setting
     assert len(_entries(cache)) == 2
     monkeypatch.setattr(converted_cache, "CONVERTER_VERSION", 10**6)
-    llama.load_gguf_llama(tiny_gguf)
+    gguf_llama.load_gguf_llama(tiny_gguf)
     assert len(_entries(cache)) == 3
     # Another file (same path, other bytes): a new key, its own weights.
     write_tiny_llama(tiny_gguf, seed=6)
     os.utime(tiny_gguf, ns=(2, 2))
-    model = llama.load_gguf_llama(tiny_gguf)
+    model = gguf_llama.load_gguf_llama(tiny_gguf)
     assert len(_entries(cache)) == 4
-    fresh = llama._convert_gguf(tiny_gguf, None)[2]["token_embedding/embeddings"]
+    fresh = gguf_llama.convert_gguf(tiny_gguf, None)[2]["token_embedding/embeddings"]
     np.testing.assert_array_equal(
         model.backbone.get_layer("token_embedding").embeddings.numpy(), fresh
     )
@@ -200,7 +202,7 @@ def test_a_stale_key_reads_another_entry(cache, tiny_gguf, monkeypatch):
 
 @pytest.mark.parametrize("damage", ["truncate", "garble", "entry"])
 def test_a_corrupt_entry_is_converted_again(cache, tiny_gguf, damage):
-    want = np.asarray(llama.load_gguf_llama(tiny_gguf)(IDS))
+    want = np.asarray(gguf_llama.load_gguf_llama(tiny_gguf)(IDS))
     (entry,) = _entries(cache)
     if damage == "entry":
         target = entry / converted_cache.ENTRY_FILE
@@ -215,7 +217,7 @@ def test_a_corrupt_entry_is_converted_again(cache, tiny_gguf, damage):
     assert converted_cache.read_entry(tiny_gguf, _settings()) is None
     assert not entry.exists()  # deleted, not read
     np.testing.assert_array_equal(
-        np.asarray(llama.load_gguf_llama(tiny_gguf)(IDS)), want
+        np.asarray(gguf_llama.load_gguf_llama(tiny_gguf)(IDS)), want
     )
     assert user_cache.verify(entry)  # written again
 
@@ -228,11 +230,11 @@ def test_unwritable_cache_is_not_fatal(tmp_path, tiny_gguf, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("KERAS_TFM_CACHE_DIR", str(blocker / "cache"))
-    assert isinstance(llama.load_gguf_llama(tiny_gguf), llama.CausalLM)
+    assert isinstance(gguf_llama.load_gguf_llama(tiny_gguf), gguf_llama.CausalLM)
 
 
 def test_cache_command_info_and_clear(cache, tiny_gguf, capsys):
-    llama.load_gguf_llama(tiny_gguf)
+    gguf_llama.load_gguf_llama(tiny_gguf)
     main(["cache", "info"])
     shown = capsys.readouterr().out
     assert str(cache) in shown and "converted: 1 entries" in shown
@@ -251,7 +253,7 @@ def test_docstring_examples(module):
 
 
 def test_chat_without_a_message_converses_from_a_session(tiny_gguf, monkeypatch):
-    model = llama.load_gguf_llama(tiny_gguf)
+    model = gguf_llama.load_gguf_llama(tiny_gguf)
     monkeypatch.setattr(cli.loading, "language_model", lambda *args, **kwargs: model)
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n\nworld\n"))
     out = io.StringIO()

@@ -18,6 +18,7 @@ them.
 """
 
 import argparse
+import re
 
 from keras_tfm.cli import (
     cache,
@@ -66,8 +67,37 @@ def build_parser():
     for name, module in COMMANDS.items():
         p = commands.add_parser(name, parents=[common], help=module.HELP)
         module.add_arguments(p)
-        p.set_defaults(run=module.run)
+        p.set_defaults(run=module.run, flags=_flags(p))
     return parser
+
+
+def _flags(parser):
+    """{keyword: (its flag, whether the flag takes a value)} of `parser`'s
+    options, e.g. {"max_new_tokens": ("--max-new-tokens", True)}."""
+    return {
+        action.dest: (max(action.option_strings, key=len), action.nargs != 0)
+        for action in parser._actions
+        if action.option_strings and action.dest not in ("help", "verbose")
+    }
+
+
+def in_flags(message, flags):
+    """An error of the Python API, `message`, with each keyword argument
+    that a flag sets written as that flag.
+
+    Example:
+    >>> in_flags("pass overwrite=True. Received: max_new_tokens=200",
+    ...          {"overwrite": ("--overwrite", False),
+    ...           "max_new_tokens": ("--max-new-tokens", True)})
+    'pass --overwrite. Received: --max-new-tokens 200'
+    """
+    for keyword, (flag, takes_value) in flags.items():
+        name = rf"(?<![\w.-]){keyword}"
+        if not takes_value:
+            message = re.sub(rf"{name}=True\b", flag, message)
+        message = re.sub(rf"{name}=", f"{flag} ", message)
+        message = re.sub(rf"`{keyword}`", f"`{flag}`", message)
+    return message
 
 
 def main(argv=None):
@@ -77,4 +107,4 @@ def main(argv=None):
     try:
         args.run(args)
     except ValueError as error:
-        raise SystemExit(f"keras-tfm: {error}") from None
+        raise SystemExit(f"keras-tfm: {in_flags(str(error), args.flags)}") from None

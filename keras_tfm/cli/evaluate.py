@@ -19,13 +19,12 @@ def add_arguments(p):
 
 def run(args):
     from keras_tfm import training
+    from keras_tfm.training.language_model_recipe import held_out_batches
 
     model = loading.language_model(args.model, needs="evaluate")
     text, source, _ = read_corpus(args.data)
     length = args.sequence_length or model.max_sequence_length
-    validation = training.held_out_batches(
-        model, text, length, args.batch_size, args.seed
-    )
+    validation = held_out_batches(model, text, length, args.batch_size, args.seed)
     model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
     loss = model.evaluate(validation, return_dict=True, verbose=0)["loss"]
     print(

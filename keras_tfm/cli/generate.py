@@ -14,11 +14,19 @@ from keras_tfm.cli.loading import SEQ2SEQ_CLASSES
 
 HELP = "continue prompts with a saved model"
 
+MAX_NEW_TOKENS = 200
+"""`--max-new-tokens` unless the model holds fewer (`max_new_tokens`)."""
+
 
 def add_arguments(p):
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--prompt", action="append", required=True)
-    p.add_argument("--max-new-tokens", type=positive_int, default=200)
+    p.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        help=f"default: {MAX_NEW_TOKENS}, or what a translator's "
+        "max_sequence_length leaves after the start token",
+    )
     p.add_argument(
         "--sampler",
         choices=["greedy", "random", "top_k", "top_p", "beam"],
@@ -55,11 +63,23 @@ def generate_settings(model, args):
     return settings
 
 
+def max_new_tokens(model, args):
+    """`--max-new-tokens`, else `MAX_NEW_TOKENS` or, for a translator, at
+    most what its `max_sequence_length` leaves after the start token (a
+    causal LM slides its window past the end)."""
+    if args.max_new_tokens is not None:
+        return args.max_new_tokens
+    if type(model).__name__ in SEQ2SEQ_CLASSES:
+        return min(MAX_NEW_TOKENS, model.backbone.max_sequence_length - 1)
+    return MAX_NEW_TOKENS
+
+
 def run(args):
     model = loading.store_weights(loading.language_model(args.model), args.weights)
     settings = generate_settings(model, args)
+    limit = max_new_tokens(model, args)
     for prompt in args.prompt:
-        output = model.generate(prompt, max_new_tokens=args.max_new_tokens, **settings)
+        output = model.generate(prompt, max_new_tokens=limit, **settings)
         if not settings.get("stream"):
             print(output)
             continue

@@ -63,6 +63,11 @@ def store_weights(model, weights):
     token, what makes decoding faster on a CPU (docs/deployment.md)."""
     from keras_tfm.models import int8_weight_only_config
 
+    if weights != "float32" and not callable(getattr(model, "cast_weights", None)):
+        raise SystemExit(
+            f"keras-tfm: --weights {weights}: a {type(model).__name__} keeps its "
+            "weights in float32; use --weights float32."
+        )
     try:
         if weights == "int8":
             model.quantize("int8", config=int8_weight_only_config())

@@ -109,9 +109,10 @@ def run(args):
     strategy = distribute.strategy_from_flags(args.strategy, tpu=args.tpu)
 
     from keras_tfm import training, zoo
+    from keras_tfm.training.language_model_recipe import text_tokenizer
 
     def build_model(train_text):
-        tokenizer = training.text_tokenizer(train_text, args.vocabulary_size)
+        tokenizer = text_tokenizer(train_text, args.vocabulary_size)
         return zoo.from_preset(
             args.preset, vocabulary_size=tokenizer.vocabulary_size(),
             dropout=args.dropout, max_sequence_length=args.sequence_length,

@@ -4,18 +4,19 @@ One module per model family (bert, gpt2, llama, marian, t5), each with
 `convert_backbone_config`, `convert_weights` and `convert_tokenizer`, on
 shared readers of the file formats: hf_directory (a HuggingFace folder:
 config.json, safetensors in one file or shards), hf_tokenizer_files
-(byte-level BPE tokenizer files) and gguf_reader (llama.cpp's GGUF). The
-tokenizers themselves live in `keras_tfm.tokenizers`.
+(byte-level BPE tokenizer files) and gguf_reader (llama.cpp's GGUF; a Llama
+GGUF file is loaded by gguf_llama, its conversion kept by converted_cache).
+The tokenizers themselves live in `keras_tfm.tokenizers`; where the zoo's
+SmolLM2 file is, in `keras_tfm.zoo.smollm2`.
 """
 
 from keras_tfm.convert.bert import load_hf_bert as load_hf_bert
 from keras_tfm.convert.bert import save_hf_bert as save_hf_bert
+from keras_tfm.convert.gguf_llama import load_gguf_llama as load_gguf_llama
 from keras_tfm.convert.gpt2 import load_hf_gpt2 as load_hf_gpt2
 from keras_tfm.convert.gpt2 import save_hf_gpt2 as save_hf_gpt2
-from keras_tfm.convert.llama import load_gguf_llama as load_gguf_llama
 from keras_tfm.convert.llama import load_hf_llama as load_hf_llama
 from keras_tfm.convert.llama import save_hf_llama as save_hf_llama
-from keras_tfm.convert.llama import smollm2_gguf_path as smollm2_gguf_path
 from keras_tfm.convert.marian import load_hf_marian as load_hf_marian
 from keras_tfm.convert.t5 import load_hf_t5 as load_hf_t5
 from keras_tfm.convert.t5 import save_hf_t5 as save_hf_t5
@@ -39,5 +40,4 @@ __all__ = [
     "save_hf_gpt2",
     "save_hf_llama",
     "save_hf_t5",
-    "smollm2_gguf_path",
 ]

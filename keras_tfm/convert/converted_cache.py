@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_tfm.saving import atomic_directory
+from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 from keras_tfm_lite.user_cache import (
     cache_directory,
     cache_key,
@@ -114,3 +115,24 @@ def write_entry(source, settings, described, weights, root=None):
             seal(tmp, [ENTRY_FILE, *files.values()])
     except (OSError, ValueError):
         return
+
+
+def describe_tokenizer(tokenizer):
+    """A JSON-able description of a `ByteLevelBPETokenizer` (config, vocabulary
+    and merges: Keras's config leaves the last two to asset files)."""
+    return {
+        "config": tokenizer.get_config(),
+        "vocabulary": dict(tokenizer.vocabulary),
+        "merges": list(tokenizer.merges),
+    }
+
+
+def restore_tokenizer(described):
+    """The `ByteLevelBPETokenizer` that `describe_tokenizer` described."""
+    return ByteLevelBPETokenizer.from_config(
+        {
+            **described["config"],
+            "vocabulary": described["vocabulary"],
+            "merges": described["merges"],
+        }
+    )

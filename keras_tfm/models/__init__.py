@@ -11,6 +11,7 @@ and is the only place strings are seen. Every backbone and task has
 
 import keras
 
+from keras_tfm.data.masked_lm_masker import MaskedLMMasker as MaskedLMMasker
 from keras_tfm.models.causal_lm import CausalLM as CausalLM
 from keras_tfm.models.causal_lm_preprocessor import (
     CausalLMPreprocessor as CausalLMPreprocessor,
@@ -21,7 +22,6 @@ from keras_tfm.models.encoder_classifier import EncoderClassifier as EncoderClas
 from keras_tfm.models.masked_language_model import (
     MaskedLanguageModel as MaskedLanguageModel,
 )
-from keras_tfm.models.masked_lm_masker import MaskedLMMasker as MaskedLMMasker
 from keras_tfm.models.masked_lm_preprocessor import (
     MaskedLMPreprocessor as MaskedLMPreprocessor,
 )

@@ -2,7 +2,7 @@ import keras
 import keras_hub
 import numpy as np
 
-from keras_tfm.models.masked_lm_masker import MaskedLMMasker
+from keras_tfm.data.masked_lm_masker import MaskedLMMasker
 from keras_tfm.models.preprocessor import Preprocessor
 from keras_tfm.models.tokenizer_attachment import named_token_id
 from keras_tfm.validation import check_positive_int

@@ -5,11 +5,12 @@ from keras import ops
 from keras_tfm.models.encoder_backbone import unpack_encoder_inputs
 from keras_tfm.models.encoder_task import EncoderTask
 from keras_tfm.models.pooling import mean_pool
+from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class SentenceEncoder(EncoderTask):
+class SentenceEncoder(QuantizationMixin, EncoderTask):
     """Sentence embeddings: an `EncoderBackbone`'s mean over real tokens.
 
         e = m / |m|,   m = sum_t mask_t h_t / sum_t mask_t
@@ -92,11 +93,11 @@ class SentenceEncoder(EncoderTask):
     def get_config(self):
         config = super().get_config()
         config["normalize"] = self.normalize
-        return config
+        return self._add_quantization_config(config)
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         # Files saved before issue 36 hold a `tokenizer` and the texts' limit.
         length = config.pop("max_sequence_length", None)
-        return cls(**cls._deserialize_parts(config, length))
+        return cls._from_quantized_config(cls._deserialize_parts(config, length))

@@ -94,6 +94,7 @@ class Service:
         self.scheduler = None
         self.encoder_thread = None
         self.scorer = None
+        self.encoding = 0  # embedding requests taken and not yet answered
         if self.generates:
             self.scheduler = Scheduler(model, max_batch, max_length, steps_per_call)
             # `echo`'s forward passes, beside the scheduler's thread.
@@ -126,8 +127,9 @@ class Service:
     async def health(self, request):
         error = self.scheduler is not None and self.scheduler.error
         body = {"status": "error" if error else "ok", "model": self.model_id}
-        if self.scheduler is not None:
-            body["busy"] = self.scheduler.busy()
+        body["busy"] = (
+            self.encoding if self.scheduler is None else self.scheduler.busy()
+        )
         return JSONResponse(body, status_code=500 if error else 200)
 
     async def models(self, request):
@@ -199,12 +201,15 @@ class Service:
         )
         texts, encoding = fields.embedding_inputs(body)
         loop = asyncio.get_running_loop()
+        self.encoding += 1
         try:
             vectors = await loop.run_in_executor(
                 self.encoder_thread, self.model.encode, texts
             )
         except ValueError as error:
             raise ApiError(400, str(error), param="input") from None
+        finally:
+            self.encoding -= 1
         packed = self.model.preprocessor.pack_texts(texts, trim=False)
         tokens = int(np.sum(packed["padding_mask"]))  # [CLS] and [SEP] included
         self.metrics.prompt_tokens.inc(tokens)

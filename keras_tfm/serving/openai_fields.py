@@ -82,7 +82,8 @@ def integer(body, name, low=None, high=None):
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad(name, "an integer", value)
     if (low is not None and value < low) or (high is not None and value > high):
-        raise bad(name, f"an integer from {low} to {high}", value)
+        span = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        raise bad(name, f"an integer {span}", value)
     return value
 
 

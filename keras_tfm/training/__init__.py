@@ -6,6 +6,9 @@ linear-probe initialisation of a classifier's head (`pooled_features`,
 `probe_head`), structured pruning of heads and feed-forward units
 (`head_importance`, `ffn_importance`, `least_important`, `prune_heads`,
 `prune_ffn`), and the device's fastest settings (`device_defaults`).
+These are the entry points; the recipe's parts (the text split, the
+held-out comparison, the batches) are in their modules
+(`language_model_recipe`, `language_model_training`, `flops`).
 
 `Perplexity` is `keras_hub.metrics.Perplexity`, re-exported: pass
 `from_logits=True, mask_token_id=<padding id>` to ignore padding.
@@ -23,28 +26,12 @@ Example:
 from keras_hub.metrics import Perplexity
 
 from keras_tfm.models.lora import enable_lora
+from keras_tfm.runtime.device_settings import device_defaults
 from keras_tfm.training.callbacks import BestModelCheckpoint, TimeBudget
-from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.distiller import Distiller
-from keras_tfm.training.flops import (
-    format_mfu,
-    measure_peak_flops,
-    model_flops_utilization,
-    training_flops_per_token,
-)
-from keras_tfm.training.language_model_recipe import (
-    held_out_batches,
-    held_out_comparison,
-    language_model_splits,
-    text_split,
-    text_tokenizer,
-    train_on_text,
-    use_device_settings,
-)
-from keras_tfm.training.language_model_training import (
-    next_token_pairs,
-    train_language_model,
-)
+from keras_tfm.training.flops import measure_peak_flops, training_flops_per_token
+from keras_tfm.training.language_model_recipe import train_on_text
+from keras_tfm.training.language_model_training import train_language_model
 from keras_tfm.training.linear_probe import pooled_features, probe_head
 from keras_tfm.training.pruning import (
     ffn_importance,
@@ -61,7 +48,6 @@ from keras_tfm.training.transformer_schedule import TransformerSchedule
 
 __all__ = [
     "BestModelCheckpoint",
-    "DeviceDefaults",
     "Distiller",
     "Perplexity",
     "ThroughputCallback",
@@ -73,23 +59,14 @@ __all__ = [
     "device_defaults",
     "enable_lora",
     "ffn_importance",
-    "format_mfu",
     "head_importance",
-    "held_out_batches",
-    "held_out_comparison",
-    "language_model_splits",
     "least_important",
     "measure_peak_flops",
-    "model_flops_utilization",
-    "next_token_pairs",
     "pooled_features",
     "probe_head",
     "prune_ffn",
     "prune_heads",
     "train_language_model",
-    "text_split",
-    "text_tokenizer",
     "train_on_text",
     "training_flops_per_token",
-    "use_device_settings",
 ]

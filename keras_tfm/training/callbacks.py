@@ -82,3 +82,24 @@ class TimeBudget(keras.callbacks.Callback):
         if self.minutes and time.time() - self.began > 60 * self.minutes:
             print(f"Time budget of {self.minutes} min reached after {epoch + 1} epochs")
             self.model.stop_training = True
+
+
+class ProgressBar(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar without the logs it would print as raw floats.
+
+    Keras prints every log value with four decimals (`tokens_per_second:
+    8730.9731 - mfu: 0.2648`); `ThroughputCallback` prints those two on its
+    own line, formatted ("8,731 tokens/s (all tokens), MFU 26.48% of ...").
+    They stay in the logs and in `History`.
+    """
+
+    HIDDEN = ("tokens_per_second", "mfu")
+
+    def _shown(self, logs):
+        return {k: v for k, v in (logs or {}).items() if k not in self.HIDDEN}
+
+    def _update_progbar(self, batch, logs=None):
+        super()._update_progbar(batch, self._shown(logs))
+
+    def _finalize_progbar(self, logs):
+        super()._finalize_progbar(self._shown(logs))

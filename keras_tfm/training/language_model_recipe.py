@@ -24,9 +24,9 @@ import keras
 
 from keras_tfm.baselines import compression_nats_per_byte
 from keras_tfm.distribute import is_chief, task_id
+from keras_tfm.runtime.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.saving import atomic_save
 from keras_tfm.training.callbacks import BestModelCheckpoint
-from keras_tfm.training.device_settings import DeviceDefaults, device_defaults
 from keras_tfm.training.flops import (
     format_mfu,
     measure_peak_flops,
@@ -244,7 +244,7 @@ def train_on_text(
             # Silent: Keras' progress line of each epoch shows tokens_per_second.
             ThroughputCallback(
                 tokens_per_step=batch_size * sequence_length,
-                flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=0,
+                flops_per_token=flops_per_token, peak_flops=peak_flops, verbose=1,
             ),
             BestModelCheckpoint(checkpoints, enabled=is_chief()),
         ],

@@ -17,6 +17,7 @@ import keras
 from keras_tfm._optional import tensorflow as tf
 from keras_tfm.distribute import build_for_fit, shard_by_data
 from keras_tfm.saving import ResumableBackupAndRestore
+from keras_tfm.training.callbacks import ProgressBar
 from keras_tfm.training.token_accuracy import TokenAccuracy
 from keras_tfm.training.token_cross_entropy import TokenCrossEntropy
 from keras_tfm.validation import check_positive_float, check_positive_int
@@ -166,6 +167,8 @@ def train_language_model(
 
     build_for_fit(model, next(iter(stream(0, 1))))
     callbacks = list(callbacks)
+    if not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
+        callbacks.append(ProgressBar())  # tokens/s and MFU: ThroughputCallback's line
     done = 0
     if backup_dir is not None:
         backup = ResumableBackupAndRestore(str(backup_dir), save_freq=save_freq)

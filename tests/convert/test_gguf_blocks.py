@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_tfm.convert import gguf_blocks, llama
+from keras_tfm.convert import gguf_blocks, gguf_llama
 from keras_tfm.kernels.weight_only_matmul import block_matmul, dequantize_blocks
 from keras_tfm.quantized_weights import QuantizableDense, int8_blocks
 from tests.builders import causal_lm
@@ -79,8 +79,8 @@ def test_hold_blocks_refuses_a_wrong_shape():
 def tiny_pair(tmp_path_factory):
     path = tmp_path_factory.mktemp("blocks") / "tiny.gguf"
     write_tiny_llama(path, seed=3)  # Q4_1 matrices, a Q8_0 embedding
-    packed = llama.load_gguf_llama(path, weights="int8_blocks")
-    return llama.load_gguf_llama(path), packed
+    packed = gguf_llama.load_gguf_llama(path, weights="int8_blocks")
+    return gguf_llama.load_gguf_llama(path), packed
 
 
 IDS = np.array([[5, 200, 17, 90, 261, 3, 44, 120]])

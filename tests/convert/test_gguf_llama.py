@@ -9,15 +9,10 @@ import numpy as np
 import pytest
 
 import keras_tfm
-from keras_tfm.convert import (
-    gguf_names,
-    gguf_reader,
-    llama,
-    load_gguf_llama,
-    smollm2_gguf_path,
-)
+from keras_tfm.convert import gguf_llama, gguf_names, gguf_reader, load_gguf_llama
 from keras_tfm.models import CausalLM
 from keras_tfm.models.legacy_configs import flat_arguments
+from keras_tfm.zoo.smollm2 import smollm2_gguf_path
 from tests.convert.decoder_checks import run_docstring_examples
 from tests.convert.llama_reference import llama_logits, tensors_of
 from tests.convert.tiny_gguf import CONFIG, Q, write_tiny_llama
@@ -196,7 +191,7 @@ def test_docstring_examples(smollm2):
     # The example runs on the model loaded above (loading it again would add
     # 20 s to the suite; the loading itself is what the other tests check).
     result = run_docstring_examples(
-        [llama.load_gguf_llama],
+        [gguf_llama.load_gguf_llama],
         {
             "keras_tfm": keras_tfm,
             "np": np,

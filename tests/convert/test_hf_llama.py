@@ -400,7 +400,7 @@ def test_llama_mapping_docstring_examples():
 def test_the_gguf_loader_goes_through_this_mapping(tmp_path, untied, monkeypatch):
     # The GGUF loader hands llama.convert_weights the file's tensors under
     # HuggingFace names: renamed by hand here, q/k rows un-permuted.
-    from keras_tfm.convert import llama as gguf_llama
+    from keras_tfm.convert import gguf_llama
     from tests.convert.tiny_gguf import Q, write_tiny_llama
 
     path = tmp_path / "tiny.gguf"

@@ -175,7 +175,8 @@ def test_eight_concurrent_clients_get_their_sequential_answers(client):
     [
         (dict(model="gpt-4"), 404, "does not exist"),
         (dict(temperature="hot"), 400, "`temperature` must be a number"),
-        (dict(max_tokens=-3), 400, "`max_tokens` must be an integer"),
+        (dict(max_tokens=-3), 400,
+         "`max_tokens` must be an integer of at least 1. Received: max_tokens=-3"),
         (dict(max_tokens=10**9), 400, "at most"),
         (dict(messages="hi"), 400, "`messages` must be a non-empty list"),
         (dict(extra_body={"logit_bias": {}, "tools": []}), 400,
@@ -265,3 +266,5 @@ def test_embeddings_equal_encode(encoder):
         assert reply.usage.prompt_tokens == 3 + 1 + 2 * 2  # words, [CLS], [SEP]
         with pytest.raises(openai.BadRequestError, match="needs a causal LM"):
             client.completions.create(model="tiny-encoder", prompt="a")
+        health = httpx.get(server.url + "/health", timeout=TIMEOUT).json()
+        assert health == {"status": "ok", "model": "tiny-encoder", "busy": 0}

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from keras_tfm.training import device_settings as module
-from keras_tfm.training.device_settings import cpu_flags, device_defaults
+from keras_tfm.runtime import device_settings as module
+from keras_tfm.runtime.device_settings import cpu_flags, device_defaults
 
 
 class FakeGPU:

@@ -34,12 +34,14 @@ def test_the_docstring_examples(restored_policy):
 
 
 def test_device_settings_given_or_the_device_defaults(restored_policy):
-    given = training.use_device_settings("mixed_bfloat16", jit_compile=True)
+    given = language_model_recipe.use_device_settings(
+        "mixed_bfloat16", jit_compile=True
+    )
     assert given[:2] == ("mixed_bfloat16", True)
     assert keras.config.dtype_policy().name == "mixed_bfloat16"
     defaults = training.device_defaults()
-    assert training.use_device_settings()[:2] == defaults[:2]
-    assert training.use_device_settings().reason == defaults.reason
+    assert language_model_recipe.use_device_settings()[:2] == defaults[:2]
+    assert language_model_recipe.use_device_settings().reason == defaults.reason
 
 
 class ByteModel:  # a byte-level tokenizer is all the splits read
@@ -50,7 +52,7 @@ def test_splits_train_on_nine_blocks_in_ten_and_hold_out_the_tenth():
     # 100 lines of 10 bytes: 100 blocks of one line, every tenth held out.
     lines = [f"{i:03d}abcdef\n" for i in range(100)]
     text = "".join(lines)
-    examples, validation, count = training.language_model_splits(
+    examples, validation, count = language_model_recipe.language_model_splits(
         ByteModel(), text, sequence_length=9, batch_size=4
     )
     train = "".join(line for i, line in enumerate(lines) if i % 10 != 9)
@@ -78,7 +80,7 @@ def eight_word_overlap(train, held_out):
 def test_genesis_and_exodus_are_held_out_from_all_through_both_books():
     # The shipped KJV's first two books: the exodus tail problem in small.
     text = "".join(load_default_corpus().splitlines(True)[:GENESIS_EXODUS_VERSES])
-    train, held_out = training.text_split(text)
+    train, held_out = language_model_recipe.text_split(text)
     assert len(held_out) == pytest.approx(len(text) / 10, rel=0.05)
     # Ten runs of whole verses (about a chapter each), spread evenly.
     verses = text.splitlines()
@@ -97,7 +99,7 @@ def test_genesis_and_exodus_are_held_out_from_all_through_both_books():
 
 def test_comparison_converts_tokens_to_bytes_and_codes_the_same_bytes():
     text = load_default_corpus()[:30_000]
-    train, held_out = training.text_split(text)
+    train, held_out = language_model_recipe.text_split(text)
     tokenizer = train_byte_pair_tokenizer(
         train.splitlines(keepends=True), 400, name="tokenizer"
     )
@@ -106,7 +108,7 @@ def test_comparison_converts_tokens_to_bytes_and_codes_the_same_bytes():
         pass
 
     Model.tokenizer = tokenizer
-    per_token, anchor = training.held_out_comparison(Model(), text, 15)
+    per_token, anchor = language_model_recipe.held_out_comparison(Model(), text, 15)
     ids = np.asarray(tokenizer(held_out))
     windows = ids[: 16 * (len(ids) // 16)].reshape(-1, 16)
     # Each label token's own bytes, summed: a byte-level BPE is lossless.

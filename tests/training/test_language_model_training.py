@@ -18,7 +18,7 @@ def batches(dataset):
 
 def test_each_pass_is_an_order_of_the_seed_and_pass_alone():
     windows = np.arange(10 * 5).reshape(10, 5)
-    examples = training.next_token_pairs(windows)
+    examples = language_model_training.next_token_pairs(windows)
 
     def stream(start, stop, seed=0):
         return batches(language_model_training._stream(
@@ -36,7 +36,7 @@ def test_each_pass_is_an_order_of_the_seed_and_pass_alone():
 
 
 def test_bad_settings_are_refused():
-    examples = training.next_token_pairs(np.ones((4, 5), "int32"))
+    examples = language_model_training.next_token_pairs(np.ones((4, 5), "int32"))
     model = keras_tfm.zoo.from_preset("gpt_tiny")
     for name, value in [("epochs", 0), ("batch_size", -1), ("learning_rate", 0)]:
         settings = {"epochs": 1, "batch_size": 2, "learning_rate": 1e-3, name: value}

