@@ -17,11 +17,12 @@ Example:
 import importlib
 
 # The subpackages whose classes `keras.saving` must know (layers, models,
-# losses, metrics, schedules, samplers, tokenizers) are imported now; none
+# losses, metrics, schedules, samplers, tokenizers) and the zoo (which
+# registers `from_preset`'s loader) are imported now; none
 # of them imports TensorFlow until a TensorFlow-only feature runs
 # (`keras_tfm._optional`). The others are imported on first use, as
-# Hugging Face transformers' `_LazyModule` does: `keras_tfm.export` and
-# `keras_tfm.data` import TensorFlow when they are imported.
+# Hugging Face transformers' `_LazyModule` does (`keras_tfm.export`
+# imports TensorFlow as it is imported).
 from keras_tfm import (
     generation,
     layers,
@@ -29,6 +30,7 @@ from keras_tfm import (
     runtime,
     tokenizers,
     training,
+    zoo,
 )
 
 _LAZY_SUBPACKAGES = (
@@ -40,7 +42,6 @@ _LAZY_SUBPACKAGES = (
     "distribute",
     "export",
     "serving",
-    "zoo",
 )
 
 
