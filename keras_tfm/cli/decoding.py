@@ -91,6 +91,8 @@ def check_settings(model, settings):
     try:
         configs_for(sampler, rest, base, 1)
     except ValueError as error:
+        from keras_tfm.cli import in_flags  # the package imports this module
+
         message = str(error)
         flags = [
             FLAGS[name]
@@ -101,4 +103,5 @@ def check_settings(model, settings):
         if "not read" in message:
             chosen = sampler or getattr(default, "sampler", None) or "greedy"
             named += f" with the {chosen} sampler (choose one with --sampler)"
-        raise SystemExit(f"keras-tfm: {named}: {message}") from None
+        written = {name: (flag, True) for name, flag in FLAGS.items()}
+        raise SystemExit(f"keras-tfm: {named}: {in_flags(message, written)}") from None
