@@ -12,6 +12,7 @@ from keras import ops
 from keras_hub.src.utils.tensor_utils import any_equal
 
 from keras_tfm.data.detokenization import detokenize
+from keras_tfm.generation import buffers
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.generation_config import GenerationConfig
 from keras_tfm.validation import check_positive_int
@@ -142,16 +143,16 @@ def previous_token(tokens, index):
 
 
 def bucket_length(length, multiple=8):
-    """`length` rounded up to a multiple of `multiple`: nearby lengths share a
-    compiled loop."""
-    return -(-length // multiple) * multiple
+    """`buffers.rounded_length(length, multiple=multiple)`, under the name
+    `ChatSession` still calls."""
+    return buffers.rounded_length(length, multiple=multiple)
 
 
 def run_sampler(sampler, next, prompt, cache, index, mask, stop_token_ids, end=None):
     """Decodes `prompt` from `index` to `end` (exclusive) with `sampler`.
 
     keras-hub's `Sampler.__call__` always decodes up to the end of the
-    buffer; the buffer is rounded up (`bucket_length`) so that nearby lengths
+    buffer; the buffer is rounded up (`buffers`) so that nearby lengths
     share one compiled loop, so that loop would decode up to 7 positions
     nobody asked for (and 8 steps instead of 1 for one new token). This is its
     loop with an end index (a tensor: no retrace). Samplers that define their
