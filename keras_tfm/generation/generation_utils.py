@@ -347,6 +347,24 @@ def truncate_at_stop(tokens, start, stop_token_ids):
     return tokens
 
 
+def truncated_lengths_graph(tokens, prompt_mask, stop_token_ids, lengths):
+    """`truncate_at_stop` of a (batch, length) tensor, as row lengths:
+    `lengths`, or less where a row has a stop id past its prompt (kept).
+
+    Example:
+    >>> tokens = np.array([[5, 2, 7, 2, 9]])
+    >>> mask = np.array([[True, True, False, False, False]])
+    >>> ops.convert_to_numpy(truncated_lengths_graph(tokens, mask, (2,), [5]))
+    array([4], dtype=int32)
+    """
+    stops = ops.convert_to_tensor(stop_token_ids, "int32")
+    is_stop = ops.any(ops.cast(tokens, "int32")[:, :, None] == stops, axis=-1)
+    is_stop = ops.cast(ops.logical_and(is_stop, ops.logical_not(prompt_mask)), "int32")
+    before = ops.cumsum(is_stop, axis=1) - is_stop  # stops strictly before
+    kept = ops.sum(ops.cast(before == 0, "int32"), axis=1)
+    return ops.minimum(ops.cast(lengths, "int32"), kept)
+
+
 def format_outputs(rows, kind, tokenizer, stop_token_ids):
     """Outputs shaped like the inputs: strings back to strings.
 
