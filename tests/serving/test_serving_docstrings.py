@@ -9,7 +9,8 @@ import doctest
 import numpy as np
 import pytest
 
-from keras_tfm.serving import slot_sampler, text_stream, token_logprobs
+from keras_tfm.generation.continuous_batching import slot_sampler
+from keras_tfm.serving import text_stream, token_logprobs
 
 
 @pytest.mark.parametrize(
