@@ -217,12 +217,12 @@ def _generated(name, model, out):
             out[f"{key}/{mode}_streamed"] = np.array(joined)
 
 
-def generated(out):
+def generated(out, names=GENERATING):
     import time
 
     from keras_tfm import zoo
 
-    for name in GENERATING:
+    for name in names:
         began = time.perf_counter()
         try:
             model = zoo.from_preset(name)
@@ -241,10 +241,13 @@ def generated(out):
 PARTS = {"presets": presets, "tiled": tiled, "generated": generated}
 
 
-def compute(parts=tuple(PARTS)):
+def compute(parts=tuple(PARTS), presets=None):
     out = {}
     for part in parts:
-        PARTS[part](out)
+        if part == "generated" and presets:
+            generated(out, presets)
+        else:
+            PARTS[part](out)
     return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -263,15 +266,23 @@ def main(argv=None):
         "--part", choices=list(PARTS), action="append",
         help="only these parts (default: all); compare checks only their arrays",
     )  # fmt: skip
+    parser.add_argument(
+        "--preset", choices=GENERATING, action="append",
+        help="generated: only these presets (compare checks only theirs)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     parts = tuple(args.part or PARTS)
-    arrays = compute(parts)
+    arrays = compute(parts, args.preset)
     if args.mode == "save":
         np.savez(args.path, **arrays)
         print(f"saved {len(arrays)} arrays to {args.path}")
         return 0
     saved = np.load(args.path)
-    files = [k for k in saved.files if _in_parts(k, parts)]
+    files = [
+        k for k in saved.files if _in_parts(k, parts)
+        and (not args.preset or not k.startswith("generated/")
+             or k.split("/")[1] in args.preset)
+    ]  # fmt: skip
     differ = [k for k in files if k not in arrays
               or not np.array_equal(saved[k], arrays[k])]  # fmt: skip
     missing = sorted(set(arrays) - set(saved.files))
