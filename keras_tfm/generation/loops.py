@@ -106,9 +106,8 @@ def stream_steps(model, sampler):
     def step(context, tokens, cache, index, mask, settings):
         logits, cache = model.decode_step(context, tokens, cache, index)
         if sampler is None:
-            return decode_loop.step_tokens(logits, tokens, index, mask, settings)[
-                0
-            ], cache
+            token, _ = decode_loop.step_tokens(logits, tokens, index, mask, settings)
+            return token, cache
         probabilities = sampler.compute_probabilities(logits)
         return sampler.get_next_token(probabilities), cache
 

@@ -227,24 +227,15 @@ class CausalLM(QuantizationMixin, Task):
     ):  # fmt: skip
         """Continues each input by up to `max_new_tokens` tokens.
 
-        The decoder prompts are right-padded into one batch; the cache is
-        filled by chunks, then one token per step is decoded by an
-        XLA-compiled loop. The built-in samplers ("greedy", "random",
-        "top_k", "top_p") read every setting as a per-row tensor, so one
-        program per (batch, buffer length) serves every prompt length,
-        temperature, cut-off, penalty, seed and stop id; beam search and a
-        `keras_hub.samplers.Sampler` object compile their own loops. Each
-        row is decoded exactly as if it were alone (sampling from its own
-        seed and positions). The logits go through the processors
-        (`keras_tfm.generation.logit_processors`), then the warpers
-        (`keras_tfm.generation.sampling`); a sampler object takes none.
-        Past the context window (rotary or sinusoidal positions) the window
-        slides by `window_shift` (`keras_tfm.generation.sliding_window`);
-        with learned positions the error says how many new tokens fit.
-
         The call becomes a `generation.request.GenerationRequest` (whose
         `validate` refuses the combinations no strategy runs), run by the
-        strategy `generation.strategies.strategy_for` picks.
+        strategy `generation.strategies.strategy_for` picks. The built-in
+        samplers read every setting as a per-row tensor of one XLA-compiled
+        loop per (batch, buffer length); beam search and a keras-hub sampler
+        object compile their own. Each row is decoded as if it were alone
+        (sampling from its own seed and positions). Past the context window
+        (rotary or sinusoidal positions) the window slides by `window_shift`;
+        with learned positions the error says how many new tokens fit.
 
         Args:
             inputs: the prompts (a causal LM) or the sources (a
