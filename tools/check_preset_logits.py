@@ -217,7 +217,9 @@ def _generated(name, model, out):
             out[f"{key}/{mode}_streamed"] = np.array(joined)
 
 
-def generated(out, names=GENERATING):
+def generated(out, names=GENERATING, done=None):
+    """Every mode of each preset in `names`; `done(out)` after each one (the
+    save writes what there is so far, so that a stopped run keeps it)."""
     import time
 
     from keras_tfm import zoo
@@ -236,19 +238,25 @@ def generated(out, names=GENERATING):
             ])  # fmt: skip
         _generated(name, model, out)
         print(f"generated {name}: {time.perf_counter() - began:.0f} s", flush=True)
+        if done is not None:
+            done(out)
 
 
 PARTS = {"presets": presets, "tiled": tiled, "generated": generated}
 
 
-def compute(parts=tuple(PARTS), presets=None):
+def _arrays(out):
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def compute(parts=tuple(PARTS), presets=None, done=None):
     out = {}
     for part in parts:
-        if part == "generated" and presets:
-            generated(out, presets)
+        if part == "generated":
+            generated(out, presets or GENERATING, done)
         else:
             PARTS[part](out)
-    return {k: np.asarray(v) for k, v in out.items()}
+    return _arrays(out)
 
 
 def _in_parts(key, parts):
@@ -272,7 +280,13 @@ def main(argv=None):
     )  # fmt: skip
     args = parser.parse_args(argv)
     parts = tuple(args.part or PARTS)
-    arrays = compute(parts, args.preset)
+    done = None
+    if args.mode == "save":
+
+        def done(out):
+            np.savez(args.path, **_arrays(out))
+
+    arrays = compute(parts, args.preset, done)
     if args.mode == "save":
         np.savez(args.path, **arrays)
         print(f"saved {len(arrays)} arrays to {args.path}")
