@@ -231,6 +231,8 @@ def generated(out, names=GENERATING, done=None):
         except Exception as error:  # SmolLM2 needs its installed package
             print(f"skipped {name}: {error}")
             continue
+        if hasattr(model, "decoder_start_id") and model.preprocessor is None:
+            model.start_token_id = model.start_token_id or 1  # transformer_tiny
         if zoo.preset_weights(name) == "none":
             rng = np.random.default_rng(10)
             model.set_weights([
