@@ -23,6 +23,7 @@ import tensorflow_text  # noqa: F401  (the string graph's ops)
 
 from keras_tfm import export, zoo
 from keras_tfm.export import decoding
+from keras_tfm.generation import loops
 
 PROMPT, NEW, BUFFER = 8, 8, 64
 
@@ -62,7 +63,7 @@ def main():
 
     decoder = decoding.Decoder(model)
     stops = decoding.default_stops(model)
-    loop = model._decode_function()
+    loop = loops.decode_function(model)
 
     def ragged_ids(token_ids):
         rows = tf.RaggedTensor.from_tensor(token_ids)

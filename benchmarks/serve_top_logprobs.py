@@ -14,7 +14,7 @@ import statistics
 import time
 
 from keras_tfm import zoo
-from keras_tfm.serving import SlotDecoder
+from keras_tfm.generation.continuous_batching import SlotDecoder
 
 
 def main():

@@ -1,19 +1,20 @@
 """The decoding loop of exported graphs: `CausalLM.generate`'s own, as ops.
 
-An exported signature decodes with the model's loop of the built-in
-samplers (`CausalLM._decode_function`: prefill by chunks, then
-`keras_tfm.generation.decode_loop.decode`), with the per-row settings as
-tensors, so temperature, top-k, top-p, the seed and the stop ids are inputs
-of one traced loop that every generative signature shares (traced once per
-export, not once per signature). The buffer, the prompt mask and the cut
-after a stop id are computed as `generate` computes them, so an exported
-signature gives `generate`'s tokens, sampled ones included: the random
-stream is the same function of (seed, position, token id).
+An exported signature decodes with the engine's loop of the built-in
+samplers (`keras_tfm.generation.loops.decode_function`: prefill by chunks,
+then `keras_tfm.generation.decode_loop.decode`), with the per-row settings
+as tensors, so temperature, top-k, top-p, the seed and the stop ids are
+inputs of one traced loop that every generative signature shares (traced
+once per export, not once per signature). The buffer lengths are the graph
+forms of `keras_tfm.generation.buffers`' rule, and the prompt mask and the
+cut after a stop id are computed as `generate` computes them, so an
+exported signature gives `generate`'s tokens, sampled ones included: the
+random stream is the same function of (seed, position, token id).
 """
 
 import tensorflow as tf
 
-from keras_tfm.generation import BeamSearchSampler
+from keras_tfm.generation import BeamSearchSampler, buffers, loops
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation.generation_config import GenerationConfig, settings_tensors
 
@@ -55,11 +56,6 @@ def settings(batch, stop_token_ids, temperature=0.0, top_k=0, top_p=1.0, seed=0)
     return rows
 
 
-def _power_of_two_at_least(n):
-    powers = tf.bitwise.left_shift(1, tf.range(31))
-    return tf.reduce_min(tf.boolean_mask(powers, powers >= n))
-
-
 def _source_inputs(model, sources, maximum):
     # `Seq2SeqLM.generation_inputs`: padded to a multiple of 8, masked.
     lengths = tf.cast(sources.row_lengths(), tf.int32)
@@ -69,7 +65,7 @@ def _source_inputs(model, sources, maximum):
         maximum,
         message=f"A source is longer than max_sequence_length={maximum}",
     )
-    width = tf.minimum((longest + 7) // 8 * 8, maximum)
+    width = buffers.rounded_length_graph(longest, maximum)
     source = sources.to_tensor(default_value=model.fill_id)
     source = tf.pad(source, [[0, 0], [0, width - tf.shape(source)[1]]],
                     constant_values=model.fill_id)  # fmt: skip
@@ -98,14 +94,14 @@ class Decoder:
 
     def __init__(self, model, num_beams=None):
         self.model = model
-        self.seq2seq = hasattr(model, "decoder_start_id")
-        self.loop = model._decode_function()
+        self.seq2seq = not model.is_decoder_only
+        self.loop = loops.decode_function(model)
         self.maximum = model.backbone.max_sequence_length
         self.beam_loop = None
         if num_beams:
             self.sampler = _BeamWithPenaltyInput(num_beams, padding_id=model.fill_id)
             stops = tuple(default_stops(model)) or None
-            inner = model._loop(self.sampler, stops).python_function
+            inner = loops.sampler_loop(model, self.sampler, stops, compile=False)
 
             def beam(encoder_inputs, tokens, mask, start, end, settings, penalty):
                 self.sampler.penalty = penalty
@@ -143,10 +139,7 @@ class Decoder:
             f"{self.maximum} (the exported loop does not slide its window)",
         )
         needed = longest + max_new_tokens
-        # `CausalLM.decode_buffer_length`.
-        length = tf.minimum(
-            tf.maximum(64, _power_of_two_at_least(needed)), self.maximum
-        )
+        length = buffers.buffer_length_graph(needed, self.maximum)
         tokens, mask, lengths = self._buffer(decoder_rows, length)
         out = self.loop(encoder_inputs, tokens, mask, shortest, needed, settings)
         keep = tf.minimum(lengths + max_new_tokens, out["ends"])
@@ -157,10 +150,9 @@ class Decoder:
         encoder_inputs, decoder_rows = self._inputs(rows)
         lengths = tf.cast(decoder_rows.row_lengths(), tf.int32)
         longest, shortest = tf.reduce_max(lengths), tf.reduce_min(lengths)
-        # `decoder_buffer_length`: exact for seq2seq (1 + max_new_tokens).
-        length = longest + max_new_tokens
-        if not self.seq2seq:
-            length = tf.minimum((length + 7) // 8 * 8, self.maximum)
+        length = buffers.beam_buffer_length_graph(
+            longest, max_new_tokens, self.maximum, exact=self.seq2seq
+        )
         tokens, mask, lengths = self._buffer(decoder_rows, length)
         out = self.beam_loop(
             encoder_inputs, tokens, mask, shortest, longest + max_new_tokens,
@@ -168,11 +160,8 @@ class Decoder:
         )  # fmt: skip
         keep = lengths + max_new_tokens
         stops = default_stops(self.model)
-        if stops:  # `truncate_at_stop`: after the first stop id past the prompt
-            is_stop = tf.reduce_any(out[:, :, None] == tf.constant(stops), axis=-1)
-            is_stop &= ~mask
-            after = tf.cumsum(tf.cast(is_stop, tf.int32), axis=1, exclusive=True)
-            keep = tf.minimum(keep, tf.reduce_sum(tf.cast(after == 0, tf.int32), 1))
+        if stops:
+            keep = gen.truncated_lengths_graph(out, mask, stops, keep)
         return self._skip(tf.RaggedTensor.from_tensor(out, lengths=keep))
 
     def _skip(self, ids):

@@ -14,8 +14,13 @@ window and streaming; `CompiledLoops` keeps a model's compiled loops.
 `SpeculativeDecoder` drafts tokens (prompt lookup or a draft model) that
 the model verifies in one pass, and `set_kv_cache_dtype("int8")` stores
 the cache in int8.
-`generate` itself is written once, in `keras_tfm.models.CausalLM`, for both
-generating families.
+This package owns decoding: `CausalLM.generate` builds a `request`
+(`GenerationRequest`, whose `validate` holds the rules about combinations),
+`strategies.strategy_for` picks the strategy that runs it (buffered, beam,
+streamed, sliding, speculative), every strategy drives the model's
+`cached_steps` through the compiled functions of `loops`, `buffers` sizes
+what reaches them, and `outputs` shapes the result like the inputs.
+`continuous_batching` is the server's slot decoder and scheduler.
 
 Example:
 >>> from keras_tfm.generation import BeamSearchSampler, GenerationConfig

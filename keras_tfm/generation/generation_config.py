@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from keras_tfm.generation.buffers import buffer_length
 from keras_tfm.validation import check_choice
 
 SAMPLERS = ("greedy", "random", "top_k", "top_p", "beam")
@@ -265,11 +266,6 @@ SETTINGS_DTYPES = {
 """The (batch,) entries of the settings dict and their dtypes."""
 
 
-def _bucket(n, smallest=1):
-    """The power of two >= max(n, smallest): few distinct shapes, few programs."""
-    return max(smallest, 1 << max(0, int(n) - 1).bit_length())
-
-
 def seed_word(seed):
     """A seed folded into an int32 (its 32-bit hash), for the loop's tensors."""
     seed = int(seed)
@@ -310,8 +306,10 @@ def settings_tensors(configs, stop_token_ids=None, rng=None):
         "int32",
     )
     words = [c.bad_words_ids for c in configs]
-    count = _bucket(max(len(w) for w in words), 4)
-    length = _bucket(max((len(x) for w in words for x in w), default=1), 4)
+    count = buffer_length(max(len(w) for w in words), smallest=4)
+    length = buffer_length(
+        max((len(x) for w in words for x in w), default=1), smallest=4
+    )
     bad = np.full((batch, count, length), -1, "int32")
     for i, row in enumerate(words):
         for j, word in enumerate(row):
@@ -319,7 +317,9 @@ def settings_tensors(configs, stop_token_ids=None, rng=None):
     settings["bad_words"] = bad
     if stop_token_ids is None or isinstance(stop_token_ids, tuple):
         stop_token_ids = [stop_token_ids or ()] * batch
-    stops = np.full((batch, _bucket(max(map(len, stop_token_ids)), 8)), -1, "int32")
+    stops = np.full(
+        (batch, buffer_length(max(map(len, stop_token_ids)), smallest=8)), -1, "int32"
+    )
     for i, ids in enumerate(stop_token_ids):
         stops[i, : len(ids)] = ids
     settings["stop_token_ids"] = stops

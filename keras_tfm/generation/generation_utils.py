@@ -12,6 +12,7 @@ from keras_hub.src.utils.tensor_utils import any_equal
 
 from keras_tfm._optional import tensorflow as tf
 from keras_tfm.data.detokenization import detokenize
+from keras_tfm.generation import buffers
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.generation_config import GenerationConfig
 from keras_tfm.validation import check_positive_int
@@ -142,16 +143,16 @@ def previous_token(tokens, index):
 
 
 def bucket_length(length, multiple=8):
-    """`length` rounded up to a multiple of `multiple`: nearby lengths share a
-    compiled loop."""
-    return -(-length // multiple) * multiple
+    """`buffers.rounded_length(length, multiple=multiple)`, under the name
+    `ChatSession` still calls."""
+    return buffers.rounded_length(length, multiple=multiple)
 
 
 def run_sampler(sampler, next, prompt, cache, index, mask, stop_token_ids, end=None):
     """Decodes `prompt` from `index` to `end` (exclusive) with `sampler`.
 
     keras-hub's `Sampler.__call__` always decodes up to the end of the
-    buffer; the buffer is rounded up (`bucket_length`) so that nearby lengths
+    buffer; the buffer is rounded up (`buffers`) so that nearby lengths
     share one compiled loop, so that loop would decode up to 7 positions
     nobody asked for (and 8 steps instead of 1 for one new token). This is its
     loop with an end index (a tensor: no retrace). Samplers that define their
@@ -344,6 +345,24 @@ def truncate_at_stop(tokens, start, stop_token_ids):
             if tokens[i] in stop_token_ids:
                 return tokens[: i + 1]
     return tokens
+
+
+def truncated_lengths_graph(tokens, prompt_mask, stop_token_ids, lengths):
+    """`truncate_at_stop` of a (batch, length) tensor, as row lengths:
+    `lengths`, or less where a row has a stop id past its prompt (kept).
+
+    Example:
+    >>> tokens = np.array([[5, 2, 7, 2, 9]])
+    >>> mask = np.array([[True, True, False, False, False]])
+    >>> ops.convert_to_numpy(truncated_lengths_graph(tokens, mask, (2,), [5]))
+    array([4], dtype=int32)
+    """
+    stops = ops.convert_to_tensor(stop_token_ids, "int32")
+    is_stop = ops.any(ops.cast(tokens, "int32")[:, :, None] == stops, axis=-1)
+    is_stop = ops.cast(ops.logical_and(is_stop, ops.logical_not(prompt_mask)), "int32")
+    before = ops.cumsum(is_stop, axis=1) - is_stop  # stops strictly before
+    kept = ops.sum(ops.cast(before == 0, "int32"), axis=1)
+    return ops.minimum(ops.cast(lengths, "int32"), kept)
 
 
 def format_outputs(rows, kind, tokenizer, stop_token_ids):

@@ -37,6 +37,7 @@ Reference: Leviathan et al., 2023 (speculative decoding); Saxena, 2023
 from keras import ops
 
 from keras_tfm._optional import tensorflow as tf
+from keras_tfm.generation import buffers
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.validation import check_positive_int
@@ -199,8 +200,8 @@ class SpeculativeDecoder:
         results = []
         for row in rows:
             end = len(row) + max_new_tokens
-            length = min(
-                gen.bucket_length(end + k, BUFFER_BUCKET), backbone.max_sequence_length
+            length = buffers.rounded_length(
+                end + k, backbone.max_sequence_length, BUFFER_BUCKET
             )
             tokens, _ = gen.pad_rows([row], length, model.fill_id)
             tokens, index, counts = function(

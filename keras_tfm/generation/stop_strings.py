@@ -25,6 +25,7 @@ import weakref
 import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
+from keras_tfm.generation.buffers import buffer_length
 
 TOKEN_WIDTH = 32
 """How many trailing bytes of each token the table keeps."""
@@ -106,12 +107,11 @@ def string_table(rows, smallest=16):
     right-aligned and padded with -1; sizes rounded up to powers of two
     (at least 2 strings of `smallest` bytes) so that few shapes compile."""
 
-    def bucket(n, low):
-        return max(low, 1 << max(0, n - 1).bit_length())
-
     encoded = [[s.encode() for s in row] for row in rows]
-    count = bucket(max(len(row) for row in encoded), 2)
-    length = bucket(max((len(s) for row in encoded for s in row), default=1), smallest)
+    count = buffer_length(max(len(row) for row in encoded), smallest=2)
+    length = buffer_length(
+        max((len(s) for row in encoded for s in row), default=1), smallest=smallest
+    )
     table = np.full((len(rows), count, length), -1, "int32")
     for i, row in enumerate(encoded):
         for j, string in enumerate(row):

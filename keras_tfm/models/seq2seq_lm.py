@@ -2,8 +2,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_tfm.generation import buffers, scoring
 from keras_tfm.generation import generation_utils as gen
-from keras_tfm.generation import scoring
 from keras_tfm.layers.hyperparameters import as_bool
 from keras_tfm.models._common import make_logits_bias
 from keras_tfm.models.causal_lm import CausalLM
@@ -68,6 +68,7 @@ class Seq2SeqLM(CausalLM):
     backbone_class = Seq2SeqBackbone
     preprocessor_class = Seq2SeqLMPreprocessor
     prompt_through_step = 0  # the decoding steps read the encoder's context
+    is_decoder_only = False
 
     def __init__(
         self,
@@ -189,7 +190,7 @@ class Seq2SeqLM(CausalLM):
         # from the row lengths as well as `padding_id`, so that sources of
         # different lengths batch even without one.
         source, source_mask = gen.pad_rows(
-            rows, min(gen.bucket_length(longest), maximum), self.fill_id
+            rows, buffers.rounded_length(longest, maximum), self.fill_id
         )
         if self.backbone.padding_id is not None:
             source_mask &= source != self.backbone.padding_id
@@ -210,11 +211,6 @@ class Seq2SeqLM(CausalLM):
                 f"{max_new_tokens}"
             )
         return False
-
-    def decoder_buffer_length(self, longest, max_new_tokens):
-        # Exactly the start token and the new tokens: beam search ranks its
-        # beams over the whole buffer, so a longer one could change the winner.
-        return longest + max_new_tokens
 
     def encoder_context(self, encoder_inputs):
         source, source_mask = encoder_inputs

@@ -1,11 +1,15 @@
-"""An OpenAI-compatible HTTP server with continuous batching.
+"""An OpenAI-compatible HTTP server on continuous batching.
 
-`Scheduler` batches concurrent generation requests over the fixed slots
-of a `SlotDecoder`; `keras_tfm.serving.app` puts the OpenAI routes in
-front of it (`keras-tfm serve MODEL`, docs/serving.md).
+The batching itself (`Scheduler`, `SlotDecoder`, `SlotRequest`) is the
+engine's, `keras_tfm.generation.continuous_batching`, re-exported here;
+`keras_tfm.serving.app` puts the OpenAI routes in front of it
+(`keras-tfm serve MODEL`, docs/serving.md).
 """
 
-from keras_tfm.serving.scheduler import Scheduler, SlotRequest
-from keras_tfm.serving.slot_decoder import SlotDecoder
+from keras_tfm.generation.continuous_batching import (
+    Scheduler,
+    SlotDecoder,
+    SlotRequest,
+)
 
 __all__ = ["Scheduler", "SlotDecoder", "SlotRequest"]

@@ -30,6 +30,7 @@ from starlette.middleware import Middleware
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from keras_tfm.generation.continuous_batching.scheduler import Scheduler
 from keras_tfm.generation.stop_strings import token_bytes
 from keras_tfm.models import CausalLM, Seq2SeqLM
 from keras_tfm.serving import openai_fields as fields
@@ -39,7 +40,6 @@ from keras_tfm.serving.command import DEFAULT_MAX_BODY_BYTES
 from keras_tfm.serving.generation_stream import GenerationStream
 from keras_tfm.serving.metrics import CountAnswers, ServerMetrics
 from keras_tfm.serving.prompt_logprobs import prompt_logprobs
-from keras_tfm.serving.scheduler import Scheduler
 from keras_tfm.serving.text_stream import as_text
 from keras_tfm.serving.token_logprobs import TokenLogprobs
 from keras_tfm.serving.tokenizer_routes import TokenizerRoutes

@@ -9,8 +9,8 @@ call boundary).
 
 import asyncio
 
+from keras_tfm.generation.continuous_batching.scheduler import SlotRequest
 from keras_tfm.serving.api_errors import ApiError
-from keras_tfm.serving.scheduler import SlotRequest
 from keras_tfm.serving.text_stream import TextStream
 
 

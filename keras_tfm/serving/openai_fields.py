@@ -9,8 +9,8 @@ otherwise trust an answer that does not honour them).
 
 import random
 
+from keras_tfm.generation.continuous_batching.scheduler import MAX_TOP_LOGPROBS
 from keras_tfm.serving.api_errors import ApiError
-from keras_tfm.serving.scheduler import MAX_TOP_LOGPROBS
 
 # OpenAI's limit on completions' `logprobs` (the alternatives per token).
 MAX_COMPLETION_LOGPROBS = 5

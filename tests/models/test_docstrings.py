@@ -10,14 +10,17 @@ import keras_tfm
 from keras_tfm import datasets
 from keras_tfm.datasets import digits
 from keras_tfm.generation import (
+    buffers,
     compiled_loops,
     decode_loop,
     generation_config,
     generation_utils,
     logit_processors,
+    request,
     sampling,
     scoring,
     stop_strings,
+    strategies,
 )
 from keras_tfm.layers import normalization
 from keras_tfm.models import (
@@ -41,6 +44,7 @@ from keras_tfm.models import (
 
 MODULES = [
     _common,
+    buffers,
     causal_lm,
     causal_lm_preprocessor,
     compiled_loops,
@@ -58,12 +62,14 @@ MODULES = [
     masked_lm_preprocessor,
     normalization,
     preset_loading,
+    request,
     sampling,
     scoring,
     seq2seq_backbone,
     seq2seq_lm,
     seq2seq_lm_preprocessor,
     stop_strings,
+    strategies,
     text_classifier_preprocessor,
     text_inputs,
     vision_transformer,

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import keras_tfm
+from keras_tfm.generation.continuous_batching import slot_sampler
 from keras_tfm.serving import (
     metrics,
     prompt_logprobs,
-    slot_sampler,
     text_stream,
     token_logprobs,
 )

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from keras_tfm.serving.slot_sampler import sample_tokens
+from keras_tfm.generation.continuous_batching.slot_sampler import sample_tokens
 
 PROBABILITIES = np.array([0.5, 0.3, 0.2])
 

@@ -30,9 +30,12 @@ import numpy as np
 from keras import ops
 
 from keras_tfm._optional import tensorflow as tf
+from keras_tfm.generation.continuous_batching.slot_sampler import (
+    row_seed,
+    sample_tokens,
+)
 from keras_tfm.generation.decode_loop import chosen_log_probabilities
 from keras_tfm.generation.logit_processors import presence_frequency_penalty
-from keras_tfm.serving.slot_sampler import row_seed, sample_tokens
 from keras_tfm.validation import check_positive_int
 
 
@@ -50,7 +53,7 @@ class SlotDecoder:
             (0: none); at most the vocabulary size.
 
     Example:
-    >>> from keras_tfm.serving import SlotDecoder
+    >>> from keras_tfm.generation.continuous_batching import SlotDecoder
     >>> backbone = keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
     ...     intermediate_dim=32, max_sequence_length=32)

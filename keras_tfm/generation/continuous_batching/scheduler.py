@@ -10,7 +10,7 @@ never waits for another to finish: it joins at the next call boundary.
 import queue
 import threading
 
-from keras_tfm.serving.slot_decoder import SlotDecoder
+from keras_tfm.generation.continuous_batching.slot_decoder import SlotDecoder
 
 # The most alternatives a request may ask for (OpenAI's `top_logprobs` limit).
 MAX_TOP_LOGPROBS = 20
@@ -85,7 +85,7 @@ class Scheduler:
             step computes that many; at most the vocabulary size).
 
     Example:
-    >>> from keras_tfm.serving import Scheduler, SlotRequest
+    >>> from keras_tfm.generation.continuous_batching import Scheduler, SlotRequest
     >>> backbone = keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
     ...     intermediate_dim=32, max_sequence_length=32)

@@ -34,7 +34,7 @@ def sample_tokens(logits, temperature, top_p, seed, position):
         int32 (batch,) token ids.
 
     Example:
-    >>> from keras_tfm.serving.slot_sampler import sample_tokens
+    >>> from keras_tfm.generation.continuous_batching.slot_sampler import sample_tokens
     >>> logits = np.array([[0.0, 3.0, 1.0]], "float32")
     >>> int(sample_tokens(logits, np.zeros(1, "float32"), np.ones(1, "float32"),
     ...                   np.zeros(1, "int32"), np.zeros(1, "int32"))[0])
