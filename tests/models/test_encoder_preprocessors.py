@@ -4,6 +4,7 @@ Expected ids come from `encode_for_classification` (the NumPy packing the
 tasks used before they had preprocessors) and from the vocabulary itself.
 """
 
+import functools
 from pathlib import Path
 
 import keras
@@ -150,21 +151,24 @@ def test_config_round_trip_and_keras_file_keep_the_preprocessor(make, tmp_path):
 
 
 def test_old_keras_files_load_with_the_answers_of_the_old_code():
+    # Within float32 rounding, not bit for bit: the answers were saved on one
+    # CPU, and another's kernels (oneDNN with AMX, say) sum in another order.
+    same = functools.partial(np.testing.assert_allclose, rtol=1e-6, atol=1e-7)
     expected = np.load(LEGACY / "expected.npz")
     model = saving.load_model(LEGACY / "classifier.keras")
     assert isinstance(model.preprocessor, TextClassifierPreprocessor)
     ranked = model.classify(LEGACY_TEXTS, top_k=3)
     probabilities = [[dict(r)[n] for n in model.class_names] for r in ranked]
-    np.testing.assert_array_equal(probabilities, expected["classify"])
-    np.testing.assert_array_equal(
+    same(probabilities, expected["classify"])
+    same(
         model.predict(LEGACY_TEXTS, verbose=0), expected["predict"]
     )
     encoder = saving.load_model(LEGACY / "sentence_encoder.keras")
     assert encoder.max_sequence_length == 10  # the old max_sequence_length
-    np.testing.assert_array_equal(encoder.encode(LEGACY_TEXTS), expected["encode"])
+    same(encoder.encode(LEGACY_TEXTS), expected["encode"])
     mlm = saving.load_model(LEGACY / "masked_lm.keras")
     filled = mlm.fill_mask("the [MASK] sat", top_k=5)
-    np.testing.assert_array_equal(
+    same(
         [c["probability"] for c in filled], expected["fill_mask"]
     )
 
