@@ -60,7 +60,7 @@ def is_dataset(x):
 class _LazyModule:
     """A module imported on its first attribute read.
 
-    Hand-written rather than Keras's own private `LazyModule`, which
+    Hand-written rather than Keras's `LazyModule`, which
     is private to Keras and whose message names no keras-tfm feature.
     """
 
