@@ -24,9 +24,9 @@ def test_a_fresh_process_loads_a_saved_model_after_import_keras_tfm(tmp_path):
         np.testing.assert_array_equal(got, np.load({str(tmp_path / "expected.npy")!r}))
         print("loaded", type(model).__name__)
         # A task's from_preset finds the zoo, which `import keras_tfm` leaves lazy.
+        # (gpt_tiny is an architecture preset: its weights are freshly drawn.)
         preset = keras_tfm.models.CausalLM.from_preset("gpt_tiny")
-        got = np.asarray(preset(np.array([[1, 2, 3, 4]])))
-        np.testing.assert_array_equal(got, np.load({str(tmp_path / "expected.npy")!r}))
+        assert preset(np.array([[1, 2, 3, 4]])).shape == got.shape
         print("from_preset", type(preset).__name__)
         """
     )
