@@ -3,12 +3,12 @@
 Ids come back as ids (one list for one input), strings as strings
 (detokenized by the preprocessor, without the stop token, cut before a
 stop string found in the new text); streamed steps become pieces of the
-same shape (`sliding_window.stream_pieces`).
+same shape (`stream_pieces`, on the one streamed-text helper
+`keras_tfm_lite.stop_text.TextStream`).
 """
 
 from keras_tfm.generation import generation_utils as gen
-from keras_tfm.generation import sliding_window
-from keras_tfm_lite.stop_text import cut_at_stop_strings
+from keras_tfm_lite.stop_text import TextStream, cut_at_stop_strings
 
 
 def format_rows(model, rows, kind, stop_token_ids, strings=None, prompts=None):
@@ -53,10 +53,54 @@ def format_results(model, request, inputs, kind, results):
 def format_stream(model, request, inputs, kind, steps):
     """The generator of pieces of a streamed strategy's id `steps`."""
     stops = request.stop_token_ids
-    return sliding_window.stream_pieces(
+    return stream_pieces(
         steps,
         [row[inputs.skip :] for row in inputs.rows],
         kind,
         lambda ids: format_rows(model, [ids], "string", stops),
         request.stop_strings,
     )
+
+
+def stream_pieces(steps, rows, kind, format_row, stop_strings=None):
+    """Turns streamed id `steps` into pieces shaped like the outputs.
+
+    For "ids" prompts each piece is a token id, for "batch" a list (None
+    where a row has nothing new). For "string" / "strings" prompts a piece
+    is each row's new text as its `TextStream` shows it (`format_row(ids)`,
+    the non-streamed formatting of a whole row, detokenizes; half a UTF-8
+    character and the start of a stop string wait). Joined, the pieces make
+    the non-streamed output after the prompt.
+
+    Example:
+    >>> def format_row(ids):  # one id a byte
+    ...     return bytes(ids).decode("utf-8", "replace")
+    >>> steps = [[0xC3], [0xA9], [0x21]]
+    >>> list(stream_pieces(iter(steps), [[0x61]], "string", format_row))
+    ['é', '!']
+    """
+    if kind not in ("string", "strings"):
+        for new in steps:
+            yield new[0] if kind == "ids" else new
+        return
+    strings = stop_strings or [()] * len(rows)
+    streams = [
+        TextStream(format_row, row_strings, prompt=row)
+        for row, row_strings in zip(rows, strings, strict=True)
+    ]
+
+    def shaped(pieces):
+        return pieces[0] if kind == "string" else pieces
+
+    for new in steps:
+        pieces = [
+            "" if token is None else stream.push(token)[0]
+            for stream, token in zip(streams, new, strict=True)
+        ]
+        if any(pieces):
+            yield shaped(pieces)
+    # Whatever waited (a cut character that stayed cut, the start of a stop
+    # string that never came) comes out last.
+    pieces = [stream.flush()[0] for stream in streams]
+    if any(pieces):
+        yield shaped(pieces)

@@ -21,7 +21,6 @@ many new tokens still fit.
 import numpy as np
 
 from keras_tfm.generation.generation_utils import pad_rows
-from keras_tfm_lite.stop_text import visible_text
 
 
 def default_window_shift(max_sequence_length):
@@ -202,52 +201,3 @@ def stream_tokens(
         index += 1
         if any(token is not None for token in new):
             yield new
-
-
-def stream_pieces(steps, rows, kind, format_row, stop_strings=None):
-    """Turns `stream_tokens`' id steps into pieces shaped like the outputs.
-
-    For "ids" prompts each piece is a token id, for "batch" a list (None
-    where a row has nothing new). For "string" / "strings" prompts a piece is
-    the new text: `format_row(ids)` (the non-streamed formatting of a whole
-    row) of the prompt and the tokens so far, minus what was already yielded;
-    text ending in U+FFFD (a character cut in the middle of its bytes) waits
-    for the next token. Joined, the pieces make the non-streamed output
-    after the prompt. With `stop_strings` (a list per row), a row's text is
-    cut before its first stop string in the new text, and an ending that
-    may start one is held back until it is known not to
-    (`keras_tfm_lite.stop_text.visible_text`).
-    """
-    if kind not in ("string", "strings"):
-        for new in steps:
-            yield new[0] if kind == "ids" else new
-        return
-    texts = [[int(t) for t in row] for row in rows]
-    shown = [format_row(text) for text in texts]
-    starts = [len(text) for text in shown]
-    strings = stop_strings or [()] * len(rows)
-
-    def visible(i, final=False):
-        text = format_row(texts[i])
-        return visible_text(text, strings[i], min(starts[i], len(text)), final)
-
-    for new in steps:
-        pieces = []
-        for i, token in enumerate(new):
-            piece = ""
-            if token is not None:
-                texts[i].append(token)
-                text = visible(i)
-                if text.startswith(shown[i]) and not text.endswith("\ufffd"):
-                    piece, shown[i] = text[len(shown[i]) :], text
-            pieces.append(piece)
-        if any(pieces):
-            yield pieces[0] if kind == "string" else pieces
-    # Whatever waited (a cut character that stayed cut, the start of a stop
-    # string that never came) comes out last.
-    pieces = []
-    for i in range(len(texts)):
-        final = visible(i, final=True)
-        pieces.append(final[len(shown[i]) :] if final.startswith(shown[i]) else "")
-    if any(pieces):
-        yield pieces[0] if kind == "string" else pieces

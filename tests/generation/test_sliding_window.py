@@ -107,7 +107,7 @@ def test_bad_window_shift_and_beam_search_past_the_window():
 
 
 def test_text_pieces_wait_for_a_whole_character():
-    from keras_tfm.generation.sliding_window import stream_pieces
+    from keras_tfm.generation.outputs import stream_pieces
 
     def decode(ids):
         return bytes(ids).decode("utf-8", "replace")
