@@ -14,6 +14,8 @@ import), and TensorFlow's C++ logging must be configured before then:
   descriptor 2 unconditionally (abseil-cpp issue 1718). While TensorFlow is
   imported, file descriptor 2 goes through a filter that drops lines in
   absl's log format and passes every other line on.
+  `import keras_tfm` does the same (`quiet_tensorflow_import`), at level 2
+  and only where the user has not set `TF_CPP_MIN_LOG_LEVEL`.
 - Python-side: the `tensorflow` and absl loggers are set to ERROR and
   warnings raised by dependencies are ignored (keras_tfm's own still show).
 
@@ -48,11 +50,35 @@ _ABSL_LINE = re.compile(
 )
 
 
+# The default of `TF_CPP_MIN_LOG_LEVEL` that `import keras_tfm` sets: INFO and
+# WARNING lines hidden, ERROR lines shown (the command hides those too: 3).
+LIBRARY_LOG_LEVEL = "2"
+
+
+def _dropped(line, level):
+    """Whether absl's `line` is below `level` (TF_CPP_MIN_LOG_LEVEL's scale:
+    1 drops INFO, 2 WARNING too, 3 ERROR too; FATAL always shows). absl's
+    pre-init notice goes with the lines it announces (level 1 and up)."""
+    if not _ABSL_LINE.match(line):
+        return False
+    if line.startswith(b"WARNING: All log messages"):
+        return level >= 1
+    return "IWEF".index(chr(line[0])) < level
+
+
 @contextlib.contextmanager
-def _drop_absl_lines_from_stderr():
-    """Within the block, lines written to fd 2 in absl's format are dropped."""
+def drop_absl_lines_from_stderr(level=3):
+    """Within the block, lines absl writes to fd 2 below `level` are dropped.
+
+    `level` is on `TF_CPP_MIN_LOG_LEVEL`'s scale (see `_dropped`); every
+    other line passes on. Where fd 2 cannot be redirected, nothing is dropped.
+    """
     sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 (a detached process): nothing to filter
+        yield
+        return
     read, write = os.pipe()
     os.dup2(write, 2)
     os.close(write)
@@ -60,7 +86,7 @@ def _drop_absl_lines_from_stderr():
     def pump():
         with os.fdopen(read, "rb") as pipe:
             for line in pipe:
-                if not _ABSL_LINE.match(line):
+                if not _dropped(line, level):
                     os.write(saved, line)
 
     thread = threading.Thread(target=pump, name="keras-tfm-stderr", daemon=True)
@@ -72,6 +98,27 @@ def _drop_absl_lines_from_stderr():
         os.dup2(saved, 2)  # closes the pipe's only writer: the pump sees EOF
         thread.join(timeout=10)
         os.close(saved)
+
+
+def quiet_tensorflow_import():
+    """The context `keras_tfm` imports TensorFlow in, quiet unless asked not to.
+
+    `TF_CPP_MIN_LOG_LEVEL` defaults to `LIBRARY_LOG_LEVEL` (a value the user
+    set is kept), and absl's lines below it that TensorFlow writes before
+    absl is initialised (which no setting silences) are dropped from fd 2.
+    Once TensorFlow is imported, or with `TF_CPP_MIN_LOG_LEVEL=0`, it does
+    nothing.
+    """
+    if "tensorflow" in sys.modules:
+        return contextlib.nullcontext()
+    level = os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", LIBRARY_LOG_LEVEL)
+    try:
+        level = int(level)
+    except ValueError:  # TensorFlow reads a non-number as 0 too
+        level = 0
+    if level <= 0:
+        return contextlib.nullcontext()
+    return drop_absl_lines_from_stderr(level)
 
 
 # Imported by Keras if present, used by no keras-tfm command.
@@ -129,11 +176,13 @@ def main(argv=None):
     if answer_from_cache(argv):  # a cached chat: TensorFlow is never imported
         return 0
     if "--verbose" in argv:
+        # TensorFlow's own level (0) unless set: `import keras_tfm` would quiet it.
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
         with _deferred_imports():
             from keras_tfm import cli
     else:
         quiet()
-        with _drop_absl_lines_from_stderr(), _deferred_imports():
+        with drop_absl_lines_from_stderr(), _deferred_imports():
             import tensorflow  # noqa: F401 (imported here to filter its start-up lines)
 
             from keras_tfm import cli

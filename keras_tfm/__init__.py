@@ -8,6 +8,10 @@ CPU with AVX-512 it also asks XLA for 512-bit vector code
 (`keras_tfm.runtime.prefer_wide_vectors`), and it points TensorFlow's
 persistent XLA compilation cache at keras-tfm's cache folder
 (`keras_tfm.runtime.use_persistent_xla_cache`, `keras_tfm_lite.user_cache`).
+TensorFlow, which Keras imports, starts quietly: `TF_CPP_MIN_LOG_LEVEL`
+defaults to 2 (errors only; a value you set is kept, 0 shows everything) and
+the start-up lines absl writes before any setting applies are dropped
+(`keras_tfm_launcher.quiet_tensorflow_import`).
 
 Example:
 >>> import keras_tfm
@@ -16,6 +20,8 @@ Example:
 
 import importlib
 
+from keras_tfm_launcher import quiet_tensorflow_import
+
 # The subpackages whose classes `keras.saving` must know (layers, models,
 # losses, metrics, schedules, samplers, tokenizers) and the zoo (which
 # registers `from_preset`'s loader) are imported now; none
@@ -23,15 +29,16 @@ import importlib
 # (`keras_tfm._optional`). The others are imported on first use, as
 # Hugging Face transformers' `_LazyModule` does (`keras_tfm.export`
 # imports TensorFlow as it is imported).
-from keras_tfm import (
-    generation,
-    layers,
-    models,
-    runtime,
-    tokenizers,
-    training,
-    zoo,
-)
+with quiet_tensorflow_import():  # Keras imports TensorFlow here
+    from keras_tfm import (
+        generation,
+        layers,
+        models,
+        runtime,
+        tokenizers,
+        training,
+        zoo,
+    )
 
 _LAZY_SUBPACKAGES = (
     "baselines",

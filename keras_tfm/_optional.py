@@ -20,6 +20,8 @@ Example:
 import importlib
 import sys
 
+from keras_tfm_launcher import quiet_tensorflow_import
+
 INSTALL = "pip install tensorflow tensorflow-text"
 
 
@@ -34,7 +36,8 @@ def require_tensorflow(feature, module="tensorflow"):
         The module.
     """
     try:
-        return importlib.import_module(module)
+        with quiet_tensorflow_import():
+            return importlib.import_module(module)
     except ImportError as error:
         raise ImportError(
             f"{feature} runs on TensorFlow, which cannot be imported here "

@@ -70,6 +70,8 @@ def convert_backbone_config(config, directory="."):
         config, "feed_forward_proj", ACTIVATIONS, "relu", directory
     )
     pad = config.get("pad_token_id", 0)
+    # T5 has one `dropout_rate`, at every place its dropout is.
+    dropout = config.get("dropout_rate", 0.1)
     tied = config.get("tie_word_embeddings", True) is not False
     return dict(
         vocabulary_size=config["vocab_size"],
@@ -81,7 +83,9 @@ def convert_backbone_config(config, directory="."):
         head_dim=config["d_kv"],
         max_sequence_length=config.get("n_positions", DEFAULT_LENGTH),
         activation=activation,
-        dropout=config.get("dropout_rate", 0.1),
+        dropout=dropout,
+        inner_dropout=dropout,
+        final_dropout=dropout,
         normalize_first=True,
         normalization="rms_norm",
         layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-6),
@@ -300,10 +304,10 @@ def load_hf_t5(directory):
     takes texts ("translate English to German: ...") and returns texts,
     stopping at "</s>". `max_sequence_length` is the config's `n_positions`
     (512 if absent): relative positions have no table, so it only bounds the
-    inputs. Dropout is the config's `dropout_rate` on the attention weights,
-    the sublayer outputs and the embeddings; T5's dropout inside the
-    feed-forward and after each stack's final norm is not applied (training
-    only). mT5 (`model_type` "mt5") and other families are refused.
+    inputs. Dropout (training only) is the config's `dropout_rate` where
+    T5 has it: the embeddings, the attention weights, the sublayer outputs,
+    inside the feed-forward (after the activation) and after each stack's
+    final norm. mT5 (`model_type` "mt5") and other families are refused.
 
     Use float32 or bfloat16: T5's activations overflow float16.
 

@@ -15,7 +15,7 @@ from keras_tfm.layers.hyperparameters import (
 from keras_tfm.quantized_weights import projection
 
 # The constructor arguments besides the initializers, in `get_config` order.
-FEED_FORWARD_ARGUMENTS = ("intermediate_dim", "activation", "use_bias")
+FEED_FORWARD_ARGUMENTS = ("intermediate_dim", "activation", "use_bias", "inner_dropout")
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -32,12 +32,15 @@ class FeedForward(keras.layers.Layer):
     "gelu" is the exact (erf) form; "gelu_approximate" is
     0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), HuggingFace's "gelu_new";
     "silu" is x sigmoid(x), also called swish.
-    The output has the input's last dimension.
+    The output has the input's last dimension. With `inner_dropout`, the
+    activations are dropped out between the two projections in training,
+    FFN(x) = Dropout(act(x W1 + b1)) W2 + b2 (T5's feed-forward).
     On TensorFlow, sequences of `CHUNKED_FEED_FORWARD_MIN_LENGTH` (1024)
     tokens or more run
     through `chunked_feed_forward` (same numbers; the backward pass
     recomputes the hidden activations a chunk at a time instead of keeping
-    them), unless the layer is quantized; when the length is unknown at
+    them), unless the layer is quantized or drops out its inner activations
+    (`inner_dropout` in training); when the length is unknown at
     trace time (a `tf.function` with a `None` length) the choice is made
     when the graph runs, except inside `kernels.plain_scope.plain_kernels()`
     (a forward-only graph: plain).
@@ -47,10 +50,13 @@ class FeedForward(keras.layers.Layer):
         activation: "relu", "gelu", "gelu_approximate", "silu", "swiglu" or
             "geglu_approximate" (GELU~ is "gelu_approximate").
         use_bias: whether the projections have biases.
+        inner_dropout: the dropout rate of the inner activations, in
+            training only (default 0: none, no sublayer).
         kernel_initializer, bias_initializer: initializers of the projections.
 
     Call arguments:
         inputs: (..., hidden_dim).
+        training: whether `inner_dropout` is active.
 
     Returns:
         A tensor of the input's shape.
@@ -66,6 +72,7 @@ class FeedForward(keras.layers.Layer):
         intermediate_dim,
         activation="relu",
         use_bias=True,
+        inner_dropout=0.0,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
@@ -74,6 +81,11 @@ class FeedForward(keras.layers.Layer):
         store_checked(self, locals(), FEED_FORWARD_ARGUMENTS)
         store_initializers(self, locals())
         self.supports_masking = True
+        self.inner_dropout_layer = None
+        if self.inner_dropout:
+            self.inner_dropout_layer = keras.layers.Dropout(
+                self.inner_dropout, dtype=self.dtype_policy, name="inner_dropout"
+            )
 
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
@@ -87,8 +99,10 @@ class FeedForward(keras.layers.Layer):
         self.output_dense = projection(self, hidden_dim, "output")
         self.output_dense.build(inner_shape)
 
-    def call(self, inputs):
-        chunked, plain_below = self._chunked_path(inputs)
+    def call(self, inputs, training=None):
+        dropping = self.inner_dropout_layer is not None and bool(training)
+        # `chunked_feed_forward` has no dropout: in training with one, plain.
+        chunked, plain_below = (False, None) if dropping else self._chunked_path(inputs)
         if chunked:
             return chunked_feed_forward(
                 inputs,
@@ -101,6 +115,8 @@ class FeedForward(keras.layers.Layer):
             )
         hidden = self.intermediate_dense(inputs)
         hidden = ACTIVATION_FUNCTIONS[self.activation].apply(hidden)
+        if dropping:
+            hidden = self.inner_dropout_layer(hidden, training=True)
         return self.output_dense(hidden)
 
     def _chunked_path(self, inputs):

@@ -65,6 +65,7 @@ CHECKS = {
     "num_key_value_heads": optional(check_positive_int),
     "activation": one_of(ACTIVATIONS),
     "dropout": check_rate,
+    "inner_dropout": check_rate,
     "normalize_first": as_bool,
     "normalization": one_of(NORMALIZATIONS),
     "layer_norm_epsilon": check_positive_float,

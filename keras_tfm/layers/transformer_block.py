@@ -36,7 +36,7 @@ BLOCK_ARGUMENTS = (
 )
 # Options of the blocks that the backbones pass only where they use them
 # (`Seq2SeqBackbone` for T5), so the other families' arguments stay as they are.
-BLOCK_OPTIONS = ("scale_attention",)
+BLOCK_OPTIONS = ("scale_attention", "inner_dropout")
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -70,6 +70,7 @@ class TransformerBlock(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         scale_attention=True,
+        inner_dropout=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -147,7 +148,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def _feed_forward_block(self, x, training):
         residual = x
-        x = self.feed_forward(self._pre(x, self.feed_forward_norm))
+        x = self.feed_forward(self._pre(x, self.feed_forward_norm), training=training)
         return self._post(
             x, residual, self.feed_forward_norm, self.feed_forward_dropout, training
         )

@@ -36,6 +36,8 @@ class TransformerEncoderBlock(TransformerBlock):
         kernel_initializer, bias_initializer: initializers of the projections.
         scale_attention: scale the attention logits by 1 / sqrt(head_dim)
             (default); False for T5.
+        inner_dropout: dropout rate inside the feed-forward network, after
+            its activation (T5's); 0 (default) adds none.
 
     Call arguments:
         inputs: (batch, seq, hidden_dim).

@@ -14,7 +14,7 @@ from keras_tfm.models._common import (
     check_token_ids,
 )
 from keras_tfm.models.preset_loading import PresetMixin
-from keras_tfm.validation import check_positive_int
+from keras_tfm.validation import check_positive_int, check_rate
 
 # T5's positions: no embedding added, a bias on the self-attention logits
 # (`RelativePositionBias`, bidirectional in the encoder, causal in the decoder).
@@ -43,7 +43,9 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
     `encoder_transformer_layer_{i}` (TransformerEncoderBlock),
     `decoder_transformer_layers[i]` named `decoder_transformer_layer_{i}`
     (DecoderBlock with cross-attention), `encoder_final_norm` and
-    `decoder_final_norm` (only when `normalize_first`).
+    `decoder_final_norm` (only when `normalize_first`),
+    `encoder_final_dropout` and `decoder_final_dropout` (only with
+    `final_dropout`).
 
     Args:
         vocabulary_size: the shared source/target vocabulary size.
@@ -80,6 +82,10 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
             (default); False for T5, which folds it into its weights.
         relative_attention_num_buckets: the buckets of "relative" positions.
         relative_attention_max_distance: where their last bucket starts.
+        inner_dropout: dropout inside every feed-forward network, after its
+            activation (T5's; 0 by default: none).
+        final_dropout: dropout of each stack's output, after its final
+            norm (T5's; 0 by default: none). Both are in training only.
 
     Call arguments:
         inputs: a dict with int "source_ids" (batch, src_seq) and
@@ -116,6 +122,8 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         "scale_attention": as_bool,
         "relative_attention_num_buckets": check_positive_int,
         "relative_attention_max_distance": check_positive_int,
+        "inner_dropout": check_rate,
+        "final_dropout": check_rate,
     }
 
     def __init__(
@@ -142,6 +150,8 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         scale_attention=True,
         relative_attention_num_buckets=32,
         relative_attention_max_distance=128,
+        inner_dropout=0.0,
+        final_dropout=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -175,7 +185,7 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         self.encoder_transformer_layers = []
         for i in range(self.num_encoder_layers):
             block = TransformerEncoderBlock(
-                **self._block_arguments(scale_attention=self.scale_attention),
+                **self._block_options(),
                 name=f"encoder_transformer_layer_{i}",
             )
             block.build(hidden_shape)
@@ -183,7 +193,7 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         self.decoder_transformer_layers = []
         for i in range(self.num_decoder_layers):
             block = DecoderBlock(
-                **self._block_arguments(scale_attention=self.scale_attention),
+                **self._block_options(),
                 name=f"decoder_transformer_layer_{i}",
             )
             block.build(hidden_shape, hidden_shape)
@@ -192,7 +202,32 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
         if self.normalize_first:
             self.encoder_final_norm = self._make_norm("encoder_final_norm")
             self.decoder_final_norm = self._make_norm("decoder_final_norm")
+        self.encoder_final_dropout = self._make_final_dropout("encoder_final_dropout")
+        self.decoder_final_dropout = self._make_final_dropout("decoder_final_dropout")
         self.built = True
+
+    def _block_options(self):
+        return self._block_arguments(
+            scale_attention=self.scale_attention, inner_dropout=self.inner_dropout
+        )
+
+    def _make_final_dropout(self, name):
+        """A stack's output dropout (`final_dropout`), or None without one."""
+        if not self.final_dropout:
+            return None
+        layer = keras.layers.Dropout(
+            self.final_dropout, dtype=self.dtype_policy, name=name
+        )
+        layer.build((None, None, self.hidden_dim))
+        return layer
+
+    def _finish(self, x, norm, dropout, training=None):
+        """A stack's output: `norm` (pre-LN) then `dropout` (`final_dropout`)."""
+        if norm is not None:
+            x = norm(x)
+        if dropout is not None:
+            x = dropout(x, training=training)
+        return x
 
     def _make_position_embedding(self, name="position_embedding", **kwargs):
         if self.position_encoding == RELATIVE:
@@ -260,8 +295,9 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
             if return_attention_scores:
                 x, layer_scores = x
                 scores.append(layer_scores)
-        if self.encoder_final_norm is not None:
-            x = self.encoder_final_norm(x)
+        x = self._finish(
+            x, self.encoder_final_norm, self.encoder_final_dropout, training
+        )
         return (x, tuple(scores)) if return_attention_scores else x
 
     def embed_target(self, target_ids, start_index=0, training=None):
@@ -274,8 +310,10 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
             training=training,
         )
 
-    def _final(self, x):
-        return x if self.decoder_final_norm is None else self.decoder_final_norm(x)
+    def _final(self, x, training=None):
+        return self._finish(
+            x, self.decoder_final_norm, self.decoder_final_dropout, training
+        )
 
     def call(self, inputs, training=None, return_attention_scores=False):
         if not isinstance(inputs, dict) or set(inputs) != {"source_ids", "target_ids"}:
@@ -311,7 +349,7 @@ class Seq2SeqBackbone(PresetMixin, TransformerModel):
                 x, layer_scores = x
                 self_scores.append(layer_scores["self_attention"])
                 cross_scores.append(layer_scores["cross_attention"])
-        x = self._final(x)
+        x = self._final(x, training)
         if not return_attention_scores:
             return x
         return x, {

@@ -35,8 +35,11 @@ def bad(param, wanted, value):
     )
 
 
-def check_fields(body, allowed, model_id):
-    """The body is an object of known fields naming the served model."""
+def check_fields(body, allowed, model_id, require_model=True):
+    """The body is an object of the fields `allowed` naming the served model.
+
+    With `require_model=False` (vLLM's tokenizer routes) `model` may be absent.
+    """
     if not isinstance(body, dict):
         raise ApiError(
             400,
@@ -46,12 +49,14 @@ def check_fields(body, allowed, model_id):
     if unsupported:
         raise ApiError(
             400,
-            f"Unsupported field(s): {', '.join(unsupported)}. This server "
-            f"implements: {', '.join(sorted(allowed))}.",
+            f"Unsupported field(s): {', '.join(unsupported)}. This route "
+            f"takes: {', '.join(sorted(allowed))}.",
             param=unsupported[0],
             code="unsupported_field",
         )
     model = body.get("model")
+    if model is None and not require_model:
+        return
     if not isinstance(model, str):
         raise bad("model", "a string (GET /v1/models lists it)", model)
     if model != model_id:

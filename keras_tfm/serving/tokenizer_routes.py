@@ -21,7 +21,7 @@ preprocessor's `generate_preprocess`, which adds no special token, so
 from starlette.responses import JSONResponse
 
 from keras_tfm.serving import openai_fields as fields
-from keras_tfm.serving.api_errors import ApiError, read_json
+from keras_tfm.serving.api_errors import read_json
 from keras_tfm.serving.text_stream import as_text
 
 # The most characters one /tokenize request may hold (the body limit bounds
@@ -87,28 +87,5 @@ class TokenizerRoutes:
 
     async def _body(self, request, allowed):
         body = await read_json(request, self.service.max_body_bytes)
-        if not isinstance(body, dict):
-            raise ApiError(
-                400,
-                "The request body must be a JSON object. Received: "
-                f"{type(body).__name__}",
-            )
-        unsupported = sorted(set(body) - allowed)
-        if unsupported:
-            raise ApiError(
-                400,
-                f"Unsupported field(s): {', '.join(unsupported)}. This route "
-                f"takes: {', '.join(sorted(allowed))}.",
-                param=unsupported[0],
-                code="unsupported_field",
-            )
-        model = body.get("model")
-        if model is not None and model != self.service.model_id:
-            raise ApiError(
-                404,
-                f"The model {model!r} does not exist here; this server serves "
-                f"{self.service.model_id!r}.",
-                param="model",
-                code="model_not_found",
-            )
+        fields.check_fields(body, allowed, self.service.model_id, require_model=False)
         return body

@@ -18,7 +18,7 @@ def norm_fn(norm_layer, normalization, eps):
     )
 
 
-def feed_forward_fn(ffn):
+def feed_forward_fn(ffn, inner_mask=None):
     return lambda x: ref.feed_forward(
         x,
         _f64(ffn.intermediate_dense.kernel),
@@ -26,6 +26,7 @@ def feed_forward_fn(ffn):
         _f64(ffn.output_dense.kernel),
         _f64(ffn.output_dense.bias),
         ffn.activation,
+        inner_mask,
     )
 
 

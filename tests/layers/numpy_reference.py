@@ -103,7 +103,8 @@ def rms_norm(x, scale, eps):
     return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * scale
 
 
-def feed_forward(x, w1, b1, w2, b2, activation):
+def feed_forward(x, w1, b1, w2, b2, activation, inner_mask=None):
+    """`inner_mask`: the inner activations' dropout mask, scale included."""
     h = x @ w1 + b1
     if activation == "relu":
         h = np.maximum(0.0, h)
@@ -122,6 +123,8 @@ def feed_forward(x, w1, b1, w2, b2, activation):
     else:  # swiglu: first half gate, second half up
         gate, up = np.split(h, 2, axis=-1)
         h = gate / (1.0 + np.exp(-gate)) * up
+    if inner_mask is not None:
+        h = h * inner_mask
     return h @ w2 + b2
 
 

@@ -218,6 +218,8 @@ def test_tokenizer_routes_are_the_models_tokenizer(server, chat_model):
         ("/detokenize", {"tokens": [1, 10**6]}, "`tokens` must be a list"),
         ("/detokenize", {"tokens": "abc"}, "`tokens` must be a list"),
         ("/tokenize", {"prompt": "a", "model": "gpt-4"}, "does not exist"),
+        ("/tokenize", {"prompt": "a", "model": 5}, "`model` must be a string"),
+        ("/tokenize", ["a"], "must be a JSON object. Received: list"),
     ]:
         refused = httpx.post(server.url + route, json=body, timeout=TIMEOUT)
         assert refused.status_code in (400, 404)
