@@ -1,6 +1,8 @@
-"""Runs tests/distribute/worker.py in subprocesses, with bounded timeouts."""
+"""Runs the training scripts of tests/distribute in subprocesses, with bounded
+timeouts."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +41,18 @@ def finish(processes):
             if process.poll() is None:
                 process.kill()
             process.communicate()  # reaps it and closes its pipe
+
+
+def free_ports(count):
+    """`count` TCP ports on 127.0.0.1 that were free a moment ago."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @pytest.fixture(scope="session")

@@ -1,26 +1,19 @@
 """MultiWorkerMirroredStrategy over two processes on 127.0.0.1 (TF_CONFIG)."""
 
 import json
-import socket
 
 import numpy as np
 import pytest
 
-from tests.distribute.conftest import assert_same_training, finish, start_worker
+from tests.distribute.conftest import (
+    assert_same_training,
+    finish,
+    free_ports,
+    start_worker,
+)
 
 # One worker runs both files, so the single-device reference runs once.
 pytestmark = pytest.mark.xdist_group("distribute")
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @pytest.mark.slow
