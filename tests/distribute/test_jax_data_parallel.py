@@ -97,6 +97,32 @@ def test_data_parallel_refuses_other_backends():
         data_parallel()
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_processes": 0}, "positive int.*Received: 0"),
+        ({"num_processes": 2, "process_id": 0}, "coordinator_address.*Received"),
+        (
+            {"coordinator_address": "127.0.0.1:1", "num_processes": 2},
+            r"process_id. must be an int in \[0, 2\).*Received: process_id=None",
+        ),
+        (
+            {"coordinator_address": "127.0.0.1:1", "num_processes": 2, "process_id": 2},
+            "Received: process_id=2",
+        ),
+    ],
+)
+def test_data_parallel_refuses_inconsistent_processes(monkeypatch, kwargs, message):
+    import keras
+
+    # The checks come before anything reaches JAX, so they run on any backend.
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    for name in ("JOB_ADDRESSES", "NUM_PROCESSES", "PROCESS_ID"):
+        monkeypatch.delenv(f"KERAS_DISTRIBUTION_{name}", raising=False)
+    with pytest.raises(ValueError, match=message):
+        data_parallel(**kwargs)
+
+
 def test_process_share_keeps_each_process_rows_of_every_global_batch():
     rows = np.arange(8)
     x = {"ids": np.stack([rows, -rows], axis=1), "mask": rows % 2}
