@@ -2,7 +2,7 @@
 
 `keras-tfm bench --runtime litert` exports the model, then runs
 
-    python -m keras_tfm_lite.litert_bench FILE N_PROMPT N_GEN REPETITIONS THREADS
+    python -m keras_tfm_lite.litert_bench FILE P N REPETITIONS THREADS KERNELS
 
 in a fresh process (as a second `keras-tfm chat` runs: no TensorFlow, no
 model in memory beside the interpreter), which prints
@@ -36,18 +36,18 @@ def tokens_per_second(run, tokens, repetitions):
     return statistics.fmean(rates), spread
 
 
-def litert_figures(path, n_prompt, n_gen, repetitions, threads):
+def litert_figures(path, n_prompt, n_gen, repetitions, threads, kernels="xnnpack"):
     """`{"pp<n_prompt>": (mean, std), "tg<n_gen>": ...}` tokens/s of a decoder
     file: `n_prompt` random tokens prefilled from position 0, and `n_gen`
     tokens decoded greedily one at a time after a random first token."""
-    decoder = LiteRTDecoder(path, num_threads=threads)
+    decoder = LiteRTDecoder(path, num_threads=threads, kernels=kernels)
     needed = max(n_prompt, n_gen)
     if decoder.buffer_length < needed:
         raise ValueError(
             f"{path} holds {decoder.buffer_length} positions; -p and -n need "
             f"{needed}. Received: -p {n_prompt} -n {n_gen}"
         )
-    vocabulary = decoder.decode(0, 0).shape[-1]
+    vocabulary = decoder.vocabulary_size
     rng = np.random.default_rng(0)  # random prompt tokens, as llama-bench's
     prompt = [int(t) for t in rng.integers(0, vocabulary, n_prompt)]
     first = int(rng.integers(0, vocabulary))
@@ -66,9 +66,9 @@ def litert_figures(path, n_prompt, n_gen, repetitions, threads):
 
 
 def main(argv=None):
-    path, *numbers = sys.argv[1:] if argv is None else argv
+    path, *numbers, kernels = sys.argv[1:] if argv is None else argv
     try:
-        figures = litert_figures(path, *(int(n) for n in numbers))
+        figures = litert_figures(path, *(int(n) for n in numbers), kernels)
     except ValueError as error:
         raise SystemExit(f"keras-tfm: {error}") from None
     print(json.dumps(figures))

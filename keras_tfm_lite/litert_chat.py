@@ -35,15 +35,17 @@ class LiteRTChat:
         entry: its `entry.json`, read.
         num_threads: interpreter threads (default: the CPUs this process
             may use).
-        xnnpack: as `LiteRTDecoder`'s.
+        kernels: as `LiteRTDecoder`'s; "builtin" by default: quiet on
+            stderr, and the least memory (a second `keras-tfm chat` stays
+            under 1 GB).
     """
 
-    def __init__(self, folder, entry, num_threads=None, xnnpack=True):
+    def __init__(self, folder, entry, num_threads=None, kernels="builtin"):
         from tokenizers import Tokenizer
 
         self.entry = entry
         self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
-        self.decoder = LiteRTDecoder(folder / DECODER, num_threads, xnnpack)
+        self.decoder = LiteRTDecoder(folder / DECODER, num_threads, kernels)
 
     @property
     def buffer_length(self):

@@ -65,6 +65,12 @@ def add_arguments(p):
         "first if it does not exist (default: a temporary one; exporting "
         "SmolLM2 takes about a minute and 6 GB)",
     )
+    p.add_argument(
+        "--litert-kernels", choices=("xnnpack", "builtin"), default="xnnpack",
+        help="with --runtime litert: XNNPACK with its weight cache (a file "
+        "beside the decoder), or LiteRT's builtin kernels, what a second "
+        "`keras-tfm chat` runs (default %(default)s)",
+    )  # fmt: skip
     add_weights_option(p)
 
 
@@ -153,9 +159,8 @@ def litert_figures(path, args, threads):
     process that imports no TensorFlow (`keras_tfm_lite.litert_bench`)."""
     numbers = (args.n_prompt, args.n_gen, args.repetitions, threads)
     command = [sys.executable, "-m", "keras_tfm_lite.litert_bench", str(path)]
-    done = subprocess.run(
-        command + [str(n) for n in numbers], capture_output=True, text=True
-    )
+    command += [str(n) for n in numbers] + [args.litert_kernels]
+    done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(done.stderr.strip().splitlines()[-1])
     return json.loads(done.stdout.splitlines()[-1])
@@ -242,7 +247,7 @@ def run(args):
                 )  # fmt: skip
             size = path.stat().st_size
             rows = litert_figures(path, args, threads)
-        backend = "LiteRT XNNPACK"
+        backend = f"LiteRT {args.litert_kernels}"
     name = f"{Path(args.model).name} {args.weights}"
     print(f"CPU: {cpu_name()}, {threads} of {os.cpu_count()} CPUs")
     print_table(rows, name, size, params, backend, threads)
