@@ -1,14 +1,18 @@
 """`export_litert_decoder`: a `CausalLM`'s cached decoding step as a LiteRT file.
 
-One signature, `step`: `token_ids` int32 (1, n) at positions `index ...
-index + n - 1` in, the float32 logits (1, vocabulary_size) of the last of
-them out. The key/value cache lives in the file as LiteRT resource
-variables of `buffer_length` positions, so it stays inside the interpreter
-between calls (nothing is copied through Python per token): a prompt goes
-through in chunks (n > 1), then each new token (n = 1). Positions past
-`index + n - 1` may hold stale keys from an earlier conversation; no query
-reads them (attention is causal), and they are overwritten as decoding
-reaches them.
+Two signatures with static shapes over one key/value cache: `prefill`
+takes `token_ids` int32 (1, `prefill_length`) at positions `index ...`,
+of which the first `length` are real (the rest padding), and returns the
+float32 logits (1, vocabulary_size) after the last real one; `decode` takes
+one token (1, 1) at `index` and returns its logits. The cache lives in the
+file as LiteRT resource variables of `buffer_length` positions, so it stays
+inside the runtime between calls (nothing is copied through Python per
+token). Positions past the newest token may hold padding's keys or stale
+keys of an earlier conversation; no query reads them (attention is
+causal), and they are overwritten as decoding reaches them. A caller keeps
+`index + prefill_length <= buffer_length` for `prefill` (the cache's
+update would otherwise be clamped into place): `keras_tfm_lite.
+litert_decoder.LiteRTDecoder` runs such a file.
 
 This is what `keras-tfm chat` keeps in its cache folder so that a second
 run answers without TensorFlow (`keras_tfm_lite.litert_chat`).

@@ -25,6 +25,7 @@ from keras_tfm.generation import GenerationConfig
 from keras_tfm_lite import (
     chat_command,
     chat_entries,
+    litert_bench,
     litert_chat,
     stop_text,
     user_cache,
@@ -120,9 +121,7 @@ def test_the_background_process_converts_after_replacing_itself(tiny, lite, tmp_
         )
 
 
-def test_a_failed_conversion_keeps_its_traceback_and_removes_the_work(
-    tiny, tmp_path
-):
+def test_a_failed_conversion_keeps_its_traceback_and_removes_the_work(tiny, tmp_path):
     _, path, _ = tiny
     folder = chat_entries.entry_folder(path, "float32", tmp_path)
     work = folder.with_name(f".{folder.name}.work")
@@ -361,7 +360,7 @@ def test_entries_only_where_litert_agrees(tiny, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "module", [chat_command, chat_entries, litert_chat, stop_text, writer]
+    "module", [chat_command, chat_entries, litert_bench, litert_chat, stop_text, writer]
 )
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
