@@ -142,8 +142,8 @@ def _seconds(function):
 
 
 LITERT_MODES = (
-    ("litert float32 (builtin kernels)", "float32", False),
-    ("litert float32 (XNNPACK)", "float32", True),
+    ("litert float32 (builtin kernels, what a second chat runs)", "float32", False),
+    ("litert float32 (XNNPACK, weight cache)", "float32", True),
     ("litert int8 dynamic range (XNNPACK)", "int8", True),
 )
 
@@ -164,32 +164,24 @@ def export_litert_files(folder):
 
 def litert_speed(path, xnnpack):
     """Runs in a child without TensorFlow: batch-1 greedy tokens/s of a
-    LiteRT decoding step, its greedy ids and its last prompt logits."""
+    LiteRT decoding step (`LiteRTDecoder`: XNNPACK with its weight cache, or
+    builtin kernels), its greedy ids and its last prompt logits."""
     import numpy as np
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    resolver = OpResolverType.AUTO
-    if not xnnpack:
-        resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    interpreter = Interpreter(
-        model_path=path, num_threads=THREADS, experimental_op_resolver_type=resolver
-    )
-    step = interpreter.get_signature_runner("step")
+    from keras_tfm_lite.litert_decoder import LiteRTDecoder
+
+    kernels = "xnnpack" if xnnpack else "builtin"
+    decoder = LiteRTDecoder(path, num_threads=THREADS, kernels=kernels)
     with open(os.path.join(os.path.dirname(path), "prompt.json")) as file:
         ids = json.load(file)
-
-    def logits(tokens, index):
-        tokens = np.asarray([tokens], np.int32)
-        return step(token_ids=tokens, index=np.asarray(index, np.int32))["logits"][0]
-
     best, greedy, last = None, [], None
     for _ in range(3):
-        last = logits(ids, 0)  # the prompt in one call
+        last = decoder.prefill(ids, 0)
         token, index, greedy = int(np.argmax(last)), len(ids), []
         began = time.perf_counter()
         for _ in range(NEW_TOKENS):
             greedy.append(token)
-            token = int(np.argmax(logits([token], index)))
+            token = int(np.argmax(decoder.decode(token, index)))
             index += 1
         seconds = time.perf_counter() - began
         best = seconds if best is None else min(best, seconds)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from keras_tfm_lite.user_cache import cache_directory, cache_key, verify
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Bumped whenever what an entry holds, or how it is read, changes."""
 
 FILES = ("decoder.tflite", "tokenizer.json", "entry.json")

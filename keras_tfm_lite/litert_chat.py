@@ -2,12 +2,12 @@
 
 What a second `keras-tfm chat` runs: the model's decoding step as a
 `.tflite` file (`keras_tfm.export.export_litert_decoder`, its key/value cache
-inside the interpreter), the tokenizer's `tokenizers` pipeline and the ChatML
-template, in a process that imports neither TensorFlow nor Keras. The prompt
-goes through in chunks of `PREFILL_CHUNK` tokens, then one token at a time
-(two input shapes in all, so the interpreter allocates twice); each new
-token is the argmax of the float32 logits, as `CausalLM.generate`'s greedy
-sampler takes it (NumPy's argmax and TensorFlow's both take the first
+inside the interpreter, run by `keras_tfm_lite.litert_decoder.LiteRTDecoder`),
+the tokenizer's `tokenizers` pipeline and the ChatML template, in a process
+that imports neither TensorFlow nor Keras. The prompt goes through the
+file's `prefill` signature in chunks, then each new token through `decode`;
+each new token is the argmax of the float32 logits, as `CausalLM.generate`'s
+greedy sampler takes it (NumPy's argmax and TensorFlow's both take the first
 maximum). Only greedy decoding: sampling runs in TensorFlow.
 
 Example:
@@ -19,16 +19,12 @@ Example:
 The capital of France is Paris.
 """
 
-import os
-
 import numpy as np
 
 from keras_tfm_lite.chat_entries import DECODER, TOKENIZER
 from keras_tfm_lite.chat_template import apply_chatml
+from keras_tfm_lite.litert_decoder import LiteRTDecoder
 from keras_tfm_lite.stop_text import text_pieces
-
-PREFILL_CHUNK = 16
-"""Prompt tokens per interpreter call before decoding starts."""
 
 
 class LiteRTChat:
@@ -39,27 +35,17 @@ class LiteRTChat:
         entry: its `entry.json`, read.
         num_threads: interpreter threads (default: the CPUs this process
             may use).
-        xnnpack: run the matrix products through XNNPACK, LiteRT's default
-            CPU delegate (faster, but it repacks the float32 weights into a
-            second copy in memory); False: LiteRT's builtin kernels, which
-            read them where the file is mapped.
+        kernels: as `LiteRTDecoder`'s; "builtin" by default: quiet on
+            stderr, and the least memory (a second `keras-tfm chat` stays
+            under 1 GB).
     """
 
-    def __init__(self, folder, entry, num_threads=None, xnnpack=False):
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    def __init__(self, folder, entry, num_threads=None, kernels="builtin"):
         from tokenizers import Tokenizer
 
         self.entry = entry
         self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
-        resolver = OpResolverType.AUTO
-        if not xnnpack:
-            resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-        self.interpreter = Interpreter(
-            model_path=str(folder / DECODER),
-            num_threads=num_threads or len(os.sched_getaffinity(0)),
-            experimental_op_resolver_type=resolver,
-        )
-        self.step = self.interpreter.get_signature_runner("step")
+        self.decoder = LiteRTDecoder(folder / DECODER, num_threads, kernels)
 
     @property
     def buffer_length(self):
@@ -76,10 +62,6 @@ class LiteRTChat:
         """Whether the prompt and `max_new_tokens` fit the cached buffer."""
         return len(prompt) + max_new_tokens <= self.buffer_length
 
-    def _logits(self, token_ids, index):
-        ids = np.asarray([token_ids], np.int32)
-        return self.step(token_ids=ids, index=np.asarray(index, np.int32))["logits"]
-
     def greedy_ids(self, prompt, max_new_tokens):
         """Yields the greedy new ids after `prompt`, up to `max_new_tokens`
         (the end-of-turn id included, then stops)."""
@@ -89,18 +71,13 @@ class LiteRTChat:
                 f"{self.buffer_length} positions. Received: a prompt of "
                 f"{len(prompt)} tokens, max_new_tokens={max_new_tokens}"
             )
-        whole = (len(prompt) - 1) // PREFILL_CHUNK * PREFILL_CHUNK
-        for start in range(0, whole, PREFILL_CHUNK):
-            self._logits(prompt[start : start + PREFILL_CHUNK], start)
-        for index in range(whole, len(prompt) - 1):
-            self._logits(prompt[index : index + 1], index)
-        token, index = prompt[-1], len(prompt) - 1
-        for _ in range(max_new_tokens):
-            token = int(np.argmax(self._logits([token], index)[0]))
+        token = int(np.argmax(self.decoder.prefill(prompt, 0)))
+        for index in range(len(prompt), len(prompt) + max_new_tokens - 1):
             yield token
             if token == self.entry["end_token_id"]:
                 return
-            index += 1
+            token = int(np.argmax(self.decoder.decode(token, index)))
+        yield token
 
     def chat(self, messages, max_new_tokens=256, stop_strings=(), stream=False):
         """The greedy answer to `messages`, as `CausalLM.chat` gives it.

@@ -1,5 +1,5 @@
 """The `keras-tfm` command: train, generate, evaluate, chat, classify, serve,
-export, presets, cache.
+export, bench, presets, cache.
 
 keras-tfm train            # gpt_micro, byte-level BPE, on the shipped KJV
 keras-tfm generate gpt_micro_kjv.keras --prompt "And God said"
@@ -21,6 +21,7 @@ import argparse
 import re
 
 from keras_tfm.cli import (
+    bench,
     cache,
     chat,
     classify,
@@ -44,6 +45,7 @@ COMMANDS = {
     "serve": serve,
     "cache": cache,
     "export": export,
+    "bench": bench,
     "presets": presets,
 }
 

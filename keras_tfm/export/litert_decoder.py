@@ -1,14 +1,18 @@
 """`export_litert_decoder`: a `CausalLM`'s cached decoding step as a LiteRT file.
 
-One signature, `step`: `token_ids` int32 (1, n) at positions `index ...
-index + n - 1` in, the float32 logits (1, vocabulary_size) of the last of
-them out. The key/value cache lives in the file as LiteRT resource
-variables of `buffer_length` positions, so it stays inside the interpreter
-between calls (nothing is copied through Python per token): a prompt goes
-through in chunks (n > 1), then each new token (n = 1). Positions past
-`index + n - 1` may hold stale keys from an earlier conversation; no query
-reads them (attention is causal), and they are overwritten as decoding
-reaches them.
+Two signatures with static shapes over one key/value cache: `prefill`
+takes `token_ids` int32 (1, `prefill_length`) at positions `index ...`,
+of which the first `length` are real (the rest padding), and returns the
+float32 logits (1, vocabulary_size) after the last real one; `decode` takes
+one token (1, 1) at `index` and returns its logits. The cache lives in the
+file as LiteRT resource variables of `buffer_length` positions, so it stays
+inside the runtime between calls (nothing is copied through Python per
+token). Positions past the newest token may hold padding's keys or stale
+keys of an earlier conversation; no query reads them (attention is
+causal), and they are overwritten as decoding reaches them. A caller keeps
+`index + prefill_length <= buffer_length` for `prefill` (the cache's
+update would otherwise be clamped into place): `keras_tfm_lite.
+litert_decoder.LiteRTDecoder` runs such a file.
 
 This is what `keras-tfm chat` keeps in its cache folder so that a second
 run answers without TensorFlow (`keras_tfm_lite.litert_chat`).
@@ -37,11 +41,23 @@ from keras_tfm.kernels.plain_scope import plain_kernels
 from keras_tfm.models import CausalLM
 from keras_tfm.validation import check_choice, check_positive_int
 
+SIGNATURES = ("prefill", "decode")
+
+PREFILL_LENGTH = 32
+"""Positions of the `prefill` signature: a prompt goes through in chunks of
+this many (the last padded), then one token a `decode` call."""
+
 
 class _CachedStep(tf.Module):
-    """The step function and its cache, as variables the converter keeps."""
+    """The step functions and their cache, as variables the converter keeps.
 
-    def __init__(self, model, buffer_length):
+    Two signatures with static shapes, so that the converter folds every
+    shape computation (a `[1, None]` input left SmolLM2's step with 4,374
+    operations, 1,400 of them shape arithmetic run at each call) and
+    XNNPACK can take the whole graph.
+    """
+
+    def __init__(self, model, buffer_length, prefill_length):
         super().__init__()
         self.steps = DecoderSteps(model)
         # The weights, not the model: tracking the task would bring its
@@ -51,23 +67,39 @@ class _CachedStep(tf.Module):
             tf.Variable(cache, trainable=False)
             for cache in self.steps.empty_cache(1, buffer_length)
         ]
+        index = tf.TensorSpec([], tf.int32, name="index")
+        self.prefill = tf.function(
+            self._prefill,
+            input_signature=[
+                tf.TensorSpec([1, prefill_length], tf.int32, name="token_ids"),
+                index,
+                tf.TensorSpec([], tf.int32, name="length"),
+            ],
+        )
+        self.decode = tf.function(
+            self._decode,
+            input_signature=[tf.TensorSpec([1, 1], tf.int32, name="token_ids"), index],
+        )
 
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([1, None], tf.int32, name="token_ids"),
-            tf.TensorSpec([], tf.int32, name="index"),
-        ]
-    )
-    def step(self, token_ids, index):
+    def _hidden(self, token_ids, index):
         with plain_kernels():  # forward only, short chunks (see plain_scope)
             caches = tuple(variable.read_value() for variable in self.caches)
-            logits, caches = self.steps(token_ids, caches, index)
+            hidden, caches = self.steps.hidden(token_ids, caches, index)
         for variable, cache in zip(self.caches, caches, strict=True):
             variable.assign(cache)
-        return {"logits": tf.cast(logits[:, -1, :], tf.float32)}
+        return hidden
+
+    def _prefill(self, token_ids, index, length):
+        hidden = self._hidden(token_ids, index)
+        last = tf.gather(hidden, [length - 1], axis=1)  # the last real token
+        return {"logits": tf.cast(self.steps.model.logits(last)[:, 0], tf.float32)}
+
+    def _decode(self, token_ids, index):
+        hidden = self._hidden(token_ids, index)
+        return {"logits": tf.cast(self.steps.model.logits(hidden)[:, 0], tf.float32)}
 
 
-def save_decoder_step(model, folder, buffer_length=None):
+def save_decoder_step(model, folder, buffer_length=None, prefill_length=None):
     """Writes `model`'s cached decoding step as a SavedModel (for the converter).
 
     Args: as `export_litert_decoder`; `folder` is the SavedModel's folder.
@@ -87,20 +119,28 @@ def save_decoder_step(model, folder, buffer_length=None):
             f"`buffer_length` must be at most the model's max_sequence_length "
             f"({limit}). Received: buffer_length={buffer_length}"
         )
+    prefill_length = prefill_length or min(PREFILL_LENGTH, buffer_length)
+    check_positive_int("prefill_length", prefill_length)
+    if prefill_length > buffer_length:
+        raise ValueError(
+            "`prefill_length` must be at most `buffer_length` "
+            f"({buffer_length}). Received: prefill_length={prefill_length}"
+        )
     # Through a SavedModel written by Keras' ExportArchive: the converter
     # freezes the weights it tracks; the cache variables, assigned in the
     # graph, stay variables.
-    cached = _CachedStep(model, buffer_length)
+    cached = _CachedStep(model, buffer_length, prefill_length)
     archive = keras.export.ExportArchive()
     archive.track(cached)
-    archive.add_endpoint("step", cached.step)
+    for name in SIGNATURES:
+        archive.add_endpoint(name, getattr(cached, name))
     archive.write_out(str(folder), verbose=False)
 
 
 def convert_decoder_step(folder, quantization="float32"):
     """The `.tflite` bytes of a step `save_decoder_step` wrote to `folder`."""
     check_choice("quantization", quantization, QUANTIZATIONS)
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), ["step"])
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), list(SIGNATURES))
     converter.experimental_enable_resource_variables = True
     # Large constants written after the flatbuffer instead of inside it (a
     # private switch, no public one exists): SmolLM2's conversion peaked at
@@ -112,7 +152,9 @@ def convert_decoder_step(folder, quantization="float32"):
     return converter.convert()
 
 
-def export_litert_decoder(model, path, buffer_length=None, quantization="float32"):
+def export_litert_decoder(
+    model, path, buffer_length=None, quantization="float32", prefill_length=None
+):
     """Writes `model`'s cached decoding step as a `.tflite` file.
 
     Args:
@@ -124,13 +166,15 @@ def export_litert_decoder(model, path, buffer_length=None, quantization="float32
             quantization: int8 weights with per-channel scales, and
             activations quantized per call; its logits are not keras-tfm's
             weight-only int8 ones).
+        prefill_length: positions of a `prefill` call (default
+            `PREFILL_LENGTH`, at most `buffer_length`).
 
     Returns:
         The number of bytes written.
     """
     check_choice("quantization", quantization, QUANTIZATIONS)
     with tempfile.TemporaryDirectory() as folder:
-        save_decoder_step(model, folder, buffer_length)
+        save_decoder_step(model, folder, buffer_length, prefill_length)
         flatbuffer = convert_decoder_step(folder, quantization)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -111,7 +111,11 @@ def read(cache, dtype):
     """`(key, value)`, each (batch, max_length, kv_heads, head_dim) in `dtype`."""
     if isinstance(cache, Int8Cache):
         cache = dequantize(cache.values, cache.scales, dtype)
-    return cache[:, 0], cache[:, 1]
+    # One unstack, not two slices: LiteRT runs `cache[:, 0]` through its
+    # element-by-element StridedSlice (21% of SmolLM2's exported decoding
+    # step, benchmarks/litert_step_profile.py), an unstack as two copies.
+    key, value = ops.unstack(cache, 2, axis=1)
+    return key, value
 
 
 def cache_bytes(caches):

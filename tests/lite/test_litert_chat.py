@@ -25,11 +25,12 @@ from keras_tfm.generation import GenerationConfig
 from keras_tfm_lite import (
     chat_command,
     chat_entries,
+    litert_bench,
     litert_chat,
     stop_text,
     user_cache,
 )
-from keras_tfm_lite.litert_chat import PREFILL_CHUNK, LiteRTChat
+from keras_tfm_lite.litert_chat import LiteRTChat
 from tests.builders import causal_lm
 from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
 
@@ -77,15 +78,26 @@ def lite(tiny):
 
 
 def test_litert_step_logits_equal_the_keras_model(tiny, lite):
-    model = tiny[0]
+    model, decoder = tiny[0], lite.decoder
+    size, length = decoder.prefill_length, decoder.buffer_length
     ids = [int(i) for i in model.tokenizer(model.tokenizer.apply_chat_template("hi"))]
-    ids = (ids * 3)[: PREFILL_CHUNK + 5]
+    ids = (ids * length)[:length]
     full = np.asarray(model(np.array([ids])), "float64")[0]
-    chunk = lite._logits(ids[:PREFILL_CHUNK], 0)[0]  # one call, 16 positions
-    np.testing.assert_allclose(chunk, full[PREFILL_CHUNK - 1], atol=1e-4)
-    for index in range(PREFILL_CHUNK, len(ids)):  # then one position a call
-        step = lite._logits(ids[index : index + 1], index)[0]
+    # A whole chunk, a padded one of 3 tokens, then one token a call.
+    whole = decoder.prefill(ids[:size], 0)
+    np.testing.assert_allclose(whole, full[size - 1], atol=1e-4)
+    chunk = decoder.prefill(ids[size : size + 3], size)
+    np.testing.assert_allclose(chunk, full[size + 2], atol=1e-4)
+    for index in range(size + 3, size + 8):
+        step = decoder.decode(ids[index], index)
         np.testing.assert_allclose(step, full[index], atol=1e-4)
+    # The buffer's last positions: no padded chunk fits, one token a call.
+    decoder.prefill(ids[: length - 5], 0)
+    np.testing.assert_allclose(
+        decoder.prefill(ids[length - 5 :], length - 5), full[-1], atol=1e-4
+    )
+    with pytest.raises(ValueError, match="fit the buffer of 128 positions"):
+        decoder.prefill(ids[:6], length - 5)
 
 
 def test_the_background_process_converts_after_replacing_itself(tiny, lite, tmp_path):
@@ -105,13 +117,11 @@ def test_the_background_process_converts_after_replacing_itself(tiny, lite, tmp_
     ids = [int(i) for i in model.tokenizer(model.tokenizer.apply_chat_template("hi"))]
     for index, token in enumerate(ids):  # against the entry built in one process
         np.testing.assert_array_equal(
-            converted._logits([token], index), lite._logits([token], index)
+            converted.decoder.decode(token, index), lite.decoder.decode(token, index)
         )
 
 
-def test_a_failed_conversion_keeps_its_traceback_and_removes_the_work(
-    tiny, tmp_path
-):
+def test_a_failed_conversion_keeps_its_traceback_and_removes_the_work(tiny, tmp_path):
     _, path, _ = tiny
     folder = chat_entries.entry_folder(path, "float32", tmp_path)
     work = folder.with_name(f".{folder.name}.work")
@@ -350,7 +360,7 @@ def test_entries_only_where_litert_agrees(tiny, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "module", [chat_command, chat_entries, litert_chat, stop_text, writer]
+    "module", [chat_command, chat_entries, litert_bench, litert_chat, stop_text, writer]
 )
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
