@@ -226,13 +226,18 @@ class GenerationRequest:
                     f"model {self.model_name}"
                 )
         if self.regex is not None:
-            if not self.tensor_loop or stream or slides or self.draft is not None:
+            if (
+                not self.tensor_loop or stream or slides or self.draft is not None
+                or not self.decoder_only
+            ):  # fmt: skip
                 raise ValueError(
                     "`response_format` masks the built-in samplers' loop over "
-                    "one buffer: not with beam search, a sampler object, "
-                    "streaming, a draft or a sliding window. Received: "
-                    f"response_format with sampler={sampler!r}, stream={stream}, "
-                    f"draft={self.draft!r}, sliding window={slides}"
+                    "one buffer of a decoder-only model: not with beam search, "
+                    "a sampler object, streaming, a draft, a sliding window or "
+                    "a sequence-to-sequence model. Received: response_format "
+                    f"with sampler={sampler!r}, stream={stream}, draft="
+                    f"{self.draft!r}, sliding window={slides}, model "
+                    f"{self.model_name}"
                 )
             if self.return_scores or not self.stop_token_ids:
                 raise ValueError(

@@ -277,3 +277,18 @@ def test_json_object_answers_are_objects(model, tokenizer):
             ended += 1
             assert isinstance(json.loads(text_of(tokenizer, row[1:])), dict)
     assert ended >= 3
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(decoder_only=False, model_name="Seq2SeqLM"), "Seq2SeqLM"),
+    (dict(slides=True), "sliding window=True"),
+    (dict(instance=object(), sampler="a sampler object"), "a sampler object"),
+])  # fmt: skip
+def test_validate_refuses_the_other_loops(fields, match):
+    from keras_tfm.generation import GenerationConfig
+
+    request = GenerationRequest(
+        [GenerationConfig()], 4, stop_token_ids=(0,), regex="a", **fields
+    )
+    with pytest.raises(ValueError, match=match):
+        request.validate()
