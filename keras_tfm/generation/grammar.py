@@ -50,9 +50,10 @@ JSON_OBJECT_SCHEMA = {
     ]},
 }  # fmt: skip
 """What `{"type": "json_object"}` asks for: a JSON object whose values are
-scalars, arrays of scalars or objects of scalars (two levels). Its
-automaton takes 0.3 s to build; outlines-core's `{"type": "object"}` nests
-three levels, with 1,623 states that took 13-16 s (2-core Xeon)."""
+scalars, arrays of scalars or objects of scalars (two levels): 399
+states, built in 3-5 s over SmolLM2's vocabulary; outlines-core's
+`{"type": "object"}` nests three levels, 1,623 states that took 15-17 s
+(2-core Xeon)."""
 
 # The JSON-schema keywords outlines-core's regex honours, the ones that only
 # annotate (accepted, nothing to honour), and where subschemas sit.
