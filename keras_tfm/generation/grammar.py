@@ -70,6 +70,11 @@ ANNOTATIONS = {
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 
+TABLE_SMALLEST = (64, 256)
+"""The smallest padded (states, classes) of a table: a schema of a few
+fields (51 states and 85 classes over SmolLM2's tokens) and most others of
+their size share one compiled loop (64 KB of table)."""
+
 CACHE_SIZE = 32
 """How many automata each tokenizer keeps (least recently used dropped)."""
 
@@ -203,7 +208,8 @@ class TokenAutomaton:
 
     Attributes:
         next_state: int32 (states, classes), -1 where not allowed; both
-            sizes padded to powers of two (few shapes compile) with -1.
+            sizes padded with -1 to powers of two of at least
+            `TABLE_SMALLEST` (each shape is a compiled program).
         token_class: int32 (V,), each token's column.
         final: bool (states,), whether the text may end there.
         num_states: the states before padding.
@@ -290,7 +296,10 @@ def build_automaton(regex, pieces, stop_token_ids, excluded=()):
     )[:, 0]
     _, first, token_class = np.unique(rows, return_index=True, return_inverse=True)
     columns = by_token[first].T  # (states, classes)
-    shape = [buffer_length(n, smallest=16) for n in columns.shape]
+    shape = [
+        buffer_length(n, smallest=smallest)
+        for n, smallest in zip(columns.shape, TABLE_SMALLEST, strict=True)
+    ]
     padded = np.full(shape, -1, "int32")
     padded[: columns.shape[0], : columns.shape[1]] = columns
     final = np.zeros((padded.shape[0],), bool)
