@@ -22,7 +22,7 @@ import dataclasses
 import inspect
 
 from keras_tfm.generation import generation_utils as gen
-from keras_tfm.generation import scoring, sliding_window
+from keras_tfm.generation import grammar, scoring, sliding_window
 from keras_tfm.generation.generation_config import configs_for, request_base
 from keras_tfm.validation import check_positive_int
 
@@ -31,6 +31,7 @@ SETTINGS = (
     "seed", "length_penalty", "window_shift", "min_p", "repetition_penalty",
     "presence_penalty", "frequency_penalty", "no_repeat_ngram_size",
     "bad_words_ids", "stop_strings", "return_scores", "top_logprobs", "draft",
+    "response_format",
 )  # fmt: skip
 """The keyword settings `generate` takes besides `max_new_tokens`,
 `generation_config` and `stream`."""
@@ -89,6 +90,8 @@ class GenerationRequest:
             (`CausalLM.is_decoder_only`): speculative decoding needs it.
         model_name: the model's class name, and
         max_sequence_length: its window, for the messages.
+        regex: the regex structured output holds the new text to
+            (`grammar.response_format_regex` of `response_format`), or None.
     """
 
     configs: list
@@ -105,6 +108,7 @@ class GenerationRequest:
     decoder_only: bool = True
     model_name: str = "CausalLM"
     max_sequence_length: int = None
+    regex: str = None
 
     @property
     def beam(self):
@@ -163,10 +167,18 @@ class GenerationRequest:
         stop_token_ids = gen.check_stop_token_ids(
             stop_token_ids, backbone.vocabulary_size
         )
+        regex = grammar.response_format_regex(get("response_format"))
+        if regex is not None and model.preprocessor is None:
+            raise ValueError(
+                "`response_format` needs the model's tokenizer to read the "
+                "tokens' text: build the model with a preprocessor. Received: "
+                f"response_format={get('response_format')!r:.80}"
+            )
         request = cls(
             configs, max_new_tokens, sampler, instance, stream, return_scores,
             top_logprobs, draft, stop_token_ids, window_shift, slides,
             model.is_decoder_only, type(model).__name__, backbone.max_sequence_length,
+            regex,
         )  # fmt: skip
         request.validate()
         return request
@@ -212,4 +224,26 @@ class GenerationRequest:
                     f"draft={self.draft!r} with sampler={sampler!r}, "
                     f"stream={stream}, return_scores={self.return_scores}, "
                     f"model {self.model_name}"
+                )
+        if self.regex is not None:
+            if (
+                not self.tensor_loop or stream or slides or self.draft is not None
+                or not self.decoder_only
+            ):  # fmt: skip
+                raise ValueError(
+                    "`response_format` masks the built-in samplers' loop over "
+                    "one buffer of a decoder-only model: not with beam search, "
+                    "a sampler object, streaming, a draft, a sliding window or "
+                    "a sequence-to-sequence model. Received: response_format "
+                    f"with sampler={sampler!r}, stream={stream}, draft="
+                    f"{self.draft!r}, sliding window={slides}, model "
+                    f"{self.model_name}"
+                )
+            if self.return_scores or not self.stop_token_ids:
+                raise ValueError(
+                    "`response_format` ends each row with a stop token, "
+                    "allowed once the text is complete, and gives no scores "
+                    "(they would be those of the masked distribution). "
+                    f"Received: return_scores={self.return_scores}, "
+                    f"stop_token_ids={self.stop_token_ids!r}"
                 )

@@ -270,7 +270,12 @@ class CausalLM(QuantizationMixin, Task):
                 of each new token: `(outputs, scores, top)`); `draft`
                 (speculative decoding of plain greedy output: "prompt_lookup",
                 a smaller `CausalLM`, a `DecoderSteps` or a
-                `SpeculativeDecoder`; decoder-only models).
+                `SpeculativeDecoder`; decoder-only models);
+                `response_format` (structured output: the new text matches
+                `{"type": "json_object"}`, `{"type": "json_schema",
+                "json_schema": {"schema": {...}}}` or `{"type": "regex",
+                "regex": ...}`, see `keras_tfm.generation.grammar`; the
+                built-in samplers over one buffer, not streamed).
 
         Returns:
             Per input, the decoder prompt followed by the new tokens (see the

@@ -40,6 +40,7 @@ from keras_tfm.serving.command import DEFAULT_MAX_BODY_BYTES
 from keras_tfm.serving.generation_stream import GenerationStream
 from keras_tfm.serving.metrics import CountAnswers, ServerMetrics
 from keras_tfm.serving.prompt_logprobs import prompt_logprobs
+from keras_tfm.serving.structured_answer import StructuredAnswer
 from keras_tfm.serving.text_stream import as_text
 from keras_tfm.serving.token_logprobs import TokenLogprobs
 from keras_tfm.serving.tokenizer_routes import TokenizerRoutes
@@ -94,11 +95,14 @@ class Service:
         self.scheduler = None
         self.encoder_thread = None
         self.scorer = None
+        self.structured = None
         self.encoding = 0  # embedding requests taken and not yet answered
         if self.generates:
             self.scheduler = Scheduler(model, max_batch, max_length, steps_per_call)
             # `echo`'s forward passes, beside the scheduler's thread.
             self.scorer = ThreadPoolExecutor(1, "keras-tfm-scorer")
+            # `response_format`'s answers, one at a time (structured_answer).
+            self.structured = ThreadPoolExecutor(1, "keras-tfm-structured")
         elif callable(getattr(model, "encode", None)):
             # One thread owns the model, as the scheduler's does.
             self.encoder_thread = ThreadPoolExecutor(1, "keras-tfm-encoder")
@@ -118,7 +122,7 @@ class Service:
     def stop(self):
         if self.scheduler is not None:
             self.scheduler.stop()
-        for thread in (self.encoder_thread, self.scorer):
+        for thread in (self.encoder_thread, self.scorer, self.structured):
             if thread is not None:
                 thread.shutdown()
 
@@ -147,6 +151,7 @@ class Service:
         self._require(self.chats, "/v1/chat/completions", "a chat template")
         messages = fields.chat_messages(body)
         settings = fields.sampling_settings(body)
+        settings["response_format"] = fields.response_format(body, settings)
         text = self.tokenizer.apply_chat_template(messages)
         prompt = [int(i) for i in self.tokenizer(text)]
         limit = fields.max_tokens(
@@ -162,6 +167,7 @@ class Service:
         prompts = fields.completion_prompts(body, self.model.backbone.vocabulary_size)
         settings = fields.sampling_settings(body, chat=False)
         echo = fields.echo(body)
+        settings["response_format"] = fields.response_format(body, settings, echo)
         rows = [
             [int(i) for i in self.model.preprocessor.generate_preprocess([p])[0]]
             if isinstance(p, str) else p
@@ -294,7 +300,15 @@ class Service:
         }
 
     def _submit(self, prompt, max_tokens, settings):
-        """A `GenerationStream` of `prompt`, timed and submitted."""
+        """A `GenerationStream` of `prompt`, timed and submitted; with a
+        `response_format`, a `StructuredAnswer` (not in the batch)."""
+        if settings.get("response_format") is not None:
+            self.metrics.prompt_tokens.inc(len(prompt))
+            return StructuredAnswer(
+                self.structured, self.model, prompt, max_tokens,
+                self.model.preprocessor.end_token_id, self._detokenize, settings,
+                settings["response_format"],
+            )  # fmt: skip
         stream = GenerationStream(
             self.scheduler, prompt, max_tokens, self.model.preprocessor.end_token_id,
             self._detokenize, settings,

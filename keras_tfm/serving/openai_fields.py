@@ -10,6 +10,7 @@ otherwise trust an answer that does not honour them).
 import random
 
 from keras_tfm.generation.continuous_batching.scheduler import MAX_TOP_LOGPROBS
+from keras_tfm.generation.grammar import response_format_regex
 from keras_tfm.serving.api_errors import ApiError
 
 # OpenAI's limit on completions' `logprobs` (the alternatives per token).
@@ -17,7 +18,7 @@ MAX_COMPLETION_LOGPROBS = 5
 
 SAMPLING = {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream"}
 SAMPLING |= {"stream_options", "n", "user", "presence_penalty", "frequency_penalty"}
-SAMPLING |= {"logprobs"}
+SAMPLING |= {"logprobs", "response_format"}
 CHAT_FIELDS = SAMPLING | {"messages", "max_completion_tokens", "top_logprobs"}
 COMPLETION_FIELDS = SAMPLING | {"prompt", "echo"}
 # The most prompts one completions request may hold (each its own answer).
@@ -276,3 +277,25 @@ def embedding_inputs(body):
     if encoding not in ("float", "base64"):
         raise bad("encoding_format", '"float" or "base64"', encoding)
     return texts, encoding
+
+
+def response_format(body, settings, echo=False):
+    """The request's `response_format`, or None (absent, or `{"type":
+    "text"}`): `json_object`, `json_schema` (OpenAI's) or `regex`, checked
+    here (a malformed schema, or a keyword the automaton would not honour,
+    is a 400 naming it). Not with `logprobs` or `echo`."""
+    value = body.get("response_format")
+    try:
+        if response_format_regex(value) is None:
+            return None
+    except (ValueError, ImportError) as error:
+        raise ApiError(
+            400, str(error), param="response_format", code="invalid_response_format"
+        ) from None
+    if settings["logprobs"] or echo:
+        name = "logprobs" if settings["logprobs"] else "echo"
+        raise bad(
+            name, "off with response_format (a structured answer is generated "
+            "whole, without scores)", body.get(name),
+        )  # fmt: skip
+    return value

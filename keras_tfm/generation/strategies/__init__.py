@@ -10,6 +10,7 @@ model's cached steps (`keras_tfm.generation.cached_steps`):
 | `sliding` | a whole loop per window, past the context window | rows |
 | `beam` | beam search's or a keras-hub sampler object's own loop | rows |
 | `buffered` | the built-in samplers' loop over one buffer | rows, scores |
+| `constrained` | `buffered`'s loop under a token automaton's mask | rows |
 
 Non-streamed strategies return `(rows, scores, top)`: the decoder rows
 (the decoder prompt and the new tokens, cut after a stop id), and per row
@@ -30,6 +31,7 @@ import collections
 from keras_tfm.generation.strategies import (
     beam,
     buffered,
+    constrained,
     sliding,
     speculative,
     streamed,
@@ -46,6 +48,8 @@ returned."""
 def strategy_for(request, model):
     """The strategy module that runs a validated `request` on `model`."""
     del model  # every strategy runs on both families' cached steps
+    if request.regex is not None:
+        return constrained
     if request.draft is not None:
         return speculative
     if request.stream:
