@@ -65,8 +65,6 @@ class MaskedLMPreprocessor(Preprocessor):
         **kwargs,
     ):
         super().__init__(tokenizer, **kwargs)
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
         self.sequence_length = check_positive_int("sequence_length", sequence_length)
         self.masker_config = {
             "mask_selection_rate": mask_selection_rate,

@@ -64,10 +64,6 @@ class TextClassifierPreprocessor(Preprocessor):
 
     def __init__(self, tokenizer, sequence_length=512, **kwargs):
         super().__init__(tokenizer, **kwargs)
-        # Strings and Python lists are valid positional inputs (keras-hub's
-        # preprocessing layers do the same).
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
         self.sequence_length = check_positive_int("sequence_length", sequence_length)
         if sequence_length < 3:
             raise ValueError(
