@@ -16,10 +16,13 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tests.backends import string_cases as cases
 
+tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="compares JAX with TensorFlow"
+)
 HERE = Path(__file__).parent
 NAMES = ("kjv_gpt", "fortunes_classifier", "translator_de_en", "all_minilm_l6_v2",
          "smollm2", "marian", "t5")  # fmt: skip
