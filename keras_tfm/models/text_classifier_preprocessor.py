@@ -18,9 +18,9 @@ class TextClassifierPreprocessor(Preprocessor):
     `SentenceEncoder` read text through it: the packing of BERT's sequence
     classification and of sentence-transformers' encoders is the same.
 
-    Called as a layer it is TensorFlow graph code, so it also maps a
-    `tf.data.Dataset` of strings (`dataset.map(preprocessor)`), labels and
-    sample weights passing through untouched.
+    Called eagerly it runs in Python (no TensorFlow needed); it also maps a
+    `tf.data.Dataset` of strings (`dataset.map(preprocessor)`, TensorFlow
+    ops, the same ids), labels and sample weights passing through untouched.
 
     Args:
         tokenizer: a keras-hub tokenizer with "[CLS]", "[SEP]" and "[PAD]"
