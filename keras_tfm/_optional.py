@@ -60,6 +60,27 @@ def is_dataset(x):
     return tensorflow_loaded() and isinstance(x, sys.modules["tensorflow"].data.Dataset)
 
 
+def is_tf_tensor(x):
+    """Whether `x` is a `tf.Tensor` or `tf.RaggedTensor`, importing nothing."""
+    return tensorflow_loaded() and isinstance(
+        x, sys.modules["tensorflow"].Tensor | sys.modules["tensorflow"].RaggedTensor
+    )
+
+
+def use_tf_graph(inputs=None):
+    """Whether text preprocessing takes its TensorFlow path for `inputs`.
+
+    keras-hub's rule (`PreprocessingLayer._use_tf_workflow`): TensorFlow ops
+    while a `tf.function` or `tf.data` graph is traced, the Python path
+    (HF `tokenizers`, SentencePiece, NumPy) otherwise, on every backend;
+    keras-tfm also keeps TensorFlow tensors given eagerly on TensorFlow.
+    Without TensorFlow imported it is always False.
+    """
+    if not tensorflow_loaded():
+        return False
+    return not sys.modules["tensorflow"].executing_eagerly() or is_tf_tensor(inputs)
+
+
 class _LazyModule:
     """A module imported on its first attribute read.
 

@@ -1,8 +1,10 @@
 import keras
 import keras_hub
+import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
-from keras_tfm.models.preprocessor import Preprocessor
+from keras_tfm._optional import use_tf_graph
+from keras_tfm.models.preprocessor import Preprocessor, as_backend_tensors, is_text
 from keras_tfm.validation import check_positive_int
 
 
@@ -15,7 +17,9 @@ class CausalLMPreprocessor(Preprocessor):
     the end token, cut or padded to `sequence_length + 1` ids `t`, then
     `token_ids = t[:, :-1]`, `labels = t[:, 1:]` and `sample_weight` 1
     where the label is a real token. Integer `x` (ids already) passes
-    through unchanged, with `y` and `sample_weight`.
+    through unchanged, with `y` and `sample_weight`. Inside `tf.data` it is
+    TensorFlow ops; eagerly it is Python (no TensorFlow needed), with the
+    same ids.
 
     For `CausalLM.generate`, `generate_preprocess` turns prompts into id
     lists and `generate_postprocess` turns ids back into clean text.
@@ -59,6 +63,8 @@ class CausalLMPreprocessor(Preprocessor):
         )
 
     def call(self, x, y=None, sample_weight=None):
+        if not use_tf_graph(x):
+            return self._call_python(x, y, sample_weight)
         x = tf.convert_to_tensor(x) if not isinstance(x, tf.RaggedTensor) else x
         if x.dtype != tf.string:
             return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
@@ -66,6 +72,18 @@ class CausalLMPreprocessor(Preprocessor):
         ids = tf.cast(ids, "int32")
         return keras.utils.pack_x_y_sample_weight(
             ids[..., :-1], ids[..., 1:], tf.cast(mask[..., 1:], "int32")
+        )
+
+    def _call_python(self, x, y, sample_weight):
+        if not is_text(x):
+            return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+        ids, mask = (
+            np.asarray(keras.ops.convert_to_numpy(t))
+            for t in self.packer(self.tokenizer(x))
+        )
+        ids = ids.astype("int32")
+        return as_backend_tensors(
+            ids[..., :-1], ids[..., 1:], mask[..., 1:].astype("int32")
         )
 
     def get_config(self):

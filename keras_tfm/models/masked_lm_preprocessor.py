@@ -12,13 +12,14 @@ from keras_tfm.validation import check_positive_int
 class MaskedLMPreprocessor(Preprocessor):
     """Strings to masked-language-model batches, and texts with "[MASK]" to ids.
 
-    Called as a layer (TensorFlow graph code, so also as
-    `dataset.map(preprocessor)`), it packs each text as "[CLS] text [SEP]"
-    (without either where the tokenizer lacks it), padded to
-    `sequence_length`, and masks it with a `MaskedLMMasker` (BERT's 80/10/10
-    recipe, new masks at every call): `MaskedLanguageModel.fit` then trains
-    on raw strings. `encode_with_masks` is the host-side reading of a text
-    whose "[MASK]" placeholders are to be filled (`fill_mask`).
+    Called as a layer (eagerly, or as `dataset.map(preprocessor)`), it
+    packs each text as "[CLS] text [SEP]" (without either where the
+    tokenizer lacks it), padded to `sequence_length`, and masks it with a
+    `MaskedLMMasker` (BERT's 80/10/10 recipe, new masks at every call;
+    TensorFlow ops, so TensorFlow is needed): `MaskedLanguageModel.fit`
+    then trains on raw strings. `encode_with_masks` is the host-side
+    reading of a text whose "[MASK]" placeholders are to be filled
+    (`fill_mask`, which needs no TensorFlow).
 
     Args:
         tokenizer: a keras-hub tokenizer with a "[MASK]" token (optional
@@ -65,8 +66,6 @@ class MaskedLMPreprocessor(Preprocessor):
         **kwargs,
     ):
         super().__init__(tokenizer, **kwargs)
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
         self.sequence_length = check_positive_int("sequence_length", sequence_length)
         self.masker_config = {
             "mask_selection_rate": mask_selection_rate,

@@ -2,8 +2,12 @@
 
 A preprocessor is a Keras layer that owns a tokenizer and the packing of
 its ids for one task. Called on `(x, y, sample_weight)` it returns what the
-task's `fit` reads, as tensors, so it also runs inside `tf.data`
-(`dataset.map(preprocessor)`) and inside a traced graph. Its host-side
+task's `fit` reads, as tensors of the Keras backend. As keras-hub's
+preprocessing layers, it has two paths that give the same ids: TensorFlow
+ops while a `tf.data` or `tf.function` graph is traced
+(`dataset.map(preprocessor)`), and Python (the tokenizers' HF `tokenizers`,
+SentencePiece or Python code, NumPy packing) in eager calls, which need no
+TensorFlow (`keras_tfm._optional.use_tf_graph` decides). Its host-side
 helpers turn a Python string (or list of them) into id lists for
 generation and classification, and ids back into text.
 
@@ -17,6 +21,7 @@ import keras
 import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
+from keras_tfm._optional import use_tf_graph
 from keras_tfm.generation.generation_utils import format_outputs
 from keras_tfm.models.tokenizer_attachment import (
     is_text,
@@ -37,6 +42,10 @@ class Preprocessor(keras.layers.Layer):
     def __init__(self, tokenizer, **kwargs):
         kwargs.setdefault("dtype", "int32")
         super().__init__(**kwargs)
+        # Strings and Python lists are valid positional inputs, kept as they
+        # are (keras-hub's preprocessing layers do the same).
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
         tokenizer = restore_tokenizer(tokenizer)
         if not isinstance(tokenizer, keras.layers.Layer):
             raise ValueError(
@@ -47,9 +56,10 @@ class Preprocessor(keras.layers.Layer):
         self.built = True
 
     def __call__(self, x, y=None, sample_weight=None, **kwargs):
-        # Keras takes only tensors positionally; Python strings and lists
-        # become tensors first (keras-hub's PreprocessingLayer does the same).
-        x, y, sample_weight = (_as_tensors(v) for v in (x, y, sample_weight))
+        if use_tf_graph(x):
+            # The TensorFlow path reads tensors: Python strings and lists
+            # become TensorFlow tensors first.
+            x, y, sample_weight = (_as_tensors(v) for v in (x, y, sample_weight))
         return super().__call__(x, y=y, sample_weight=sample_weight, **kwargs)
 
     @property
@@ -84,6 +94,12 @@ class Preprocessor(keras.layers.Layer):
         return config
 
 
+def as_backend_tensors(*values):
+    """NumPy arrays (or None) as tensors of the Keras backend: the Python
+    path's outputs, as keras-hub's preprocessing layers return them."""
+    return tuple(None if v is None else keras.ops.convert_to_tensor(v) for v in values)
+
+
 def _as_tensors(value):
     if value is None or isinstance(value, dict):
         return value if value is None else {k: _as_tensors(v) for k, v in value.items()}
@@ -92,4 +108,4 @@ def _as_tensors(value):
     return value
 
 
-__all__ = ["Preprocessor", "is_text"]
+__all__ = ["Preprocessor", "as_backend_tensors", "is_text"]

@@ -1,8 +1,10 @@
 import keras
 import keras_hub
+import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
-from keras_tfm.models.preprocessor import Preprocessor
+from keras_tfm._optional import use_tf_graph
+from keras_tfm.models.preprocessor import Preprocessor, as_backend_tensors, is_text
 from keras_tfm.validation import check_positive_int
 
 
@@ -15,7 +17,9 @@ class Seq2SeqLMPreprocessor(Preprocessor):
     tokenized and padded to `encoder_sequence_length`; the target wrapped as
     start, text, end and padded to `decoder_sequence_length + 1` ids `t`,
     with `target_ids = t[:, :-1]` (teacher forcing), `labels = t[:, 1:]` and
-    `sample_weight` 1 on real labels. Integer inputs pass through.
+    `sample_weight` 1 on real labels. Integer inputs pass through. Inside
+    `tf.data` it is TensorFlow ops; eagerly it is Python (no TensorFlow
+    needed), with the same ids.
 
     Args:
         tokenizer: a keras-hub tokenizer with start and end tokens (e.g. a
@@ -69,6 +73,8 @@ class Seq2SeqLMPreprocessor(Preprocessor):
     def call(self, x, y=None, sample_weight=None):
         if isinstance(x, dict):  # ids already: {"source_ids", "target_ids"}
             return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+        if not use_tf_graph(x):
+            return self._call_python(x, y)
         sources = tf.convert_to_tensor(x)
         if sources.dtype != tf.string:
             raise ValueError(
@@ -83,6 +89,30 @@ class Seq2SeqLMPreprocessor(Preprocessor):
         return keras.utils.pack_x_y_sample_weight(
             inputs, targets[..., 1:], tf.cast(mask[..., 1:], "int32")
         )
+
+    def _call_python(self, x, y):
+        for name, texts in (("x", x), ("y", y)):
+            if not is_text(texts):
+                raise ValueError(
+                    "A Seq2SeqLMPreprocessor takes source strings (with target "
+                    f"strings as `y`), or a dict of ids. Received: {name}="
+                    f"{str(texts)[:80]}"
+                )
+
+        def numpy(t):
+            return np.asarray(keras.ops.convert_to_numpy(t))
+
+        source_ids = numpy(self.encoder_packer(self.tokenizer(x))).astype("int32")
+        targets, mask = (numpy(t) for t in self.decoder_packer(self.tokenizer(y)))
+        targets = targets.astype("int32")
+        source_ids, target_ids, labels, weights = as_backend_tensors(
+            source_ids,
+            targets[..., :-1],
+            targets[..., 1:],
+            mask[..., 1:].astype("int32"),
+        )
+        inputs = {"source_ids": source_ids, "target_ids": target_ids}
+        return inputs, labels, weights
 
     def get_config(self):
         config = super().get_config()

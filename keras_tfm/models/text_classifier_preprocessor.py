@@ -18,9 +18,9 @@ class TextClassifierPreprocessor(Preprocessor):
     `SentenceEncoder` read text through it: the packing of BERT's sequence
     classification and of sentence-transformers' encoders is the same.
 
-    Called as a layer it is TensorFlow graph code, so it also maps a
-    `tf.data.Dataset` of strings (`dataset.map(preprocessor)`), labels and
-    sample weights passing through untouched.
+    Called eagerly it runs in Python (no TensorFlow needed); it also maps a
+    `tf.data.Dataset` of strings (`dataset.map(preprocessor)`, TensorFlow
+    ops, the same ids), labels and sample weights passing through untouched.
 
     Args:
         tokenizer: a keras-hub tokenizer with "[CLS]", "[SEP]" and "[PAD]"
@@ -64,10 +64,6 @@ class TextClassifierPreprocessor(Preprocessor):
 
     def __init__(self, tokenizer, sequence_length=512, **kwargs):
         super().__init__(tokenizer, **kwargs)
-        # Strings and Python lists are valid positional inputs (keras-hub's
-        # preprocessing layers do the same).
-        self._convert_input_args = False
-        self._allow_non_tensor_positional_args = True
         self.sequence_length = check_positive_int("sequence_length", sequence_length)
         if sequence_length < 3:
             raise ValueError(

@@ -6,6 +6,7 @@ import keras
 import keras_hub
 import numpy as np
 
+from keras_tfm._optional import is_tf_tensor
 from keras_tfm._optional import tensorflow as tf
 from keras_tfm._optional import tensorflow_text as tf_text
 
@@ -78,8 +79,9 @@ class HFBertTokenizer(keras_hub.tokenizers.BertTokenizer):
     `str.lower`, deletes control and format characters (e.g. "\\x00",
     zero-width spaces), maps every Unicode space to " " and then strips
     accents. This class applies HuggingFace's normalization (in Python
-    eagerly, in TensorFlow ops inside tf.data) and hands the result to
-    keras-hub's splitting and WordPiece with its own lowercasing turned off.
+    eagerly, without TensorFlow; in TensorFlow ops inside tf.data) and
+    hands the result to keras-hub's splitting and WordPiece with its own
+    lowercasing turned off.
 
     Args:
         vocabulary: a list of WordPiece tokens or the path of a vocab.txt.
@@ -130,7 +132,7 @@ class HFBertTokenizer(keras_hub.tokenizers.BertTokenizer):
 
     def tokenize(self, inputs):
         lowercase, strip = self.hf_lowercase, self.hf_strip_accents
-        if isinstance(inputs, (tf.Tensor, tf.RaggedTensor)) or self._use_tf_workflow():
+        if is_tf_tensor(inputs) or self._use_tf_workflow():
             if isinstance(inputs, tf.RaggedTensor):
                 inputs = tf.ragged.map_flat_values(
                     normalize_tf, inputs, lowercase, strip

@@ -47,9 +47,10 @@ class MarianTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
     keras-hub's `SentencePieceTokenizer` on the source model, asked for
     pieces (strings, which keep an unknown character's surface as
     HuggingFace's `MarianTokenizer` sees it), with the pieces looked up in
-    vocab.json (in Python eagerly, in a `tf.lookup` table inside tf.data
-    and tf.function). A leading language code such as ">>fra<<" (multi-target
-    models) is kept whole, as `MarianTokenizer` keeps it. Moses punctuation
+    vocab.json (in Python eagerly, without TensorFlow; in a `tf.lookup`
+    table inside tf.data and tf.function). A leading language code such as
+    ">>fra<<" (multi-target models) is kept whole, as `MarianTokenizer`
+    keeps it. Moses punctuation
     normalization (applied by `MarianTokenizer` only where sacremoses is
     installed) is not applied.
 
@@ -147,9 +148,16 @@ class MarianTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
             self._target_spm = sentencepiece.SentencePieceProcessor(
                 model_proto=self.target_proto
             )
-            self._target_tf = tf_text.SentencepieceTokenizer(
-                model=self.target_proto, out_type=tf.string
-            )
+
+    def _target_graph(self):
+        """The target model as a TensorFlow Text op, made on first use (the
+        Python path has no TensorFlow), eagerly, and kept."""
+        if self._target_tf is None:
+            with tf.init_scope():
+                self._target_tf = tf_text.SentencepieceTokenizer(
+                    model=self.target_proto, out_type=tf.string
+                )
+        return self._target_tf
 
     def _check_ready(self):
         if self.proto is None or self._pieces is None:
@@ -285,7 +293,7 @@ class MarianTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
         )
         _, pieces = self._lookup_tables()
         ids = tf.ragged.boolean_mask(ids, keep)
-        texts = self._target_tf.detokenize(tf.gather(pieces, ids))
+        texts = self._target_graph().detokenize(tf.gather(pieces, ids))
         texts = tf.strings.strip(tf.strings.regex_replace(texts, SPIECE_UNDERLINE, " "))
         return texts[0] if unbatched else texts
 

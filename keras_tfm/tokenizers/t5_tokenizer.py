@@ -12,13 +12,13 @@ ids are HuggingFace's `T5Tokenizer` ids.
 import base64
 import json
 import re
-import sys
 from pathlib import Path
 
 import keras
 import keras_hub
 import numpy as np
 
+from keras_tfm._optional import is_tf_tensor
 from keras_tfm._optional import tensorflow as tf
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
@@ -31,14 +31,6 @@ def _model_pb2():
     from sentencepiece import sentencepiece_model_pb2
 
     return sentencepiece_model_pb2
-
-
-def _is_tf_tensor(x):
-    """Whether `x` is a TensorFlow tensor, without importing TensorFlow."""
-    tensorflow = sys.modules.get("tensorflow")
-    return tensorflow is not None and isinstance(
-        x, tensorflow.Tensor | tensorflow.RaggedTensor
-    )
 
 
 # HuggingFace splits T5 text on Unicode whitespace (`WhitespaceSplit`) and
@@ -217,7 +209,7 @@ class T5Tokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
         # A T5 embedding has rows past the tokenizer (32128 for 32100 tokens):
         # those ids have no piece, and are dropped, as transformers drops them.
         size = self.vocabulary_size()
-        if _is_tf_tensor(inputs) or self._use_tf_workflow():
+        if is_tf_tensor(inputs) or self._use_tf_workflow():
             ids = inputs
             if not isinstance(ids, tf.RaggedTensor):
                 ids = tf.convert_to_tensor(ids)
@@ -235,7 +227,7 @@ class T5Tokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
 
     def _clean(self, inputs):
         """`inputs` with `_REWRITES` applied, as tensors or as Python strings."""
-        if self._use_tf_workflow() or _is_tf_tensor(inputs):
+        if self._use_tf_workflow() or is_tf_tensor(inputs):
             inputs = tf.convert_to_tensor(inputs)
             for (pattern, _), replacement in _REWRITES:
                 inputs = tf.strings.regex_replace(inputs, pattern, replacement)
