@@ -271,11 +271,9 @@ class CausalLM(QuantizationMixin, Task):
                 (speculative decoding of plain greedy output: "prompt_lookup",
                 a smaller `CausalLM`, a `DecoderSteps` or a
                 `SpeculativeDecoder`; decoder-only models);
-                `response_format` (structured output: the new text matches
-                `{"type": "json_object"}`, `{"type": "json_schema",
-                "json_schema": {"schema": {...}}}` or `{"type": "regex",
-                "regex": ...}`, see `keras_tfm.generation.grammar`; the
-                built-in samplers over one buffer, not streamed).
+                `response_format` (structured output, OpenAI's
+                `{"type": "json_object" | "json_schema" | "regex", ...}`:
+                `keras_tfm.generation.grammar`; not streamed).
 
         Returns:
             Per input, the decoder prompt followed by the new tokens (see the
