@@ -1,4 +1,4 @@
-"""What generation does differently per Keras backend: compiling, and one op.
+"""What generation does differently per Keras backend: compiling, and two ops.
 
 Every loop of `keras_tfm.generation` is written on `keras.ops`; this module
 is the one place that names a backend (and the only one of the package that
@@ -88,6 +88,16 @@ def _jax_compiled(function, owners):
         return outputs
 
     return call
+
+
+def bitcast_to_uint32(x):
+    """int32 `x`'s bits as uint32 (`keras.ops.view` reads the static shape
+    and refuses an exported graph's unknown batch size)."""
+    if keras.config.backend() == "tensorflow":
+        return tf.bitcast(x, "uint32")
+    from keras import ops
+
+    return ops.view(x, "uint32")
 
 
 def exclusive_cumsum(x):

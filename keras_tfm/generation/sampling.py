@@ -22,7 +22,7 @@ the argmax of softmax(logits), exactly as `keras_hub.samplers.GreedySampler`.
 
 from keras import ops
 
-from keras_tfm.generation.backend import exclusive_cumsum
+from keras_tfm.generation.backend import bitcast_to_uint32, exclusive_cumsum
 from keras_tfm.generation.logit_processors import NEG_INF
 
 
@@ -49,9 +49,9 @@ def row_uniform(seed, position, vocabulary_size):
     >>> bool(ops.all(a[1] == b[0])), bool(ops.all(a[0] != a[1]))
     (True, True)
     """
-    seed = ops.view(ops.cast(seed, "int32"), "uint32")[:, None]
-    position = ops.view(ops.cast(position, "int32"), "uint32")
-    ids = ops.view(ops.arange(vocabulary_size, dtype="int32"), "uint32")[None, :]
+    seed = bitcast_to_uint32(ops.cast(seed, "int32"))[:, None]
+    position = bitcast_to_uint32(ops.cast(position, "int32"))
+    ids = bitcast_to_uint32(ops.arange(vocabulary_size, dtype="int32"))[None, :]
     key = ops.add(
         ops.multiply(seed, _uint32(0x9E3779B1)),
         _mix(ops.add(position, _uint32(0x68E31DA4))),
