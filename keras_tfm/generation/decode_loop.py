@@ -1,13 +1,14 @@
 """The decoding loop of the built-in samplers: settings are tensors.
 
-One `tf.while_loop` decodes positions `index ... end - 1` of a buffer with
+One `ops.while_loop` decodes positions `index ... end - 1` of a buffer with
 the model's cached step, the logit processors and the sampler, all reading
 the per-row settings dict (`settings_tensors`) as inputs. Compiled once per
 (batch, buffer length), it serves every temperature, top-k, top-p, min-p,
 penalty, seed and stop id without being traced again.
 """
 
-from keras_tfm._optional import tensorflow as tf
+from keras import ops
+
 from keras_tfm.generation import logit_processors, sampling, stop_strings
 
 MAX_NGRAM_SIZE = 8
@@ -15,7 +16,7 @@ MAX_NGRAM_SIZE = 8
 
 def take_column(x, index):
     """`x[:, index]` as a gather: XLA takes `index` at run time (no recompile)."""
-    return tf.gather(x, index, axis=1)
+    return ops.take(x, index, axis=1)
 
 
 def step_tokens(logits, tokens, index, prompt_mask, settings):
@@ -26,12 +27,12 @@ def step_tokens(logits, tokens, index, prompt_mask, settings):
     )
     token = sampling.next_tokens(processed, settings, index)
     forced = take_column(prompt_mask, index)
-    return tf.where(forced, take_column(tokens, index), token), forced
+    return ops.where(forced, take_column(tokens, index), token), forced
 
 
 def is_stop(token, stop_token_ids):
     """bool (batch,): whether `token` is one of the row's stop ids."""
-    return tf.reduce_any(tf.equal(token[:, None], stop_token_ids), axis=-1)
+    return ops.any(ops.equal(token[:, None], stop_token_ids), axis=-1)
 
 
 def chosen_log_probabilities(logits, token, top_logprobs=0):
@@ -43,17 +44,18 @@ def chosen_log_probabilities(logits, token, top_logprobs=0):
     (batch, n), most likely first (ties: the lower id first).
 
     Example:
-    >>> logits = tf.math.log(tf.constant([[0.5, 0.2, 0.3]]))
-    >>> chosen, values, ids = chosen_log_probabilities(logits, [2], 2)
-    >>> ids.numpy().tolist(), round(float(tf.exp(values[0, 1])), 3)
+    >>> logits = np.log(np.array([[0.5, 0.2, 0.3]], "float32"))
+    >>> chosen, values, ids = chosen_log_probabilities(logits, np.array([2]), 2)
+    >>> ops.convert_to_numpy(ids).tolist(), round(float(np.exp(values[0, 1])), 3)
     ([[0, 2]], 0.3)
     """
-    log_probabilities = tf.nn.log_softmax(tf.cast(logits, "float32"), axis=-1)
-    chosen = tf.gather(log_probabilities, token, axis=1, batch_dims=1)
+    log_probabilities = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    token = ops.cast(token, "int32")
+    chosen = ops.take_along_axis(log_probabilities, token[:, None], axis=1)[:, 0]
     if not top_logprobs:
         return chosen
-    values, ids = tf.math.top_k(log_probabilities, k=top_logprobs)
-    return chosen, values, ids
+    values, ids = ops.top_k(log_probabilities, k=top_logprobs)
+    return chosen, values, ops.cast(ids, "int32")
 
 
 def decode(next, tokens, cache, index, end, prompt_mask, settings, top_logprobs=0):
@@ -84,58 +86,62 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings, top_logprobs=
         (batch, length, n): at each decoded position the model's n most
         likely tokens and their log-probabilities (0 and 0 elsewhere).
     """
-    tokens = tf.cast(tokens, "int32")
-    prompt_mask = tf.cast(prompt_mask, "bool")
-    index = tf.cast(index, "int32")
-    end = tf.cast(end, "int32")
+    tokens = ops.cast(tokens, "int32")
+    prompt_mask = ops.cast(prompt_mask, "bool")
+    index = ops.cast(index, "int32")
+    end = ops.cast(end, "int32")
     stop_token_ids = settings["stop_token_ids"]
     strings = settings.get("stop_strings")
-    batch, length = tf.shape(tokens)[0], tf.shape(tokens)[1]
+    batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     state = {
         "tokens": tokens,
-        "log_probabilities": tf.zeros((batch, length), "float32"),
-        "ends": tf.fill((batch,), length),
+        "log_probabilities": ops.zeros((batch, length), "float32"),
+        "ends": ops.full((batch,), length, "int32"),
     }
     if top_logprobs:
-        state["top_log_probabilities"] = tf.zeros((batch, length, top_logprobs))
-        state["top_ids"] = tf.zeros((batch, length, top_logprobs), "int32")
+        shape = (batch, length, top_logprobs)
+        state["top_log_probabilities"] = ops.zeros(shape, "float32")
+        state["top_ids"] = ops.zeros(shape, "int32")
     if strings is not None:
         table = settings["token_bytes"]
         tail_size = strings.shape[2] + table.shape[1]
-        state["tail"] = tf.fill([tokens.shape[0], tail_size], -1)
+        state["tail"] = ops.full((batch, tail_size), -1, "int32")
 
     def cond(state, cache, index):
-        return tf.reduce_any(state["ends"] == length)
+        return ops.any(state["ends"] == length)
 
     def body(state, cache, index):
         tokens = state["tokens"]
         logits, cache = next(tokens, cache, index)
         token, forced = step_tokens(logits, tokens, index, prompt_mask, settings)
-        column = tf.one_hot(index, length, on_value=True, off_value=False)[None, :]
+        column = (ops.arange(length, dtype="int32") == index)[None, :]
         new = dict(state)
-        new["tokens"] = tf.where(column, token[:, None], tokens)
+        new["tokens"] = ops.where(column, token[:, None], tokens)
         chosen = chosen_log_probabilities(logits, token, top_logprobs)
         if top_logprobs:
             chosen, values, ids = chosen
-            at = column[:, :, None] & tf.logical_not(forced)[:, None, None]
+            at = column[:, :, None] & ops.logical_not(forced)[:, None, None]
             for name, top in (("top_log_probabilities", values), ("top_ids", ids)):
-                new[name] = tf.where(at, top[:, None, :], state[name])
-        chosen = tf.where(forced, 0.0, chosen)
-        new["log_probabilities"] = tf.where(
+                new[name] = ops.where(at, top[:, None, :], state[name])
+        chosen = ops.where(forced, 0.0, chosen)
+        new["log_probabilities"] = ops.where(
             column, chosen[:, None], state["log_probabilities"]
         )
         stopped = is_stop(token, stop_token_ids)
         if strings is not None:
-            added = tf.where(forced[:, None], -1, tf.gather(table, token))
+            added = ops.where(forced[:, None], -1, ops.take(table, token, axis=0))
             new["tail"], count = stop_strings.append_bytes(state["tail"], added)
             hit = stop_strings.ends_with_stop_string(new["tail"], strings, count)
-            stopped = tf.logical_or(stopped, hit)
-        stopped = stopped & tf.logical_not(forced) & (state["ends"] == length)
-        new["ends"] = tf.where(stopped, index + 1, state["ends"])
+            stopped = ops.logical_or(stopped, hit)
+        stopped = stopped & ops.logical_not(forced) & (state["ends"] == length)
+        new["ends"] = ops.where(stopped, index + 1, state["ends"])
         return new, cache, index + 1
 
-    state, _, _ = tf.while_loop(
-        cond, body, (state, cache, index), maximum_iterations=tf.maximum(end - index, 0)
+    state, _, _ = ops.while_loop(
+        cond,
+        body,
+        (state, cache, index),
+        maximum_iterations=ops.maximum(end - index, 0),
     )
     state.pop("tail", None)
     return state
@@ -163,14 +169,13 @@ def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
     Returns:
         The filled cache.
     """
-    length = tokens.shape[1]
-    if length is None:  # traced for any length (an exported graph): XLA
-        length = tf.shape(tokens)[1]  # still compiles it as a constant
-    start = tf.cast(start, "int32")
-    begin = tf.constant(0, "int32")
+    length = ops.shape(tokens)[1]  # traced for any length (an exported
+    # graph): a tensor, which XLA still compiles as a constant
+    start = ops.cast(start, "int32")
+    begin = ops.convert_to_tensor(0, "int32")
     for position, size in enumerate(chunks):
         size = (
-            min(size, length) if isinstance(length, int) else tf.minimum(size, length)
+            min(size, length) if isinstance(length, int) else ops.minimum(size, length)
         )
         last = position == len(chunks) - 1
 
@@ -178,9 +183,9 @@ def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
             return begin < start if last else begin + size <= start
 
         def body(begin, cache, size=size):
-            first = tf.minimum(begin, length - size)
-            chunk = tf.gather(tokens, first + tf.range(size), axis=1)
+            first = ops.minimum(begin, length - size)
+            chunk = ops.take(tokens, first + ops.arange(size, dtype="int32"), axis=1)
             return begin + size, step(chunk, cache, first)
 
-        begin, cache = tf.while_loop(cond, body, (begin, cache))
+        begin, cache = ops.while_loop(cond, body, (begin, cache))
     return cache

@@ -10,9 +10,8 @@ import numpy as np
 from keras import ops
 from keras_hub.src.utils.tensor_utils import any_equal
 
-from keras_tfm._optional import tensorflow as tf
 from keras_tfm.data.detokenization import detokenize
-from keras_tfm.generation import buffers
+from keras_tfm.generation import backend, buffers
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.generation_config import GenerationConfig
 from keras_tfm.validation import check_positive_int
@@ -95,14 +94,9 @@ def reset_seed(sampler, seed):
         generator.state.assign(np.array([seed, 0], generator.state.dtype))
 
 
-def compile_loop(function):
-    """`function` as an XLA-compiled `tf.function`, retraced per input shape.
-
-    Without autograph: the loops are `tf.while_loop`s already, and
-    converting the 30 layers' code on every trace cost a third of tracing
-    SmolLM2's decoding functions (benchmarks/cold_start.py).
-    """
-    return tf.function(function, jit_compile=True, autograph=False)
+def compile_loop(function, owners=(), jit_compile=True):
+    """`backend.compile_loop`: `function` compiled for the Keras backend."""
+    return backend.compile_loop(function, owners, jit_compile)
 
 
 def cache_padding_mask(backbone, tokens):

@@ -47,7 +47,7 @@ def decode_function(model, top_logprobs=0, compile=True):
             next, tokens, cache, start, end, mask, settings, top_logprobs
         )
 
-    return gen.compile_loop(loop) if compile else loop
+    return gen.compile_loop(loop, (model,)) if compile else loop
 
 
 def sampler_loop(model, sampler, stop_token_ids, compile=True):
@@ -89,7 +89,8 @@ def sampler_loop(model, sampler, stop_token_ids, compile=True):
             stop_token_ids=stop_token_ids, process_logits=process,
         )  # fmt: skip
 
-    return gen.compile_loop(loop) if compile else loop
+    # The sampler's seed is a variable the loop advances.
+    return gen.compile_loop(loop, (model, sampler)) if compile else loop
 
 
 def stream_steps(model, sampler):
@@ -111,7 +112,8 @@ def stream_steps(model, sampler):
         probabilities = sampler.compute_probabilities(logits)
         return sampler.get_next_token(probabilities), cache
 
-    return gen.compile_loop(prefill), gen.compile_loop(step)
+    owners = (model,) if sampler is None else (model, sampler)
+    return gen.compile_loop(prefill, (model,)), gen.compile_loop(step, owners)
 
 
 def sampler_and_key(model, request):

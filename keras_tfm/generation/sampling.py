@@ -20,35 +20,45 @@ the same tokens alone or in any batch. A row with temperature 0 is greedy:
 the argmax of softmax(logits), exactly as `keras_hub.samplers.GreedySampler`.
 """
 
-from keras_tfm._optional import tensorflow as tf
+from keras import ops
+
+from keras_tfm.generation.backend import bitcast_to_uint32, exclusive_cumsum
 from keras_tfm.generation.logit_processors import NEG_INF
 
 
+def _uint32(value):
+    return ops.convert_to_tensor(value, "uint32")
+
+
 def _mix(x):
-    """A 32-bit integer hash (murmur3's finalizer) of uint32 `x`."""
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
-    x = x * tf.constant(0x85EBCA6B, "uint32")
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 13))
-    x = x * tf.constant(0xC2B2AE35, "uint32")
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+    """A 32-bit integer hash (murmur3's finalizer) of uint32 `x` (uint32
+    products wrap modulo 2**32 on every backend)."""
+    x = ops.bitwise_xor(x, ops.right_shift(x, 16))
+    x = ops.multiply(x, _uint32(0x85EBCA6B))
+    x = ops.bitwise_xor(x, ops.right_shift(x, 13))
+    x = ops.multiply(x, _uint32(0xC2B2AE35))
+    return ops.bitwise_xor(x, ops.right_shift(x, 16))
 
 
 def row_uniform(seed, position, vocabulary_size):
     """float32 (batch, V) uniform in (0, 1), a function of (seed, position, id).
 
     Example:
-    >>> a = row_uniform(tf.constant([7, 8]), 3, 5)
-    >>> b = row_uniform(tf.constant([8]), 3, 5)
-    >>> bool(tf.reduce_all(a[1] == b[0])), bool(tf.reduce_all(a[0] != a[1]))
+    >>> a = row_uniform(np.array([7, 8]), 3, 5)
+    >>> b = row_uniform(np.array([8]), 3, 5)
+    >>> bool(ops.all(a[1] == b[0])), bool(ops.all(a[0] != a[1]))
     (True, True)
     """
-    seed = tf.bitcast(tf.cast(seed, "int32"), "uint32")[:, None]
-    position = tf.bitcast(tf.cast(position, "int32"), "uint32")
-    ids = tf.range(vocabulary_size, dtype="int32")
-    ids = tf.bitcast(ids, "uint32")[None, :]
-    key = _mix(seed * tf.constant(0x9E3779B1, "uint32") + _mix(position + 0x68E31DA4))
-    bits = _mix(tf.bitwise.bitwise_xor(key, ids * tf.constant(0x27D4EB2F, "uint32")))
-    mantissa = tf.cast(tf.bitwise.right_shift(bits, 8), "float32")  # 24 bits
+    seed = bitcast_to_uint32(ops.cast(seed, "int32"))[:, None]
+    position = bitcast_to_uint32(ops.cast(position, "int32"))
+    ids = bitcast_to_uint32(ops.arange(vocabulary_size, dtype="int32"))[None, :]
+    key = ops.add(
+        ops.multiply(seed, _uint32(0x9E3779B1)),
+        _mix(ops.add(position, _uint32(0x68E31DA4))),
+    )
+    key = _mix(key)
+    bits = _mix(ops.bitwise_xor(key, ops.multiply(ids, _uint32(0x27D4EB2F))))
+    mantissa = ops.cast(ops.right_shift(bits, 8), "float32")  # 24 bits
     return (mantissa + 0.5) * (1.0 / (1 << 24))
 
 
@@ -62,34 +72,34 @@ def warp(logits, settings):
     top_k, top_p = settings["top_k"], settings["top_p"]
     min_p = settings["min_p"]
     greedy = temperature <= 0.0
-    scale = tf.where(greedy, 1.0, temperature)
-    z = tf.cast(logits, "float32") / scale[:, None]
-    vocabulary_size = tf.shape(z)[1]
+    scale = ops.where(greedy, 1.0, temperature)
+    z = ops.cast(logits, "float32") / scale[:, None]
+    vocabulary_size = z.shape[1]
 
     def cut(z):
-        # One descending sort serves both cut-offs.
-        ordered = tf.sort(z, axis=-1, direction="DESCENDING")
-        rank = tf.range(vocabulary_size)[None, :]
-        k = tf.where(top_k > 0, tf.minimum(top_k, vocabulary_size), vocabulary_size)
-        ordered = tf.where(rank < k[:, None], ordered, NEG_INF)
-        probabilities = tf.nn.softmax(ordered, axis=-1)
-        above = tf.cumsum(probabilities, axis=-1, exclusive=True)
-        keep = tf.logical_or(above < top_p[:, None], rank == 0)
-        keep = tf.logical_and(keep, rank < k[:, None])
-        threshold = tf.reduce_min(tf.where(keep, ordered, float("inf")), axis=-1)
-        return tf.where(z >= threshold[:, None], z, NEG_INF)
+        # One descending sort serves both cut-offs (a full top-k is one).
+        ordered = ops.top_k(z, vocabulary_size)[0]
+        rank = ops.arange(vocabulary_size, dtype="int32")[None, :]
+        k = ops.where(top_k > 0, ops.minimum(top_k, vocabulary_size), vocabulary_size)
+        ordered = ops.where(rank < k[:, None], ordered, NEG_INF)
+        probabilities = ops.softmax(ordered, axis=-1)
+        above = exclusive_cumsum(probabilities)
+        keep = ops.logical_or(above < top_p[:, None], rank == 0)
+        keep = ops.logical_and(keep, rank < k[:, None])
+        threshold = ops.min(ops.where(keep, ordered, float("inf")), axis=-1)
+        return ops.where(z >= threshold[:, None], z, NEG_INF)
 
-    sampling = tf.logical_not(greedy)
-    cuts_on = tf.reduce_any(sampling & ((top_k > 0) | (top_p < 1.0)))
-    z = tf.cond(cuts_on, lambda: cut(z), lambda: z)
+    sampling = ops.logical_not(greedy)
+    cuts_on = ops.any(sampling & ((top_k > 0) | (top_p < 1.0)))
+    z = ops.cond(cuts_on, lambda: cut(z), lambda: z)
 
     def floor(z):
-        probabilities = tf.nn.softmax(z, axis=-1)
-        largest = tf.reduce_max(probabilities, axis=-1, keepdims=True)
-        return tf.where(probabilities >= min_p[:, None] * largest, z, NEG_INF)
+        probabilities = ops.softmax(z, axis=-1)
+        largest = ops.max(probabilities, axis=-1, keepdims=True)
+        return ops.where(probabilities >= min_p[:, None] * largest, z, NEG_INF)
 
-    min_p_on = tf.reduce_any(sampling & (min_p > 0.0))
-    return tf.cond(min_p_on, lambda: floor(z), lambda: z)
+    min_p_on = ops.any(sampling & (min_p > 0.0))
+    return ops.cond(min_p_on, lambda: floor(z), lambda: z)
 
 
 def next_tokens(logits, settings, position):
@@ -104,17 +114,15 @@ def next_tokens(logits, settings, position):
     Returns:
         int32 (batch,).
     """
-    logits = tf.cast(logits, "float32")
-    greedy_tokens = tf.argmax(
-        tf.nn.softmax(logits, axis=-1), axis=-1, output_type="int32"
-    )
+    logits = ops.cast(logits, "float32")
+    greedy_tokens = ops.cast(ops.argmax(ops.softmax(logits, axis=-1), axis=-1), "int32")
 
     def sample():
         z = warp(logits, settings)
-        uniform = row_uniform(settings["seed"], position, tf.shape(z)[1])
-        gumbel = -tf.math.log(-tf.math.log(uniform))
-        return tf.argmax(z + gumbel, axis=-1, output_type="int32")
+        uniform = row_uniform(settings["seed"], position, z.shape[1])
+        gumbel = -ops.log(-ops.log(uniform))
+        return ops.cast(ops.argmax(z + gumbel, axis=-1), "int32")
 
     greedy = settings["temperature"] <= 0.0
-    sampled = tf.cond(tf.reduce_all(greedy), lambda: greedy_tokens, sample)
-    return tf.where(greedy, greedy_tokens, sampled)
+    sampled = ops.cond(ops.all(greedy), lambda: greedy_tokens, sample)
+    return ops.where(greedy, greedy_tokens, sampled)

@@ -23,8 +23,8 @@ ValueError: `top_logprobs` needs `return_scores=True` (the alternatives come wit
 """  # noqa: E501
 
 import numpy as np
+from keras import ops
 
-from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation import generation_utils as gen
 
 
@@ -65,8 +65,9 @@ def alternatives(ids, values):
 def token_log_probabilities(logits, labels):
     """float32 (batch, seq): log_softmax(logits)[labels], in-graph (the
     (batch, seq, V) logits never leave the device)."""
-    log_probabilities = tf.nn.log_softmax(tf.cast(logits, "float32"), axis=-1)
-    return tf.gather(log_probabilities, tf.cast(labels, "int32"), batch_dims=2)
+    log_probabilities = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    labels = ops.cast(labels, "int32")[..., None]
+    return ops.take_along_axis(log_probabilities, labels, axis=-1)[..., 0]
 
 
 def sums(log_probabilities, counts):

@@ -36,7 +36,6 @@ Reference: Leviathan et al., 2023 (speculative decoding); Saxena, 2023
 
 from keras import ops
 
-from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation import buffers
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation.decoder_steps import DecoderSteps
@@ -110,7 +109,8 @@ class SpeculativeDecoder:
         num_draft_tokens: k, the guesses per round.
         ngram_size: the longest n-gram prompt lookup matches.
         jit_compile: compile the loop with XLA (default; False traces a
-            plain `tf.function`, quicker to build for tiny models).
+            plain `tf.function` on TensorFlow, quicker to build for tiny
+            models).
 
     Example:
     >>> backbone = keras_tfm.models.DecoderBackbone(
@@ -188,12 +188,11 @@ class SpeculativeDecoder:
                 f"max_new_tokens={max_new_tokens}"
             )
         key = (self.draft, k, self.ngram_size, stop_token_ids, self.jit_compile)
+        owners = (model,) if self.draft is None else (model, self.draft.model)
         function = model.compiled_loops.get(
             ("speculative", *key),
-            lambda: tf.function(  # ops.while_loop already: no autograph
-                self._loop(stop_token_ids),
-                jit_compile=self.jit_compile,
-                autograph=False,
+            lambda: gen.compile_loop(
+                self._loop(stop_token_ids), owners, self.jit_compile
             ),
         )
         totals = dict.fromkeys(("rounds", "guessed", "accepted", "new_tokens"), 0)

@@ -23,8 +23,8 @@ b'a'
 import weakref
 
 import numpy as np
+from keras import ops
 
-from keras_tfm._optional import tensorflow as tf
 from keras_tfm.generation.buffers import buffer_length
 
 TOKEN_WIDTH = 32
@@ -123,12 +123,12 @@ def append_bytes(tail, new):
     """`tail` (batch, T) shifted left by each row's count of new bytes, with
     them at its end. `new` (batch, W) is right-aligned, -1 before."""
     size, width = tail.shape[1], new.shape[1]
-    count = tf.reduce_sum(tf.cast(new >= 0, "int32"), axis=1, keepdims=True)
-    j = tf.range(size)[None, :]
-    kept = tf.gather(tail, tf.minimum(j + count, size - 1), batch_dims=1)
+    count = ops.sum(ops.cast(new >= 0, "int32"), axis=1, keepdims=True)
+    j = ops.arange(size, dtype="int32")[None, :]
+    kept = ops.take_along_axis(tail, ops.minimum(j + count, size - 1), axis=1)
     positions = np.clip(width - size + np.arange(size), 0, width - 1)
-    added = tf.gather(new, positions, axis=1)
-    return tf.where(j < size - count, kept, added), count[:, 0]
+    added = ops.take(new, positions, axis=1)
+    return ops.where(j < size - count, kept, added), count[:, 0]
 
 
 def ends_with_stop_string(tail, strings, count):
@@ -141,15 +141,15 @@ def ends_with_stop_string(tail, strings, count):
     size, length = tail.shape[1], strings.shape[2]
     overhangs = size - length + 1  # every end position a window can have
     index = np.arange(length)[None, :] + size - length - np.arange(overhangs)[:, None]
-    windows = tf.gather(tail, index, axis=1)  # (B, D, M): window d ends d early
-    agree = tf.logical_or(
-        strings[:, :, None, :] < 0, tf.equal(windows[:, None], strings[:, :, None])
+    windows = ops.take(tail, index, axis=1)  # (B, D, M): window d ends d early
+    agree = ops.logical_or(
+        strings[:, :, None, :] < 0, ops.equal(windows[:, None], strings[:, :, None])
     )
-    match = tf.reduce_all(agree, axis=-1)  # (B, n, D)
+    match = ops.all(agree, axis=-1)  # (B, n, D)
     inside = np.arange(overhangs)[None, :] < count[:, None]  # (B, D)
     real = strings[:, :, -1] >= 0  # (B, n)
     match = match & inside[:, None, :] & real[:, :, None]
-    return tf.reduce_any(match, axis=[1, 2])
+    return ops.any(match, axis=(1, 2))
 
 
 def stop_at_strings(steps, strings, table):

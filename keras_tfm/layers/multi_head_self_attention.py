@@ -518,7 +518,9 @@ def write_cache(cache, update, cache_update_index):
     steps = ops.expand_dims(start, 1) + ops.arange(length, dtype="int32")  # (B, T)
     steps = ops.broadcast_to(ops.expand_dims(steps, 1), shape)
     indices = ops.stack([rows, kinds, steps], axis=-1)  # (B, 2, T, 3)
-    return ops.scatter_update(cache, indices, update)
+    # As (B * 2 * T, 3) entries: JAX's scatter_update reads a 2-D index list.
+    values = ops.reshape(update, (-1, *update.shape[3:]))
+    return ops.scatter_update(cache, ops.reshape(indices, (-1, 3)), values)
 
 
 def _visible_per_row(start, query_length, key_length, use_causal_mask):

@@ -10,6 +10,7 @@ import keras_tfm
 from keras_tfm import datasets
 from keras_tfm.datasets import digits
 from keras_tfm.generation import (
+    backend,
     buffers,
     compiled_loops,
     decode_loop,
@@ -44,6 +45,7 @@ from keras_tfm.models import (
 
 MODULES = [
     _common,
+    backend,
     buffers,
     causal_lm,
     causal_lm_preprocessor,

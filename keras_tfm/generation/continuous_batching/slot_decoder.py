@@ -9,10 +9,11 @@ position (a (batch,) `cache_update_index`: the per-row writes and masks of
 `MultiHeadSelfAttention`), so a row never sees another row's keys, and a
 slot's stale positions (an earlier request's) are never attended to.
 
-The caches live in `tf.Variable`s that the compiled calls read and assign:
-XLA then updates them in place (a resource variable's new value aliases its
-input buffer), where a cache passed in and returned was copied whole at
-every call (TensorFlow does not donate input tensors): ~190 MB for SmolLM2
+The caches live in `keras.Variable`s that the compiled calls read and
+assign: on TensorFlow XLA then updates them in place (a resource
+variable's new value aliases its input buffer), where a cache passed in
+and returned was copied whole at every call (TensorFlow does not donate
+input tensors): ~190 MB for SmolLM2
 at 8 slots of 512 positions, as much as the attention reads in a step. So
 a call may decode a single step, and requests join at every step.
 
@@ -26,10 +27,11 @@ logits, before penalties and temperature: vLLM's default), and with the
 of which each request keeps the ones it asked for.
 """
 
+import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm._optional import tensorflow as tf
+from keras_tfm.generation import backend
 from keras_tfm.generation.continuous_batching.slot_sampler import (
     row_seed,
     sample_tokens,
@@ -87,20 +89,22 @@ class SlotDecoder:
                 "`max_length` must be at most the model's max_sequence_length "
                 f"({limit}). Received: max_length={max_length}"
             )
-        self.caches = tf.nest.map_structure(
-            lambda c: tf.Variable(c, trainable=False),
+        self.caches = keras.tree.map_structure(
+            lambda c: keras.Variable(c, trainable=False),
             model.backbone.empty_cache(num_slots, max_length),
         )
         # Per slot, how often each token was generated (the penalties').
-        self.counts = tf.Variable(tf.zeros((num_slots, vocabulary_size)), False)
-        # No autograph (the loops are ops.while_loop): its conversion cache
-        # gave `logits` another method's converted code in a long test run.
-        self._prefill = tf.function(
-            self._prefill_function, jit_compile=True, autograph=False
+        self.counts = keras.Variable(
+            ops.zeros((num_slots, vocabulary_size)), trainable=False
         )
-        self._decode = tf.function(
-            self._decode_function, jit_compile=True, autograph=False
-        )
+        owners = (model, self)
+        self._prefill = backend.compile_loop(self._prefill_function, owners)
+        self._decode = backend.compile_loop(self._decode_function, owners)
+
+    @property
+    def variables(self):
+        """The slots' caches and token counts (what the compiled calls assign)."""
+        return [*keras.tree.flatten(self.caches), self.counts]
 
     # === Compiled functions ===
 
@@ -109,8 +113,8 @@ class SlotDecoder:
         last hidden state; the last two (batch, top_logprobs)."""
         temperature, top_p, seed, presence, frequency = settings
         logits = ops.cast(self.model.logits(hidden)[:, 0, :], "float32")
-        penalized = tf.cond(
-            tf.reduce_any((presence != 0.0) | (frequency != 0.0)),
+        penalized = ops.cond(
+            ops.any((presence != 0.0) | (frequency != 0.0)),
             lambda: presence_frequency_penalty(logits, counts, presence, frequency),
             lambda: logits,
         )
@@ -127,23 +131,23 @@ class SlotDecoder:
         # Index 0 (a Python int): the prompt attends to its own keys only.
         hidden, small = backbone.call_with_cache(tokens, small, 0)
         last = ops.take(hidden, ops.reshape(length - 1, [1]), axis=1)  # (1, 1, D)
-        no_counts = tf.zeros((1, self.counts.shape[1]))
+        no_counts = ops.zeros((1, self.counts.shape[1]))
         first, logprob, top_values, top_ids = self._next_tokens(
             last, settings, ops.reshape(length, [1]), no_counts
         )
-        rows = tf.nest.flatten(small)
-        for variable, row in zip(tf.nest.flatten(self.caches), rows, strict=True):
+        rows = keras.tree.flatten(small)
+        for variable, row in zip(keras.tree.flatten(self.caches), rows, strict=True):
             start = [slot] + [0] * (len(row.shape) - 1)
-            variable.assign(ops.slice_update(variable, start, row))
-        counts = tf.one_hot(first, self.counts.shape[1])  # (1, V)
-        self.counts.assign(ops.slice_update(self.counts, [slot, 0], counts))
+            variable.assign(ops.slice_update(variable.value, start, row))
+        counts = ops.one_hot(first, self.counts.shape[1])  # (1, V)
+        self.counts.assign(ops.slice_update(self.counts.value, [slot, 0], counts))
         return first[0], logprob[0], top_ids[0], top_values[0]
 
     def _decode_function(self, tokens, positions, settings):
         backbone = self.model.backbone
         batch = ops.shape(tokens)[0]
         last_position = self.max_length - 1
-        caches = tf.nest.map_structure(lambda v: v.value(), self.caches)
+        caches = keras.tree.map_structure(lambda v: v.value, self.caches)
         vocabulary_size = self.counts.shape[1]
 
         def step(i, state):
@@ -153,11 +157,11 @@ class SlotDecoder:
             )
             positions = ops.minimum(positions + 1, last_position)
             tokens, *scores = self._next_tokens(hidden, settings, positions, counts)
-            counts = counts + tf.one_hot(tokens, vocabulary_size)
+            counts = counts + ops.one_hot(tokens, vocabulary_size)
             # Step i fills column i of each output (steps are axis 1).
             column = ops.arange(self.steps_per_call) == i
             out = tuple(
-                tf.where(
+                ops.where(
                     ops.reshape(column, [1, -1] + [1] * (len(o.shape) - 2)),
                     ops.expand_dims(value, 1),
                     o,
@@ -174,10 +178,10 @@ class SlotDecoder:
             ops.zeros((batch, steps, k), "int32"),
         )
         caches, counts, _, _, out = ops.fori_loop(
-            0, steps, step, (caches, self.counts.value(), tokens, positions, out)
+            0, steps, step, (caches, self.counts.value, tokens, positions, out)
         )
         for variable, value in zip(
-            tf.nest.flatten(self.caches), tf.nest.flatten(caches), strict=True
+            keras.tree.flatten(self.caches), keras.tree.flatten(caches), strict=True
         ):
             variable.assign(value)
         self.counts.assign(counts)

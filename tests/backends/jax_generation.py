@@ -1,0 +1,29 @@
+"""`generate` on JAX without TensorFlow: run by test_generation_on_jax.py.
+
+`python jax_generation.py WEIGHTS.npz OUT.json` loads the tiny model's
+weights, writes every mode's outputs (`generation_cases.generated`) as JSON
+and prints "ok".
+"""
+
+import importlib
+import json
+import os
+import sys
+
+# First: every later import is checked.
+sys.path.insert(0, os.path.dirname(__file__))
+block_tensorflow = importlib.import_module("block_tensorflow")
+
+import generation_cases as cases  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+assert keras.backend.backend() == "jax", keras.backend.backend()
+
+model = cases.tiny_model()
+weights = np.load(sys.argv[1])
+model.set_weights([weights[f"w{i}"] for i in range(len(weights.files))])
+with open(sys.argv[2], "w") as file:
+    json.dump(cases.generated(model), file)
+block_tensorflow.check_not_imported()
+print("ok")
