@@ -23,7 +23,6 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm._optional import tensorflow as tf
 from keras_tfm.chat.conversation import (
     chat_stop_ids,
     check_chat_model,
@@ -258,9 +257,8 @@ class ChatSession:
         """`function` compiled once per model (sessions share it)."""
         return self.model.compiled_loops.get(
             ("chat session", name, self.jit_compile),
-            lambda: tf.function(function, jit_compile=self.jit_compile,
-                                autograph=False),
-        )  # fmt: skip
+            lambda: gen.compile_loop(function, (self.model,), self.jit_compile),
+        )
 
     def _cache_for(self, needed):
         """The session's caches, grown (zero-padded) to hold `needed` tokens."""

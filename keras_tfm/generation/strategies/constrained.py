@@ -61,7 +61,7 @@ def constrained_function(model):
             next, tokens, (cache, state), start, end, mask, settings
         )
 
-    return gen.compile_loop(loop)
+    return gen.compile_loop(loop, (model,))
 
 
 def automaton_for(model, request):
