@@ -20,6 +20,20 @@ TEXTS = [
 # Tokenizers that keep every byte: their detokenized ids are the text.
 LOSSLESS = ("kjv_gpt", "smollm2")
 CLASSIFIED = ("Real programmers use vi.", "computers")  # issue 54's must-show
+# Greedy continuations each backend decodes (issue 54's must-show): preset,
+# prompt, new tokens.
+GENERATED = (
+    ("kjv_gpt", "And the LORD said unto Moses", 12),
+    ("translator_de_en", "Ich habe einen Hund.", 12),
+)
+
+
+def generated(models):
+    """preset -> its greedy text for `GENERATED`'s prompt, on this backend."""
+    return {
+        name: models[name].generate(prompt, max_new_tokens=new)
+        for name, prompt, new in GENERATED
+    }
 
 
 def presets():

@@ -2,8 +2,8 @@
 
 `python string_checks.py OUT.json` writes what the Python path gives for
 string_cases.TEXTS: each tokenizer's ids and their detokenized text, each
-preprocessor's packed ids, fortunes_classifier's class and the sentence
-encoder's embeddings. The test compares them to the TensorFlow path.
+preprocessor's packed ids, fortunes_classifier's class, the sentence
+encoder's embeddings and two presets' greedy texts. The test compares them to the TensorFlow path.
 """
 
 import importlib
@@ -49,6 +49,7 @@ def main(path):
     text, _ = cases.CLASSIFIED
     out["class"] = models["fortunes_classifier"].classify(text)
     out["embeddings"] = models["all_minilm_l6_v2"].encode(texts).tolist()
+    out["generated"] = cases.generated(models)
     with open(path, "w", encoding="utf-8") as file:
         json.dump(out, file, ensure_ascii=False)
 

@@ -61,6 +61,7 @@ def tf_path(models, tokenizers):
     x = next(iter(batch.map(encoder.preprocessor)))
     out["embeddings"] = np.asarray(encoder(x))
     out["class"] = models["fortunes_classifier"].classify(cases.CLASSIFIED[0])
+    out["generated"] = cases.generated(models)
     return out
 
 
@@ -124,3 +125,11 @@ def test_sentence_embeddings_equal_tensorflow_within_float32_rounding(results):
     assert got.shape == expected["embeddings"].shape == (len(cases.TEXTS), 384)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
     np.testing.assert_allclose(got, expected["embeddings"], rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in cases.GENERATED])
+def test_presets_generate_tensorflows_greedy_text_on_jax(results, name):
+    jax, expected = results
+    prompt = next(p for n, p, _ in cases.GENERATED if n == name)
+    assert jax["generated"][name] == expected["generated"][name]
+    assert len(expected["generated"][name]) > len(prompt) // 2  # it said something
