@@ -99,7 +99,8 @@ def main(argv=None):
             }  # fmt: skip
             print(json.dumps(row), flush=True)
             rows.append(row)
-    print(f"\n| {device} | batch | ms per step | new tokens/s | float32 weights read, GB/s |")
+    print(f"\n| {device} | batch | ms per step | new tokens/s "
+          "| float32 weights read, GB/s |")
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['part']} | {r['batch']} | {r['ms_per_step']} | "

@@ -3,7 +3,8 @@
 `python string_checks.py OUT.json` writes what the Python path gives for
 string_cases.TEXTS: each tokenizer's ids and their detokenized text, each
 preprocessor's packed ids, fortunes_classifier's class, the sentence
-encoder's embeddings and two presets' greedy texts. The test compares them to the TensorFlow path.
+encoder's embeddings and two presets' greedy texts. The test compares them
+to the TensorFlow path.
 """
 
 import importlib
