@@ -117,7 +117,21 @@ class Service:
 
     def start(self):
         if self.scheduler is not None:
-            self.scheduler.start()
+            self.scheduler.start(prompt_lengths=self.warm_up_lengths())
+
+    def warm_up_lengths(self):
+        """The prompt lengths whose prefill is compiled before the first
+        request: one token, and with a chat template the template around a
+        short question and around a question four times as long (the
+        lengths a chat client's first turns take)."""
+        if not self.chats:
+            return (1,)
+        lengths = [1]
+        for words in (8, 32):
+            message = [{"role": "user", "content": " ".join(["word"] * words)}]
+            text = self.tokenizer.apply_chat_template(message)
+            lengths.append(len(self.tokenizer(text)))
+        return tuple(lengths)
 
     def stop(self):
         if self.scheduler is not None:

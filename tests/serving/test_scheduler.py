@@ -130,3 +130,19 @@ def test_a_stop_and_a_cancel_free_the_slot(scheduler):
 def test_a_prompt_past_the_slot_is_refused(scheduler):
     with pytest.raises(ValueError, match="does not fit a slot of 64"):
         scheduler.submit(SlotRequest([1] * 60, 9, None, None))
+
+
+def test_warm_up_compiles_the_prefill_of_each_padded_prompt_length(chat_model):
+    from keras_tfm.generation.continuous_batching.scheduler import Scheduler
+
+    scheduler = Scheduler(chat_model, num_slots=2, max_length=64)
+    prefill = scheduler.decoder._prefill  # a tf.function on TensorFlow
+    scheduler.start(prompt_lengths=(1, 20, 40, 500))  # 32, 32, 64, 64 (the cap)
+    try:
+        assert prefill.experimental_get_tracing_count() == 2
+        # A 45-token prompt (padded to 64) then runs a program compiled already.
+        tokens, _ = run(scheduler, [[7] * 45], 3)
+        assert len(tokens[0]) == 3
+        assert prefill.experimental_get_tracing_count() == 2
+    finally:
+        scheduler.stop(timeout=TIMEOUT)

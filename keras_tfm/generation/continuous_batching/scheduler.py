@@ -121,13 +121,22 @@ class Scheduler:
         )
         self.error = None
 
-    def start(self, warm_up=True):
+    def start(self, warm_up=True, prompt_lengths=(1,)):
         """Starts the worker; first compiles the decoding call and the
-        shortest prompts' prefill, unless `warm_up=False`."""
+        prefill of each padded length `prompt_lengths` need (the shortest
+        prompts' by default), unless `warm_up=False`."""
         if warm_up:
-            self.decoder.prefill(0, [self.decoder.model.fill_id])
+            decoder = self.decoder
+            padded = {
+                decoder.padded_length(min(n, self.max_length - 1))
+                for n in prompt_lengths
+            }
+            for length in sorted(padded):
+                decoder.prefill(0, [decoder.model.fill_id] * min(
+                    length, self.max_length - 1
+                ))  # fmt: skip
             n = len(self.slots)
-            self.decoder.decode([0] * n, [0] * n)
+            decoder.decode([0] * n, [0] * n)
         self._thread.start()
 
     def submit(self, request):

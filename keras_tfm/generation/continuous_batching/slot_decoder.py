@@ -208,7 +208,7 @@ class SlotDecoder:
                 f"A prompt must have 1 to {self.max_length - 1} tokens. "
                 f"Received: {length} tokens"
             )
-        padded = min(max(32, 1 << (length - 1).bit_length()), self.max_length)
+        padded = self.padded_length(length)
         tokens = np.full((1, padded), self.model.fill_id, "int32")
         tokens[0, :length] = prompt
         settings = _settings(
@@ -218,6 +218,11 @@ class SlotDecoder:
             tokens, np.int32(length), np.int32(slot), settings
         )
         return int(first), float(logprob), (np.asarray(top_ids), np.asarray(top_values))
+
+    def padded_length(self, length):
+        """The compiled prefill's length for a prompt of `length` tokens: a
+        power of two of at least 32, at most `max_length`."""
+        return min(max(32, 1 << (length - 1).bit_length()), self.max_length)
 
     def decode(
         self, tokens, positions, temperature=None, top_p=None, seed=None,
