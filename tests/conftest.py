@@ -2,7 +2,15 @@ import gc
 import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
+
+# The suite imports keras_tfm and the test modules in some 70 processes (the
+# workers and the subprocesses of the tests): their bytecode is written once
+# and read after, also where the environment turns writing off
+# (PYTHONDONTWRITEBYTECODE, which would recompile ~56k lines in each).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")

@@ -21,7 +21,7 @@ from keras_tfm.generation import grammar
 from keras_tfm.generation.request import GenerationRequest
 from keras_tfm.generation.strategies import constrained, strategy_for
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
-from tests.builders import causal_lm
+from tests.builders import causal_lm, graph_forward
 
 PIECES = [
     "<|endoftext|>", "<|pad|>", "{", "}", '"', ":", ",", "Ġ", "[", "]", "a", "b",
@@ -151,8 +151,9 @@ def reference_greedy(model, tokenizer, prompt, regex, max_new_tokens):
             pieces.setdefault(b"".join(decode[c] for c in piece), []).append(i)
     index = outlines_core.Index(regex, outlines_core.Vocabulary(END, pieces))
     state, ids = index.get_initial_state(), list(prompt)
+    forward = graph_forward(model)
     for _ in range(max_new_tokens):
-        logits = np.asarray(model(np.array([ids]))[0, -1], "float64")
+        logits = np.asarray(forward(np.array([ids]))[0, -1], "float64")
         allowed = np.asarray(index.get_allowed_tokens(state))
         token = int(allowed[np.argmax(logits[allowed])])
         ids.append(token)

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.builders import causal_lm
+from tests.builders import causal_lm, graph_forward
 
 LENGTH = 8  # max_sequence_length of the tiny models
 
@@ -31,13 +31,14 @@ def sliding_reference(model, prompt, steps, shift):
     context; then it starts `shift` tokens later (re-filled from there).
     """
     tokens, start = list(prompt), 0
+    forward = graph_forward(model)
     if len(tokens) >= LENGTH:
         start = len(tokens) - (LENGTH - shift)
     for _ in range(steps):
         if len(tokens) - start >= LENGTH:
             start += shift
         window = np.array([tokens[start:]])
-        logits = keras.ops.convert_to_numpy(model(window))
+        logits = keras.ops.convert_to_numpy(forward(window))
         tokens.append(int(np.argmax(logits[0, -1])))
     return tokens
 
