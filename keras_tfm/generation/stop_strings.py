@@ -146,9 +146,11 @@ def ends_with_stop_string(tail, strings, count):
         strings[:, :, None, :] < 0, ops.equal(windows[:, None], strings[:, :, None])
     )
     match = ops.all(agree, axis=-1)  # (B, n, D)
-    inside = np.arange(overhangs)[None, :] < count[:, None]  # (B, D)
-    real = strings[:, :, -1] >= 0  # (B, n)
-    match = match & inside[:, None, :] & real[:, :, None]
+    inside = ops.less(np.arange(overhangs)[None, :], count[:, None])  # (B, D)
+    real = ops.greater_equal(strings[:, :, -1], 0)  # (B, n)
+    match = ops.logical_and(
+        ops.logical_and(match, inside[:, None, :]), real[:, :, None]
+    )
     return ops.any(match, axis=(1, 2))
 
 

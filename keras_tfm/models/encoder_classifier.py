@@ -215,7 +215,11 @@ class EncoderClassifier(QuantizationMixin, EncoderTask):
         logits = []
         for start in range(0, len(texts), batch_size):
             inputs = self.preprocessor.pack_texts(texts[start : start + batch_size])
-            logits.append(np.asarray(self(inputs, training=False), "float64"))
+            logits.append(
+                np.asarray(
+                    keras.ops.convert_to_numpy(self(inputs, training=False)), "float64"
+                )
+            )
         logits = np.concatenate(logits)
         probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities /= probabilities.sum(axis=1, keepdims=True)
