@@ -7,7 +7,7 @@ imports TensorFlow, lazily). `compile_loop` compiles a loop as keras-hub's
 `jax.jit` on JAX with the variables passed in through a
 `keras.StatelessScope` (a jitted function must not close over the weights:
 they would become constants of the program, stale after an update), and the
-Python function elsewhere.
+Python function under `torch.no_grad()` on PyTorch.
 
 Example:
 >>> import numpy as np
@@ -47,7 +47,24 @@ def compile_loop(function, owners=(), jit_compile=True):
         return tf.function(function, jit_compile=jit_compile, autograph=False)
     if backend == "jax":
         return _jax_compiled(function, owners)
+    if backend == "torch":
+        return _torch_no_grad(function)
     return function
+
+
+def _torch_no_grad(function):
+    """PyTorch runs the loop eagerly, as keras-hub does: without autograd's
+    records of every step (which cost time and hold every step's tensors)."""
+    import functools
+
+    import torch
+
+    @functools.wraps(function)
+    def decoded(*args, **kwargs):
+        with torch.no_grad():
+            return function(*args, **kwargs)
+
+    return decoded
 
 
 def _variables(owners):
