@@ -29,7 +29,6 @@ Example:
 """
 
 import importlib
-import pkgutil
 import sys
 
 from keras_tfm import runtime
@@ -37,11 +36,35 @@ from keras_tfm._registration import register_with_keras
 
 # Every public submodule, imported on first use (`keras_tfm.export` imports
 # TensorFlow as it is imported; the others only when a TensorFlow-only
-# feature runs, `keras_tfm._optional`).
+# feature runs, `keras_tfm._optional`). Listed rather than found:
+# `pkgutil.iter_modules` costs the LiteRT chat's start 15 ms (it imports
+# `inspect`); tests/test_lazy_import.py checks the list against the folder.
 _SUBMODULES = frozenset(
-    module.name
-    for module in pkgutil.iter_modules(__path__)
-    if not module.name.startswith("_")
+    {
+        "baselines",
+        "chat",
+        "cli",
+        "convert",
+        "data",
+        "datasets",
+        "distribute",
+        "export",
+        "generation",
+        "kernels",
+        "launcher",
+        "layers",
+        "legacy_files",
+        "lite",
+        "models",
+        "quantized_weights",
+        "runtime",
+        "saving",
+        "serving",
+        "tokenizers",
+        "training",
+        "validation",
+        "zoo",
+    }
 )
 
 

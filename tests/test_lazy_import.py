@@ -5,11 +5,14 @@ brings into `sys.modules` and in which order. Loading a saved `.keras` file
 in either import order is tests/test_package.py.
 """
 
+import pkgutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+import keras_tfm
 
 HEAVY = ("keras", "tensorflow", "keras_hub", "jax", "torch")
 REGISTERING = ("layers", "tokenizers", "generation", "models", "training", "zoo")
@@ -110,3 +113,12 @@ def test_subpackages_are_attributes_on_first_use():
         "keras_tfm.lite.user_cache False",
         "module 'keras_tfm' has no attribute 'no_such_part'",
     ]
+
+
+def test_every_public_submodule_is_an_attribute():
+    found = {
+        module.name
+        for module in pkgutil.iter_modules(keras_tfm.__path__)
+        if not module.name.startswith("_")
+    }
+    assert keras_tfm._SUBMODULES == found
