@@ -168,7 +168,7 @@ def litert_speed(path, xnnpack):
     builtin kernels), its greedy ids and its last prompt logits."""
     import numpy as np
 
-    from keras_tfm_lite.litert_decoder import LiteRTDecoder
+    from keras_tfm.lite.litert_decoder import LiteRTDecoder
 
     kernels = "xnnpack" if xnnpack else "builtin"
     decoder = LiteRTDecoder(path, num_threads=THREADS, kernels=kernels)

@@ -7,7 +7,7 @@ per process):
    France?"`, timed from the shell's fork to its exit (wall clock, and the
    peak resident memory of that process from `os.wait4`), run twice: the
    first run after the caches are cleared, the second with what the first
-   left in them (`keras_tfm_lite.user_cache`). The first run answers
+   left in them (`keras_tfm.lite.user_cache`). The first run answers
    through TensorFlow and starts a background process that writes the
    LiteRT entry (`keras_tfm.chat.entry_writer`); the benchmark waits for
    it (its wall time and peak memory are a row), and the second run answers
@@ -23,7 +23,7 @@ per process):
    CPU seconds (user + system, all threads: what a loaded machine inflates
    least) and the peak resident memory (VmHWM) after each stage. Run cold
    and again warm, as (1).
-3. The second run's path (`keras_tfm_lite`) in one process, by stage:
+3. The second run's path (`keras_tfm.lite`) in one process, by stage:
    imports, finding and checking the entry (the MANIFEST's CRC-32s),
    loading the interpreter, the prompt, the answer.
 
@@ -94,19 +94,19 @@ def stages(weights):
     clock = StageClock()
     rows, mark = clock.rows, clock.mark
 
-    import keras_tfm_launcher
+    from keras_tfm import launcher  # imports no Keras
 
-    with keras_tfm_launcher._deferred_imports():
+    with launcher._deferred_imports():
         import tensorflow as tf
 
         mark("import tensorflow")
-        import keras  # noqa: F401
+        import keras  # noqa: F401 (keras_tfm's classes are registered as it ends)
 
-        mark("import keras")
+        mark("import keras, keras_tfm's layers, models, tokenizers")
         from keras_tfm import cli
         from keras_tfm.generation import generation_utils
 
-        mark("import keras_tfm")
+        mark("import keras_tfm.cli")
     # As the command does it: a process that traced anything else first
     # would name its compiled functions otherwise, and TensorFlow's
     # persistent XLA cache keys a program by its function's name.
@@ -157,10 +157,10 @@ def lite_stages():
     from ai_edge_litert.interpreter import Interpreter  # noqa: F401
     from tokenizers import Tokenizer  # noqa: F401
 
-    from keras_tfm_lite.chat_entries import find_entry
-    from keras_tfm_lite.litert_chat import LiteRTChat
+    from keras_tfm.lite.chat_entries import find_entry
+    from keras_tfm.lite.litert_chat import LiteRTChat
 
-    mark("import numpy, tokenizers, ai-edge-litert, keras_tfm_lite")
+    mark("import numpy, tokenizers, ai-edge-litert, keras_tfm.lite")
     found = find_entry("smollm2_135m_instruct", "float32")
     if found is None:
         raise RuntimeError("no LiteRT entry: run `keras-tfm chat` once first")
@@ -223,7 +223,7 @@ def run_child(argv, env):
 
 
 def command_runs(env, weights):
-    argv = [sys.executable, "-m", "keras_tfm_launcher", "chat", QUESTION]
+    argv = [sys.executable, "-m", "keras_tfm", "chat", QUESTION]
     if weights:
         argv += ["--weights", weights]
     runs = []
@@ -265,7 +265,7 @@ def lite_runs(env, weights):
     """The LiteRT path by stage, in a fresh process, once an entry exists."""
     if weights not in (None, "float32"):
         return []
-    argv = [sys.executable, "-m", "keras_tfm_launcher", "chat", QUESTION]
+    argv = [sys.executable, "-m", "keras_tfm", "chat", QUESTION]
     run_child(argv, env)  # the first run: TensorFlow, then the entry is written
     wait_for_background_entry(env["KERAS_TFM_CACHE_DIR"])
     _, _, output = run_child([sys.executable, __file__, "--child-lite"], env)

@@ -103,7 +103,7 @@ def child_time(path, xnnpack, threads, steps):
 def child_compiled(path, threads, steps):
     """ms a decoding step of `LiteRTDecoder`'s default: a `CompiledModel`
     through XNNPACK with its weight cache (a file beside `path`)."""
-    from keras_tfm_lite.litert_decoder import LiteRTDecoder
+    from keras_tfm.lite.litert_decoder import LiteRTDecoder
 
     decoder = LiteRTDecoder(path, num_threads=threads)
     for i in range(3):
@@ -121,12 +121,12 @@ def child_compiled(path, threads, steps):
 
 def child_pp_tg(path, threads, kernels):
     """llama-bench's pp512 and tg128 (tokens/s, mean and std of 3 after a
-    warm-up): `keras_tfm_lite.litert_bench` for a `prefill`/`decode` file;
+    warm-up): `keras_tfm.lite.litert_bench` for a `prefill`/`decode` file;
     for a `step` file, what the chat ran before: prompts in chunks of 16
     tokens, builtin kernels."""
     import numpy as np
 
-    from keras_tfm_lite.litert_bench import litert_figures, tokens_per_second
+    from keras_tfm.lite.litert_bench import litert_figures, tokens_per_second
 
     _, name, runner = _runner(path, kernels == "xnnpack", threads)
     if name == "decode":
@@ -203,7 +203,7 @@ def child_agreement(path):
     want = [int(t) for t in np.asarray(out)[0, len(ids) :]]
     code = (
         "import json, sys, numpy as np\n"
-        "from keras_tfm_lite.litert_decoder import LiteRTDecoder\n"
+        "from keras_tfm.lite.litert_decoder import LiteRTDecoder\n"
         "ids = json.loads(sys.argv[2]); d = LiteRTDecoder(sys.argv[1])\n"
         "token, got = int(np.argmax(d.prefill(ids, 0))), []\n"
         f"for index in range(len(ids), len(ids) + {NEW_TOKENS}):\n"

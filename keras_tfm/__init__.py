@@ -1,17 +1,27 @@
 """keras-tfm: Transformer layers, model families and a model zoo for Keras 3.
 
-Importing the package registers every serializable class (layers, models,
-losses, metrics, schedules, the converted checkpoints' tokenizers), so
-`keras.models.load_model` reads any keras-tfm `.keras` file after a plain
-`import keras_tfm`, which imports no TensorFlow (docs/backends.md). On a
-CPU with AVX-512 it also asks XLA for 512-bit vector code
-(`keras_tfm.runtime.prefer_wide_vectors`), and it points TensorFlow's
-persistent XLA compilation cache at keras-tfm's cache folder
-(`keras_tfm.runtime.use_persistent_xla_cache`, `keras_tfm_lite.user_cache`).
-TensorFlow, which Keras imports, starts quietly: `TF_CPP_MIN_LOG_LEVEL`
-defaults to 2 (errors only; a value you set is kept, 0 shows everything) and
-the start-up lines absl writes before any setting applies are dropped
-(`keras_tfm_launcher.quiet_tensorflow_import`).
+`import keras_tfm` imports neither Keras nor TensorFlow: each subpackage is
+imported when first used (`keras_tfm.models`, `from keras_tfm import zoo`),
+as Hugging Face transformers' `_LazyModule` does, so that what runs without
+them (`keras_tfm.lite`: the cache folder and a cached LiteRT chat, and the
+`keras-tfm` command's start, `keras_tfm.launcher`) never pays for them.
+Every serializable class (layers, models, losses, metrics, schedules, the
+converted checkpoints' tokenizers) is still registered with `keras.saving`
+once Keras is imported too, before or after keras_tfm
+(`keras_tfm._registration`), so `keras.models.load_model` reads any
+keras-tfm `.keras` file after `import keras_tfm`. Keras's TensorFlow
+then starts quietly: `TF_CPP_MIN_LOG_LEVEL` defaults to 2 (errors only; a
+value you set is kept, 0 shows everything) and the start-up lines absl
+writes before any setting applies are dropped
+(`keras_tfm._tensorflow_logs`).
+
+On a CPU with AVX-512 the import also asks XLA for 512-bit vector code
+(`keras_tfm.runtime.prefer_wide_vectors`). TensorFlow's persistent XLA
+compilation cache is pointed at keras-tfm's cache folder, its files checked
+first, when Keras is imported too, or at once where TensorFlow already is
+(`keras_tfm.runtime.use_persistent_xla_cache`, `keras_tfm.lite.user_cache`):
+what imports neither, such as the LiteRT chat, never reads that folder. Both
+are environment variables that XLA reads at its first compilation.
 
 Example:
 >>> import keras_tfm
@@ -19,53 +29,59 @@ Example:
 """
 
 import importlib
+import sys
 
-from keras_tfm_launcher import quiet_tensorflow_import
+from keras_tfm import runtime
+from keras_tfm._registration import register_with_keras
 
-# The subpackages whose classes `keras.saving` must know (layers, models,
-# losses, metrics, schedules, samplers, tokenizers) and the zoo (which
-# registers `from_preset`'s loader) are imported now; none
-# of them imports TensorFlow until a TensorFlow-only feature runs
-# (`keras_tfm._optional`). The others are imported on first use, as
-# Hugging Face transformers' `_LazyModule` does (`keras_tfm.export`
-# imports TensorFlow as it is imported).
-with quiet_tensorflow_import():  # Keras imports TensorFlow here
-    from keras_tfm import (
-        generation,
-        layers,
-        models,
-        runtime,
-        tokenizers,
-        training,
-        zoo,
-    )
-
-_LAZY_SUBPACKAGES = (
-    "baselines",
-    "chat",
-    "convert",
-    "data",
-    "datasets",
-    "distribute",
-    "export",
-    "serving",
+# Every public submodule, imported on first use (`keras_tfm.export` imports
+# TensorFlow as it is imported; the others only when a TensorFlow-only
+# feature runs, `keras_tfm._optional`). Listed rather than found:
+# `pkgutil.iter_modules` costs the LiteRT chat's start 15 ms (it imports
+# `inspect`); tests/test_lazy_import.py checks the list against the folder.
+_SUBMODULES = frozenset(
+    {
+        "baselines",
+        "chat",
+        "cli",
+        "convert",
+        "data",
+        "datasets",
+        "distribute",
+        "export",
+        "generation",
+        "kernels",
+        "launcher",
+        "layers",
+        "legacy_files",
+        "lite",
+        "models",
+        "quantized_weights",
+        "runtime",
+        "saving",
+        "serving",
+        "tokenizers",
+        "training",
+        "validation",
+        "zoo",
+    }
 )
 
 
 def __getattr__(name):
-    if name in _LAZY_SUBPACKAGES:
-        module = importlib.import_module(f"keras_tfm.{name}")
-        globals()[name] = module
-        return module
+    if name in _SUBMODULES:
+        return importlib.import_module(f"keras_tfm.{name}")
     raise AttributeError(f"module 'keras_tfm' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY_SUBPACKAGES))
+    return sorted(set(globals()) | _SUBMODULES)
 
 
 runtime.prefer_wide_vectors()
-runtime.use_persistent_xla_cache()
+if "tensorflow" in sys.modules:  # else once Keras is imported (_registration)
+    runtime.use_persistent_xla_cache()
+register_with_keras()
 
 __version__ = "0.1.0"
 
@@ -79,6 +95,7 @@ __all__ = [
     "export",
     "generation",
     "layers",
+    "lite",
     "models",
     "runtime",
     "tokenizers",

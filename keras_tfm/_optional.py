@@ -20,7 +20,7 @@ Example:
 import importlib
 import sys
 
-from keras_tfm_launcher import quiet_tensorflow_import
+from keras_tfm._tensorflow_logs import quiet_tensorflow_import
 
 INSTALL = "pip install tensorflow tensorflow-text"
 

@@ -14,7 +14,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-# No test reads or writes the user's cache folder (keras_tfm.user_cache):
+# No test reads or writes the user's cache folder (keras_tfm.lite.user_cache):
 # the cache tests point KERAS_TFM_CACHE_DIR at their own tmp_path.
 os.environ.setdefault("KERAS_TFM_CACHE_DIR", "off")
 # XLA compiles with LLVM's optimisations off and with its older loop

@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-import keras_tfm_launcher
+from keras_tfm import launcher
 
 # "..." in a printed command stands for the user's text.
 TEXTS = {
@@ -61,7 +61,7 @@ def argv_of(command):
 
 
 def run_all(folder):
-    keras_tfm_launcher.quiet()
+    launcher.quiet()
     from keras_tfm import cli, zoo
 
     failed = 0

@@ -78,8 +78,8 @@ def test_every_public_name_has_an_entry(site, subpackage):
     for name in public_names(module):
         value = getattr(module, name)
         if not getattr(value, "__module__", "keras_tfm.").startswith("keras_tfm."):
-            # Re-exported from another library (keras-hub's Perplexity) or
-            # from keras_tfm_lite: the page names it, the other page has it.
+            # Re-exported from another library (keras-hub's Perplexity):
+            # the page names it, the other page has it.
             if name not in page:
                 missing.append(name)
             continue

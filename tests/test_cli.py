@@ -286,7 +286,7 @@ def run_command(*args):
     """The installed command's module, in a fresh process: stdout + stderr."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
     result = subprocess.run(
-        [sys.executable, "-m", "keras_tfm_launcher", *args],
+        [sys.executable, "-m", "keras_tfm", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -303,7 +303,14 @@ def test_the_console_script_is_the_quieting_launcher():
     if not pyproject.is_file():
         pytest.skip("not a source checkout")
     scripts = tomllib.loads(pyproject.read_text())["project"]["scripts"]
-    assert scripts["keras-tfm"] == "keras_tfm_launcher:main"
+    assert scripts["keras-tfm"] == "keras_tfm.launcher:main"
+
+
+def test_help_lists_every_command_without_tensorflow_logs():
+    out = run_command("--help")
+    assert not TF_LOG_LINES.search(out), out
+    listed = re.search(r"\{([\w,]+)\}", out)[1].split(",")
+    assert listed == list(cli.COMMANDS), out
 
 
 def test_train_prints_no_tensorflow_logs(tmp_path):
@@ -353,7 +360,8 @@ def test_verbose_brings_the_tensorflow_logs_back():
 
 
 def test_the_stderr_filter_drops_only_absl_lines():
-    launcher = pytest.importorskip("keras_tfm_launcher")
+    from keras_tfm._tensorflow_logs import ABSL_LINE
+
     dropped = [
         b"WARNING: All log messages before absl::InitializeLog() is called are "
         b"written to STDERR\n",
@@ -366,14 +374,15 @@ def test_the_stderr_filter_drops_only_absl_lines():
         b"Traceback (most recent call last):\n",
         b"I0000 is not a log line without the rest of the prefix\n",
     ]
-    assert all(launcher._ABSL_LINE.match(line) for line in dropped)
-    assert not any(launcher._ABSL_LINE.match(line) for line in kept)
+    assert all(ABSL_LINE.match(line) for line in dropped)
+    assert not any(ABSL_LINE.match(line) for line in kept)
 
 
 def test_deferred_packages_look_absent_only_while_keras_is_imported(
     tmp_path, monkeypatch
 ):
-    launcher = pytest.importorskip("keras_tfm_launcher")
+    from keras_tfm import launcher
+
     assert set(launcher.DEFERRED) == {"sklearn", "matplotlib"}
     (tmp_path / "deferred_probe.py").write_text("value = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))

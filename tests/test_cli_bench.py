@@ -5,7 +5,7 @@ import re
 import pytest
 
 from keras_tfm.cli import main
-from keras_tfm_lite.litert_bench import tokens_per_second
+from keras_tfm.lite.litert_bench import tokens_per_second
 
 ROW = re.compile(
     r"^\| (?P<model>.+?) +\| +(?P<size>[\d.]+ [MG]iB) \| +(?P<params>[\d.]+ [MB]) "

@@ -1,7 +1,11 @@
 """The package imports downwards only, with no ring between its parts.
 
     validation, _keras_compat, legacy_files,     shared checks and helpers;
-        _optional                                TensorFlow, imported when used
+        _tensorflow_logs, lite                   TensorFlow's start-up lines;
+                                                 what runs without Keras (the
+                                                 cache folder, ChatML, stop
+                                                 text, the LiteRT chat)
+    _optional                                    TensorFlow, imported when used
     runtime, kernels                             XLA flags and cache; attention,
                                                  activations, masks, the
                                                  weight-only matmul
@@ -18,7 +22,11 @@
                                                  with string signatures, LiteRT
     zoo, serving                                 the presets; the HTTP server
     chat.entry_writer                            the LiteRT chat entries
-    cli, keras_tfm/__init__.py                   the entry points
+    cli                                          the command's parser
+    launcher, _registration, keras_tfm/__init__.py,
+        keras_tfm/__main__.py                    the entry points: the console
+                                                 script; keras.saving's
+                                                 registration once Keras loads
 
 A module may import its own part and any part of a lower rank, never a
 higher one: `models` does not import the zoo (it reaches presets through a
@@ -29,9 +37,15 @@ works by accident of import order; `zoo/catalogue.py` once did. A module
 of a package may have a rank of its own (`chat.entry_writer`: the chat
 package sits under `models`, whose `chat` calls it, but its entry writer
 needs the zoo and export).
+
+What `import keras_tfm` runs imports no Keras, nor does `keras_tfm.lite`:
+`KERAS_FREE` lists those modules, which import only the standard library,
+the third-party packages `KERAS_FREE_PACKAGES` and one another
+(tests/test_lazy_import.py runs them in fresh processes).
 """
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,7 +57,9 @@ RANKS = {
     "validation": 0,
     "_keras_compat": 0,
     "legacy_files": 0,
-    "_optional": 0,
+    "_tensorflow_logs": 0,
+    "_optional": 0.5,
+    "lite": 0,
     "runtime": 1,
     "kernels": 1,
     "quantized_weights": 2,
@@ -64,13 +80,24 @@ RANKS = {
     "serving": 8,
     "chat.entry_writer": 9,
     "cli": 10,
+    "launcher": 11,
+    "_registration": 11,
 }
-TOP = {"keras_tfm/__init__.py"}
+TOP = {"keras_tfm/__init__.py", "keras_tfm/__main__.py"}
+KERAS_FREE_PACKAGES = {"numpy", "tokenizers", "ai_edge_litert"}
+KERAS_FREE_MODULES = {
+    "keras_tfm/__init__.py",
+    "keras_tfm/_registration.py",
+    "keras_tfm/_tensorflow_logs.py",
+    "keras_tfm/runtime/__init__.py",
+}
 
 
-def imported_modules(path):
-    """Every module `path` imports, at any depth (function bodies too)."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+def imported_modules(path, module_level_only=False):
+    """Every module `path` imports, at any depth (function bodies too) unless
+    `module_level_only`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body if module_level_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -119,3 +146,33 @@ def test_every_import_goes_down(module):
         and RANKS.get(part(name), 99) >= RANKS[mine]
     ]
     assert not upward, f"{module} (rank {RANKS[mine]}) imports {upward}"
+
+
+KERAS_FREE = sorted(
+    KERAS_FREE_MODULES | {m for m in MODULES if m.startswith("keras_tfm/lite/")}
+)
+
+
+def keras_free_import(name):
+    """Whether `name` is the standard library's, a `KERAS_FREE_PACKAGES`'
+    or a `KERAS_FREE` module."""
+    ours = {m.removesuffix(".py").replace("/", ".") for m in KERAS_FREE}
+    ours = {m.removesuffix(".__init__") for m in ours}
+    allowed = sys.stdlib_module_names | KERAS_FREE_PACKAGES
+    return name.partition(".")[0] in allowed or name in ours
+
+
+@pytest.mark.parametrize("module", KERAS_FREE)
+def test_what_runs_without_keras_imports_nothing_else(module):
+    others = [
+        name
+        for name in imported_modules(PACKAGE.parent / module)
+        if not keras_free_import(name)
+    ]
+    assert not others, f"{module} must not import Keras; it imports {others}"
+
+
+def test_the_launcher_imports_keras_only_once_it_runs():
+    imports = imported_modules(PACKAGE / "launcher.py", module_level_only=True)
+    others = [name for name in imports if not keras_free_import(name)]
+    assert not others, others

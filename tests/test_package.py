@@ -5,25 +5,35 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from keras_tfm import zoo
 
 
-def test_a_fresh_process_loads_a_saved_model_after_import_keras_tfm(tmp_path):
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("saved")
     model = zoo.from_preset("gpt_tiny")
-    ids = np.array([[1, 2, 3, 4]])
-    expected = np.asarray(model(ids))
-    model.save(tmp_path / "m.keras")
-    np.save(tmp_path / "expected.npy", expected)
-    script = textwrap.dedent(
+    np.save(folder / "expected.npy", np.asarray(model(np.array([[1, 2, 3, 4]]))))
+    model.save(folder / "m.keras")
+    return folder
+
+
+# `import keras_tfm` imports no Keras: keras-tfm's classes are registered
+# when Keras is imported after it (keras_tfm._registration), or at once.
+@pytest.mark.parametrize(
+    "imports", ["import keras\nimport keras_tfm", "import keras_tfm\nimport keras"]
+)
+def test_a_fresh_process_loads_a_saved_model_after_import_keras_tfm(saved, imports):
+    tmp_path = saved
+    script = imports + textwrap.dedent(
         f"""
-        import keras, numpy as np
-        import keras_tfm
+        import numpy as np
         model = keras.models.load_model({str(tmp_path / "m.keras")!r})
         got = np.asarray(model(np.array([[1, 2, 3, 4]])))
         np.testing.assert_array_equal(got, np.load({str(tmp_path / "expected.npy")!r}))
         print("loaded", type(model).__name__)
-        # A task's from_preset finds the zoo, which `import keras_tfm` leaves lazy.
+        # A task's from_preset finds the zoo (which registers its loader).
         # (gpt_tiny is an architecture preset: its weights are freshly drawn.)
         preset = keras_tfm.models.CausalLM.from_preset("gpt_tiny")
         assert preset(np.array([[1, 2, 3, 4]])).shape == got.shape

@@ -1,5 +1,6 @@
-"""`import keras_tfm` starts TensorFlow quietly, unless the user asks for its
-logs (`TF_CPP_MIN_LOG_LEVEL`), whose value is never overridden."""
+"""Keras imported after `import keras_tfm` starts TensorFlow quietly, unless
+the user asks for its logs (`TF_CPP_MIN_LOG_LEVEL`), whose value is never
+overridden."""
 
 import contextlib
 import os
@@ -8,10 +9,14 @@ import sys
 
 import pytest
 
-import keras_tfm_launcher
+from keras_tfm._tensorflow_logs import quiet_tensorflow_import
 from tests.test_cli import TF_LOG_LINES
 
-SHOW_LEVEL = "import os, keras_tfm; print(os.environ['TF_CPP_MIN_LOG_LEVEL'])"
+# Keras imports TensorFlow (the backend these tests run on).
+SHOW_LEVEL = (
+    "import os, keras_tfm, keras, sys; assert 'tensorflow' in sys.modules; "
+    "print(os.environ['TF_CPP_MIN_LOG_LEVEL'])"
+)
 
 
 def run_python(code, **env):
@@ -63,8 +68,8 @@ LINES = (
 )
 def test_the_filter_drops_absl_lines_below_the_level(level, kept):
     code = (
-        "import os, keras_tfm_launcher\n"
-        f"with keras_tfm_launcher.drop_absl_lines_from_stderr({level}):\n"
+        "import os, keras_tfm._tensorflow_logs as logs\n"
+        f"with logs.drop_absl_lines_from_stderr({level}):\n"
         f"    for line in {LINES!r}:\n"
         "        os.write(2, line)\n"
     )
@@ -77,6 +82,6 @@ def test_nothing_is_done_once_tensorflow_is_imported(monkeypatch):
     import tensorflow  # noqa: F401 (the state under test)
 
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
-    context = keras_tfm_launcher.quiet_tensorflow_import()
+    context = quiet_tensorflow_import()
     assert isinstance(context, contextlib.nullcontext)
     assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ

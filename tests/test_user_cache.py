@@ -21,7 +21,7 @@ import pytest
 from keras_tfm import cli, runtime
 from keras_tfm.cli import main
 from keras_tfm.convert import converted_cache, gguf_llama
-from keras_tfm_lite import user_cache
+from keras_tfm.lite import user_cache
 from tests.convert.tiny_gguf import write_tiny_llama
 
 

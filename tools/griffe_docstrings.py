@@ -148,8 +148,7 @@ def annotation(name, default):
     return named
 
 
-# The subpackages of keras_tfm that docs/api/ renders, one page each (the
-# page "lite" is the package keras_tfm_lite).
+# The subpackages of keras_tfm that docs/api/ renders, one page each.
 API_PACKAGES = tuple(
     sorted(
         page.stem

@@ -15,7 +15,7 @@
 `keras_tfm.chat.conversation` holds what they share: the template, the
 stop ids (the end of the turn and the caller's), the answer's text. The
 streamed text (UTF-8 and stop-string hold-back) is
-`keras_tfm_lite.stop_text.TextStream`, shared with the server and the
+`keras_tfm.lite.stop_text.TextStream`, shared with the server and the
 LiteRT chat.
 """
 

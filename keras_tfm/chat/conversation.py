@@ -7,7 +7,7 @@ tokenizer's end token) or at any stop id the caller adds; its text is the
 new tokens' without the template's markup, cut before a stop string.
 """
 
-from keras_tfm_lite.stop_text import as_text, cut_at_stop_strings
+from keras_tfm.lite.stop_text import as_text, cut_at_stop_strings
 
 
 def check_chat_model(model, who):

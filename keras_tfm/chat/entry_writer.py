@@ -7,11 +7,11 @@ ChatML template, plain greedy decoding, stop strings allowed) and starts a
 background process (`start_chat_entry`, `python -m keras_tfm.chat.entry_writer
 MODEL WEIGHTS`) that loads the model again and writes the entry
 (`build_chat_entry`): the decoding step as LiteRT, the tokenizer pipeline,
-the chat settings (`keras_tfm_lite.chat_entries` describes the layout, keys
+the chat settings (`keras_tfm.lite.chat_entries` describes the layout, keys
 and safety). The command itself returns at once: converting SmolLM2 takes
 about 40 s and 5 GB of memory. The next `keras-tfm chat` with that model
 finds the entry before importing TensorFlow and answers from it
-(`keras_tfm_lite.litert_chat`).
+(`keras_tfm.lite.litert_chat`).
 
 While a process builds an entry, a marker `.<key>.building` beside it holds
 its process id, so that a second command does not start another; a build
@@ -41,14 +41,14 @@ from pathlib import Path
 
 from keras_tfm.export.litert_decoder import convert_decoder_step, save_decoder_step
 from keras_tfm.generation.generation_config import configs_for, request_base
+from keras_tfm.lite import chat_entries
+from keras_tfm.lite.chat_template import parse_chatml_template
+from keras_tfm.lite.user_cache import seal
 from keras_tfm.saving import atomic_directory
 from keras_tfm.tokenizers import ByteLevelBPETokenizer
 from keras_tfm.zoo.catalogue import preset_dir, read_source
 from keras_tfm.zoo.installed_checkpoints import checkpoint_path
 from keras_tfm.zoo.named_model import load_named_model
-from keras_tfm_lite import chat_entries
-from keras_tfm_lite.chat_template import parse_chatml_template
-from keras_tfm_lite.user_cache import seal
 
 PROBE = [
     {"role": "user", "content": "Ünïcode, digits 12345 and  spaces\n\tend."},

@@ -39,8 +39,8 @@ from keras_tfm.generation.generation_config import (
     settings_tensors,
 )
 from keras_tfm.kernels import kv_cache
+from keras_tfm.lite.stop_text import TextStream
 from keras_tfm.validation import check_positive_int
-from keras_tfm_lite.stop_text import TextStream
 
 CACHE_BUCKET = 256
 """The cache grows in steps of this many positions (one compile per size).

@@ -14,8 +14,8 @@ from keras_tfm.chat.conversation import (
     detokenize_answer,
     prompt_ids,
 )
+from keras_tfm.lite.stop_text import text_pieces
 from keras_tfm.validation import check_positive_int
-from keras_tfm_lite.stop_text import text_pieces
 
 
 def chat(model, messages, max_new_tokens=256, stream=False, **generate_kwargs):

@@ -12,7 +12,7 @@ name. This package parses and dispatches: each command is a module with
 `HELP`, `add_arguments(parser)` and `run(args)`; the training recipe is
 `keras_tfm.training.train_on_text`.
 
-The `keras-tfm` console script starts in `keras_tfm_launcher`, which silences
+The `keras-tfm` console script starts in `keras_tfm.launcher`, which silences
 TensorFlow's start-up logs before TensorFlow is imported; `--verbose` keeps
 them.
 """
@@ -58,7 +58,7 @@ def build_parser():
         prog="keras-tfm", description=__doc__.split("\n")[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    # Read by keras_tfm_launcher before TensorFlow is imported; listed here
+    # Read by keras_tfm.launcher before TensorFlow is imported; listed here
     # so that every command accepts it and --help shows it.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -103,7 +103,7 @@ def in_flags(message, flags):
 
 
 def main(argv=None):
-    # `--verbose` (and quiet by default) is handled by keras_tfm_launcher:
+    # `--verbose` (and quiet by default) is handled by keras_tfm.launcher:
     # here TensorFlow is already imported, too late to configure its logs.
     args = build_parser().parse_args(argv)
     try:

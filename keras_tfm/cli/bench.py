@@ -14,7 +14,7 @@ prefill that `generate` runs, and `generate`'s whole greedy loop);
 `--runtime litert` exports the model's decoding step
 (`keras_tfm.export.export_litert_decoder`, what a second `keras-tfm chat`
 runs) to a temporary folder, or to `--litert-file` to be reused by the next
-run, and times it through XNNPACK (`keras_tfm_lite.litert_decoder`).
+run, and times it through XNNPACK (`keras_tfm.lite.litert_decoder`).
 """
 
 import json
@@ -29,8 +29,8 @@ import numpy as np
 
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
 from keras_tfm.cli.loading import add_weights_option, resolve_model, store_weights
-from keras_tfm_lite.litert_bench import tokens_per_second
-from keras_tfm_lite.litert_decoder import available_cpus
+from keras_tfm.lite.litert_bench import tokens_per_second
+from keras_tfm.lite.litert_decoder import available_cpus
 
 HELP = "time prompt processing and text generation (tokens/s), as llama-bench"
 
@@ -156,9 +156,9 @@ def tensorflow_figures(model, args):
 
 def litert_figures(path, args, threads):
     """`{test: (mean, std)}` of a LiteRT decoder file, timed in a fresh
-    process that imports no TensorFlow (`keras_tfm_lite.litert_bench`)."""
+    process that imports no TensorFlow (`keras_tfm.lite.litert_bench`)."""
     numbers = (args.n_prompt, args.n_gen, args.repetitions, threads)
-    command = [sys.executable, "-m", "keras_tfm_lite.litert_bench", str(path)]
+    command = [sys.executable, "-m", "keras_tfm.lite.litert_bench", str(path)]
     command += [str(n) for n in numbers] + [args.litert_kernels]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:

@@ -1,5 +1,5 @@
 """`keras-tfm cache info|clear`: the cache of compiled code and converted
-models (`keras_tfm_lite.user_cache`)."""
+models (`keras_tfm.lite.user_cache`)."""
 
 HELP = "show or clear the cache of compiled code and converted models"
 
@@ -9,7 +9,7 @@ def add_arguments(p):
 
 
 def run(args):
-    from keras_tfm_lite import user_cache
+    from keras_tfm.lite import user_cache
 
     folder = user_cache.cache_directory()
     if folder is None:

@@ -9,7 +9,7 @@ from keras_tfm.cli.decoding import (
     check_settings,
     sampler_settings,
 )
-from keras_tfm_lite import chat_command
+from keras_tfm.lite import chat_command
 
 HELP = "ask an instruct model (SmolLM2 by default)"
 

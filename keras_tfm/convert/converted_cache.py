@@ -5,7 +5,7 @@ metadata (98k vocabulary strings and merges, in Python), building the
 tokenizer, dequantising 135M weights (benchmarks/cold_start.py). What the
 conversion produces depends only on the file's bytes, the conversion's
 settings and the code, so it is written once to the cache folder
-(`keras_tfm_lite.user_cache`, under `converted/<key>`) and read back after:
+(`keras_tfm.lite.user_cache`, under `converted/<key>`) and read back after:
 
 - `<key>` hashes the file's SHA-256 (`user_cache.file_sha256`, hashed once
   per file version), the settings (e.g. `max_sequence_length`, the weight
@@ -39,15 +39,15 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_tfm.saving import atomic_directory
-from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
-from keras_tfm_lite.user_cache import (
+from keras_tfm.lite.user_cache import (
     cache_directory,
     cache_key,
     file_sha256,
     seal,
     verify,
 )
+from keras_tfm.saving import atomic_directory
+from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 
 CONVERTER_VERSION = 1
 """Bumped whenever a converter's output for the same file changes."""

@@ -10,7 +10,7 @@ Python, sampling included.
 import tensorflow as tf
 
 from keras_tfm.export import decoding, graph_text
-from keras_tfm_lite.chat_template import IM_END, IM_START, parse_chatml_template
+from keras_tfm.lite.chat_template import IM_END, IM_START, parse_chatml_template
 
 PROMPTS = tf.TensorSpec([None], tf.string, name="prompts")
 OPTIONS = [

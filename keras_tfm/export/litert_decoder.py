@@ -11,11 +11,11 @@ token). Positions past the newest token may hold padding's keys or stale
 keys of an earlier conversation; no query reads them (attention is
 causal), and they are overwritten as decoding reaches them. A caller keeps
 `index + prefill_length <= buffer_length` for `prefill` (the cache's
-update would otherwise be clamped into place): `keras_tfm_lite.
+update would otherwise be clamped into place): `keras_tfm.lite.
 litert_decoder.LiteRTDecoder` runs such a file.
 
 This is what `keras-tfm chat` keeps in its cache folder so that a second
-run answers without TensorFlow (`keras_tfm_lite.litert_chat`).
+run answers without TensorFlow (`keras_tfm.lite.litert_chat`).
 
 Example:
 >>> import tempfile

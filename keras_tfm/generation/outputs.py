@@ -4,11 +4,11 @@ Ids come back as ids (one list for one input), strings as strings
 (detokenized by the preprocessor, without the stop token, cut before a
 stop string found in the new text); streamed steps become pieces of the
 same shape (`stream_pieces`, on the one streamed-text helper
-`keras_tfm_lite.stop_text.TextStream`).
+`keras_tfm.lite.stop_text.TextStream`).
 """
 
 from keras_tfm.generation import generation_utils as gen
-from keras_tfm_lite.stop_text import TextStream, cut_at_stop_strings
+from keras_tfm.lite.stop_text import TextStream, cut_at_stop_strings
 
 
 def format_rows(model, rows, kind, stop_token_ids, strings=None, prompts=None):

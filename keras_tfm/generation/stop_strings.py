@@ -10,7 +10,7 @@ and the host cuts the text before the stop string, which is not returned.
 
 Streaming decodes on the host anyway: `stop_at_strings` ends a row on the
 same bytes there (across a sliding window's refills too), and
-`keras_tfm_lite.stop_text.visible_text` holds back the end of a text that
+`keras_tfm.lite.stop_text.visible_text` holds back the end of a text that
 may be the start of a stop string, so that no piece of one is ever shown.
 
 Example:

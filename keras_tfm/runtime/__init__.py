@@ -1,14 +1,16 @@
-"""Process-wide runtime settings keras-tfm makes on import: XLA's CPU flags
-and TensorFlow's persistent XLA compilation cache.
+"""Process-wide runtime settings keras-tfm makes: XLA's CPU flags and
+TensorFlow's persistent XLA compilation cache.
 
 The persistent cache (`use_persistent_xla_cache`): TensorFlow compiles each
 `jit_compile=True` function once per process, and SmolLM2's decoding step
 takes seconds to compile (most of a cold `keras-tfm chat`,
 benchmarks/cold_start.py). With `--tf_xla_persistent_cache_directory` in
 `TF_XLA_FLAGS`, TensorFlow writes each compiled executable to that folder
-and the next process loads it instead of compiling. keras-tfm sets it on
-import, to `xla/<key>` in its cache folder (`keras_tfm_lite.user_cache`), unless
-`TF_XLA_FLAGS` already names a folder or `KERAS_TFM_CACHE_DIR=off`; TensorFlow
+and the next process loads it instead of compiling. keras-tfm sets it once
+Keras is imported beside it (`keras_tfm._registration`; at `import keras_tfm`
+where TensorFlow already is), to `xla/<key>` in its cache folder
+(`keras_tfm.lite.user_cache`), unless `TF_XLA_FLAGS` already names a folder
+or `KERAS_TFM_CACHE_DIR=off`; TensorFlow
 reads `TF_XLA_FLAGS` at its first XLA compilation, so the setting applies
 after `import tensorflow` too. `<key>` hashes the TensorFlow, Keras and
 keras-tfm versions, `XLA_FLAGS` and the CPU's features: TensorFlow's own
@@ -43,7 +45,7 @@ To keep XLA's default, set the width yourself before importing keras_tfm:
 import atexit
 import os
 
-from keras_tfm_lite.user_cache import (
+from keras_tfm.lite.user_cache import (
     cache_directory,
     cache_key,
     drop_unsealed,

@@ -27,7 +27,7 @@ def start_server(model, port, *options, timeout=600):
     seconds.
     """
     handle, log = tempfile.mkstemp(prefix="keras-tfm-serve-", suffix=".log")
-    command = [sys.executable, "-m", "keras_tfm_launcher", "serve", str(model),
+    command = [sys.executable, "-m", "keras_tfm", "serve", str(model),
                "--port", str(port), *map(str, options)]  # fmt: skip
     try:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)

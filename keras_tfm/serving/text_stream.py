@@ -1,7 +1,7 @@
 """The text of an answer as it is generated: deltas, stop strings.
 
 The server streams through the one streamed-text helper of the package,
-`keras_tfm_lite.stop_text.TextStream` (UTF-8 and stop-string hold-back), as
+`keras_tfm.lite.stop_text.TextStream` (UTF-8 and stop-string hold-back), as
 `chat`, the chat REPL and the LiteRT chat do: each token's delta is what
 the whole answer's text adds to what was sent, a multi-byte character is
 sent whole, and a stop string ends the answer unseen.
@@ -14,6 +14,6 @@ Example:
 (('Hel', False), ('l', False), ('', True))
 """
 
-from keras_tfm_lite.stop_text import TextStream, as_text
+from keras_tfm.lite.stop_text import TextStream, as_text
 
 __all__ = ["TextStream", "as_text"]

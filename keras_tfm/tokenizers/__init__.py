@@ -16,6 +16,7 @@ Example:
 [2]
 """
 
+from keras_tfm.lite.chat_template import apply_chatml as apply_chatml
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
     ByteLevelBPETokenizer as ByteLevelBPETokenizer,
 )
@@ -25,7 +26,6 @@ from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
 from keras_tfm.tokenizers.hf_bert_tokenizer import HFBertTokenizer as HFBertTokenizer
 from keras_tfm.tokenizers.marian_tokenizer import MarianTokenizer as MarianTokenizer
 from keras_tfm.tokenizers.t5_tokenizer import T5Tokenizer as T5Tokenizer
-from keras_tfm_lite.chat_template import apply_chatml as apply_chatml
 
 __all__ = [
     "ByteLevelBPETokenizer",

@@ -13,7 +13,7 @@ from keras_hub.src.tokenizers.byte_pair_tokenizer import SPLIT_PATTERN_TOKENIZER
 from tokenizers import Regex, models, normalizers, pre_tokenizers
 
 from keras_tfm._optional import tensorflow as tf
-from keras_tfm_lite.chat_template import apply_chatml, parse_chatml_template
+from keras_tfm.lite.chat_template import apply_chatml, parse_chatml_template
 
 # How text is cut into pieces before the merges. "gpt2": GPT-2's byte-level
 # regex. "smollm" (also StarCoder's): every Unicode numeral (\p{N}) is first

@@ -22,7 +22,7 @@ from keras_tfm.chat import entry_writer as writer
 from keras_tfm.cli import main
 from keras_tfm.convert import GGUFBytePairTokenizer
 from keras_tfm.generation import GenerationConfig
-from keras_tfm_lite import (
+from keras_tfm.lite import (
     chat_command,
     chat_entries,
     litert_bench,
@@ -30,7 +30,7 @@ from keras_tfm_lite import (
     stop_text,
     user_cache,
 )
-from keras_tfm_lite.litert_chat import LiteRTChat
+from keras_tfm.lite.litert_chat import LiteRTChat
 from tests.builders import causal_lm
 from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
 
@@ -187,9 +187,9 @@ def test_second_command_answers_without_tensorflow(tiny, capsys):
     want = capsys.readouterr().out
     script = textwrap.dedent(f"""
         import sys
-        import keras_tfm_launcher
-        keras_tfm_launcher.main({_command(path, "--stop", "or")!r})
-        assert not {{"tensorflow", "keras", "keras_tfm"}} & set(sys.modules)
+        from keras_tfm import launcher
+        launcher.main({_command(path, "--stop", "or")!r})
+        assert not {{"tensorflow", "keras", "keras_hub"}} & set(sys.modules)
     """)
     done = subprocess.run(
         [sys.executable, "-c", script],

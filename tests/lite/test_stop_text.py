@@ -7,7 +7,7 @@ out by hand. Pure Python: the module must import without TensorFlow."""
 import subprocess
 import sys
 
-from keras_tfm_lite.stop_text import TextStream, text_pieces
+from keras_tfm.lite.stop_text import TextStream, text_pieces
 
 TOKENS = [b"caf", b"\xc3", b"\xa9 ", b"\xe2\x82", b"\xac!", b"St", b"OP", b" end"]
 
@@ -74,8 +74,8 @@ def test_text_pieces_end_at_a_stop_id_or_none():
 
 def test_imports_without_tensorflow_or_keras():
     code = (
-        "import sys, keras_tfm_lite.stop_text, keras_tfm_lite.litert_chat; "
-        "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))"
+        "import sys, keras_tfm.lite.stop_text, keras_tfm.lite.litert_chat; "
+        "print(sorted({'tensorflow', 'keras', 'keras_hub', 'jax'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

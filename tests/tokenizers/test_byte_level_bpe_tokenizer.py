@@ -10,14 +10,14 @@ from keras_hub.src.tokenizers.byte_pair_tokenizer import bytes_to_unicode
 
 from keras_tfm.convert import GGUFBytePairTokenizer, gguf_reader
 from keras_tfm.convert.gguf_llama import convert_gguf_tokenizer as llama_tokenizer
+from keras_tfm.lite import chat_template
+from keras_tfm.lite.chat_template import apply_chatml, parse_chatml_template
 from keras_tfm.tokenizers import byte_level_bpe_tokenizer as gguf_tokenizer
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
     LLAMA3_SPLIT_PATTERN,
     QWEN2_SPLIT_PATTERN,
 )
 from keras_tfm.zoo.smollm2 import smollm2_gguf_path
-from keras_tfm_lite import chat_template
-from keras_tfm_lite.chat_template import apply_chatml, parse_chatml_template
 from tests.builders import causal_lm
 from tests.convert.tiny_gguf import (
     MERGES,

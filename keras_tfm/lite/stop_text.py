@@ -2,7 +2,7 @@
 
 The one helper behind every streamed answer (`CausalLM.chat`, the chat
 REPL, the server's `keras_tfm.serving.text_stream` and the LiteRT chat
-`keras_tfm_lite.litert_chat`): the ids so far are detokenized whole at
+`keras_tfm.lite.litert_chat`): the ids so far are detokenized whole at
 each token and only what is new is shown, held back while
 
 - the text ends with U+FFFD: a token ended inside a multi-byte UTF-8

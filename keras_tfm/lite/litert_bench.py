@@ -2,7 +2,7 @@
 
 `keras-tfm bench --runtime litert` exports the model, then runs
 
-    python -m keras_tfm_lite.litert_bench FILE P N REPETITIONS THREADS KERNELS
+    python -m keras_tfm.lite.litert_bench FILE P N REPETITIONS THREADS KERNELS
 
 in a fresh process (as a second `keras-tfm chat` runs: no TensorFlow, no
 model in memory beside the interpreter), which prints
@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from keras_tfm_lite.litert_decoder import LiteRTDecoder
+from keras_tfm.lite.litert_decoder import LiteRTDecoder
 
 
 def tokens_per_second(run, tokens, repetitions):

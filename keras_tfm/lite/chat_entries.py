@@ -1,6 +1,6 @@
 """Cached LiteRT chats: one folder a model, as a command names it.
 
-`litert/<key>/` in the cache folder (`keras_tfm_lite.user_cache`) holds what
+`litert/<key>/` in the cache folder (`keras_tfm.lite.user_cache`) holds what
 `keras-tfm chat` needs to answer without TensorFlow:
 
 - `decoder.tflite`: the model's cached decoding step
@@ -35,7 +35,7 @@ import json
 import shutil
 from pathlib import Path
 
-from keras_tfm_lite.user_cache import cache_directory, cache_key, verify
+from keras_tfm.lite.user_cache import cache_directory, cache_key, verify
 
 FORMAT_VERSION = 2
 """Bumped whenever what an entry holds, or how it is read, changes."""

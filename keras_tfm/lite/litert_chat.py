@@ -2,7 +2,7 @@
 
 What a second `keras-tfm chat` runs: the model's decoding step as a
 `.tflite` file (`keras_tfm.export.export_litert_decoder`, its key/value cache
-inside the interpreter, run by `keras_tfm_lite.litert_decoder.LiteRTDecoder`),
+inside the interpreter, run by `keras_tfm.lite.litert_decoder.LiteRTDecoder`),
 the tokenizer's `tokenizers` pipeline and the ChatML template, in a process
 that imports neither TensorFlow nor Keras. The prompt goes through the
 file's `prefill` signature in chunks, then each new token through `decode`;
@@ -12,7 +12,7 @@ maximum). Only greedy decoding: sampling runs in TensorFlow.
 
 Example:
 >>> # once `keras-tfm chat "..."` has written SmolLM2's entry
->>> from keras_tfm_lite.chat_entries import find_entry
+>>> from keras_tfm.lite.chat_entries import find_entry
 >>> found = find_entry("smollm2_135m_instruct", "float32")
 >>> if found:  # doctest: +SKIP
 ...     print(LiteRTChat(*found).chat("What is the capital of France?"))
@@ -21,17 +21,17 @@ The capital of France is Paris.
 
 import numpy as np
 
-from keras_tfm_lite.chat_entries import DECODER, TOKENIZER
-from keras_tfm_lite.chat_template import apply_chatml
-from keras_tfm_lite.litert_decoder import LiteRTDecoder
-from keras_tfm_lite.stop_text import text_pieces
+from keras_tfm.lite.chat_entries import DECODER, TOKENIZER
+from keras_tfm.lite.chat_template import apply_chatml
+from keras_tfm.lite.litert_decoder import LiteRTDecoder
+from keras_tfm.lite.stop_text import text_pieces
 
 
 class LiteRTChat:
     """A cached chat model in LiteRT's interpreter.
 
     Args:
-        folder: an entry folder (`keras_tfm_lite.chat_entries`).
+        folder: an entry folder (`keras_tfm.lite.chat_entries`).
         entry: its `entry.json`, read.
         num_threads: interpreter threads (default: the CPUs this process
             may use).

@@ -1,15 +1,16 @@
 """`keras-tfm chat "..."` from a cached LiteRT entry, before TensorFlow loads.
 
-`keras_tfm_launcher` calls `answer_from_cache(argv)` first for a `chat`
+`keras_tfm.launcher` calls `answer_from_cache(argv)` first for a `chat`
 command; it answers only when the command asks for nothing the entry cannot
 give (a single message, greedy decoding, the float32 weights, a buffer long
 enough), and otherwise returns False without printing anything, and the
 command runs through TensorFlow (`keras_tfm.cli`), which writes the entry
 for next time (`keras_tfm.chat.entry_writer`).
 
-The options are parsed here with a parser of their own because `keras_tfm.cli`
-builds its parser inside the `keras_tfm` package, whose import imports
-TensorFlow; the defaults are shared (`DEFAULT_MODEL`, `DEFAULT_MAX_NEW_TOKENS`).
+The options are parsed here with a parser of their own because
+`keras_tfm.cli` builds its parser from the commands' modules, which import
+Keras and TensorFlow; the defaults are shared (`DEFAULT_MODEL`,
+`DEFAULT_MAX_NEW_TOKENS`).
 
 Example:
 >>> answer_from_cache(["chat", "--sampler", "top_p", "Hi"])  # sampling: no
@@ -63,7 +64,7 @@ def answer_from_cache(argv, root=None):
     options = _parse(argv[1:])
     if options is None:
         return False
-    from keras_tfm_lite.chat_entries import find_entry
+    from keras_tfm.lite.chat_entries import find_entry
 
     found = find_entry(options.model, options.weights, root)
     if found is None:
@@ -73,7 +74,7 @@ def answer_from_cache(argv, root=None):
     if not greedy:
         return False
     try:
-        from keras_tfm_lite.litert_chat import LiteRTChat
+        from keras_tfm.lite.litert_chat import LiteRTChat
 
         chat = LiteRTChat(folder, entry)
     except (ImportError, ValueError, RuntimeError):  # e.g. litert uninstalled
