@@ -51,9 +51,8 @@ QUESTIONS = ["What is the capital of France?", "Name three fruits that are red."
 def system_prompt(session):
     """About 500 tokens of rules (SmolLM2's tokenizer), numbered."""
     lines = [f"You are the assistant of session {session}. Follow these rules."]
-    for round_ in range(2):
-        kind = "Rule" if round_ == 0 else "Reminder of rule"
-        lines += [f"{kind} {i + 1}: {rule}" for i, rule in enumerate(RULES)]
+    lines += [f"Rule {i + 1}: {rule}" for i, rule in enumerate(RULES)]
+    lines += [f"Reminder of rule {i + 1}: {rule}" for i, rule in enumerate(RULES[:9])]
     return "\n".join(lines)
 
 
