@@ -36,7 +36,7 @@ from keras_tfm.models import CausalLM, Seq2SeqLM
 from keras_tfm.serving import openai_fields as fields
 from keras_tfm.serving.api_errors import ApiError, read_json
 from keras_tfm.serving.api_key import RequireApiKey, check_api_key
-from keras_tfm.serving.command import DEFAULT_MAX_BODY_BYTES
+from keras_tfm.serving.command import DEFAULT_MAX_BODY_BYTES, DEFAULT_PREFIX_CACHE_MB
 from keras_tfm.serving.generation_stream import GenerationStream
 from keras_tfm.serving.metrics import CountAnswers, ServerMetrics
 from keras_tfm.serving.prompt_logprobs import prompt_logprobs
@@ -63,11 +63,16 @@ class Service:
         max_body_bytes: the largest request body accepted.
         api_key: the bearer key every route but /health and /metrics
             asks for (`keras_tfm.serving.api_key`), or None: none.
+        prefix_cache_mb: the most MiB of the prefix cache, the keys and
+            values of earlier prompts' blocks that a prompt starting with
+            the same tokens reuses (0: none); the reused tokens are
+            reported as `usage.prompt_tokens_details.cached_tokens`.
     """
 
     def __init__(
         self, model, model_id, max_batch=8, max_length=None, steps_per_call=1,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES, api_key=None,
+        prefix_cache_mb=DEFAULT_PREFIX_CACHE_MB,
     ):  # fmt: skip
         self.model = model
         self.model_id = model_id
@@ -98,7 +103,17 @@ class Service:
         self.structured = None
         self.encoding = 0  # embedding requests taken and not yet answered
         if self.generates:
-            self.scheduler = Scheduler(model, max_batch, max_length, steps_per_call)
+            if isinstance(prefix_cache_mb, bool) or not (
+                isinstance(prefix_cache_mb, (int, float)) and prefix_cache_mb >= 0
+            ):
+                raise ValueError(
+                    "`prefix_cache_mb` must be a number >= 0 (0: no prefix "
+                    f"cache). Received: prefix_cache_mb={prefix_cache_mb!r}"
+                )
+            self.scheduler = Scheduler(
+                model, max_batch, max_length, steps_per_call,
+                prefix_cache_bytes=int(prefix_cache_mb * (1 << 20)),
+            )  # fmt: skip
             # `echo`'s forward passes, beside the scheduler's thread.
             self.scorer = ThreadPoolExecutor(1, "keras-tfm-scorer")
             # `response_format`'s answers, one at a time (structured_answer).
@@ -209,7 +224,8 @@ class Service:
             )
         ])  # fmt: skip
         usage = _usage(
-            sum(len(row) for row in rows), sum(c.pop("tokens") for c in choices)
+            sum(len(row) for row in rows), sum(c.pop("tokens") for c in choices),
+            sum(c.pop("cached") for c in choices),
         )
         return JSONResponse(dict(self._meta(False), choices=choices, usage=usage))
 
@@ -344,16 +360,17 @@ class Service:
         `prefix` the echoed `(text, scores)`, or None."""
         logprobs = self._logprobs_format(settings, chat=False)
         text, scores = prefix or ("", None)
-        reason, tokens, answer = "length", 0, []
+        reason, tokens, cached, answer = "length", 0, 0, []
         if max_tokens > 0:
             stream = self._submit(prompt, max_tokens, settings)
             text += await self._text(stream)
             reason, tokens = stream.finish_reason, stream.completion_tokens
+            cached = stream.cached_tokens
             answer = stream.take_logprobs()
             if prefix is not None:
                 answer += _end_token_score(stream, len(answer))
         choice = {"index": index, "text": text, "finish_reason": reason,
-                  "logprobs": None, "tokens": tokens}  # fmt: skip
+                  "logprobs": None, "tokens": tokens, "cached": cached}  # fmt: skip
         if logprobs is not None:
             choice["logprobs"] = _echoed(logprobs, scores, answer)
         return choice
@@ -379,7 +396,7 @@ class Service:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        usage = _usage(len(prompt), stream.completion_tokens)
+        usage = _usage(len(prompt), stream.completion_tokens, stream.cached_tokens)
         return JSONResponse(dict(meta, choices=[choice], usage=usage))
 
 
@@ -410,11 +427,14 @@ def _echoed(logprobs, prompt_scores, answer_scores):
     return formatted
 
 
-def _usage(prompt_tokens, completion_tokens):
+def _usage(prompt_tokens, completion_tokens, cached_tokens):
+    """OpenAI's `usage`; `cached_tokens`: the prompt tokens the prefix cache
+    gave (as vLLM and llama.cpp's server report them)."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -477,7 +497,7 @@ async def _chunks(stream, meta, prompt_tokens, chat, include_usage, logprobs, pr
         return
     yield chunk(None, stream.finish_reason)
     if include_usage:
-        usage = _usage(prompt_tokens, stream.completion_tokens)
+        usage = _usage(prompt_tokens, stream.completion_tokens, stream.cached_tokens)
         yield _sse(dict(meta, choices=[], usage=usage))
     yield "data: [DONE]\n\n"
 

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+DEFAULT_PREFIX_CACHE_MB = 256
 API_KEY_VARIABLE = "KERAS_TFM_API_KEY"
 
 
@@ -39,6 +40,13 @@ def add_arguments(parser):
         "call, fewer lets new requests join sooner (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
+        "--prefix-cache-mb", type=_non_negative, default=DEFAULT_PREFIX_CACHE_MB,
+        help="the most memory (MiB) kept for the keys and values of earlier "
+        "prompts' blocks of 16 tokens, which a prompt starting with the same "
+        "tokens reuses instead of computing them (least recently used "
+        "evicted first; 0: off; default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
         "--api-key",
         help="the key clients must send as 'Authorization: Bearer KEY' (every "
         "route but /health and /metrics; default: $" + API_KEY_VARIABLE + ", "
@@ -65,10 +73,17 @@ def run(args, model):
             model, model_id, host=args.host, port=args.port,
             max_batch=args.max_batch, max_length=args.max_context,
             steps_per_call=args.steps_per_call, max_body_bytes=args.max_body_bytes,
-            api_key=api_key,
+            api_key=api_key, prefix_cache_mb=args.prefix_cache_mb,
         )  # fmt: skip
     except ValueError as error:
         raise SystemExit(f"keras-tfm serve: {error}") from None
+
+
+def _non_negative(text):
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise ValueError(f"must be a number >= 0. Received: {text}")
+    return value
 
 
 def _positive(text):

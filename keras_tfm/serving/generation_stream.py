@@ -17,9 +17,10 @@ from keras_tfm.serving.text_stream import TextStream
 class GenerationStream:
     """Submits a prompt and iterates over its text deltas.
 
-    After the iteration, `finish_reason` is "stop" or "length" and
+    After the iteration, `finish_reason` is "stop" or "length",
     `completion_tokens` counts the tokens generated (up to a stop string,
-    the end token included). `take_logprobs()` hands over the
+    the end token included) and `cached_tokens` the prompt's tokens the
+    prefix cache gave. `take_logprobs()` hands over the
     `(token_id, logprob, alternatives)` of the answer's tokens (the end
     token aside) received since it was last called, `alternatives` the
     step's `top_logprobs` most likely `(token_id, logprob)` pairs (or []).
@@ -100,6 +101,10 @@ class GenerationStream:
                     return
         finally:
             self.request.cancel()  # a no-op once the slot is free
+
+    @property
+    def cached_tokens(self):
+        return self.request.cached_tokens
 
     def take_logprobs(self):
         """The `(token_id, logprob, alternatives)` received since the last

@@ -5,9 +5,10 @@ library), each app in a `CollectorRegistry` of its own rather than the
 process-wide one, so that two servers in one process (tests, notebooks)
 count apart. The names follow Prometheus's conventions (a unit suffix,
 `_total` on counters) and vLLM's choice of what to count (docs/serving.md
-has the table): requests by route and status, prompt and completion
-tokens, time to first token and time per output token (histograms, per
-request), requests waiting, slots in use and slots.
+has the table): requests by route and status, prompt tokens (and those
+the prefix cache gave), completion tokens, time to first token and time
+per output token (histograms, per request), requests waiting, slots in
+use and slots.
 """
 
 import time
@@ -56,6 +57,11 @@ class ServerMetrics:
         )  # fmt: skip
         self.prompt_tokens = Counter(
             "prompt_tokens", "Prompt tokens of the requests accepted.", **options
+        )
+        self.cached_prompt_tokens = Counter(
+            "cached_prompt_tokens",
+            "Prompt tokens the prefix cache gave (their keys and values reused).",
+            **options,
         )
         self.completion_tokens = Counter(
             "completion_tokens",
@@ -115,6 +121,7 @@ class ServerMetrics:
             if seen["first"] is None:
                 seen["first"] = now
                 self.time_to_first_token.observe(now - submitted)
+                self.cached_prompt_tokens.inc(request.cached_tokens)
             seen["last"] = now
             seen["count"] += 1
             return on_token(token)

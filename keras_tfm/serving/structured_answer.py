@@ -59,6 +59,7 @@ class StructuredAnswer:
         self.end_token_id = end_token_id
         self.finish_reason = None
         self.completion_tokens = 0
+        self.cached_tokens = 0  # answered by `generate`, without the prefix cache
         self._text = TextStream(detokenize, settings["stop"])
         self._prompt = [int(t) for t in prompt]
         keywords = generate_settings(settings, response_format)

@@ -66,6 +66,7 @@ def generated(model):
     out["scored"] = _ints(ids)
     out["scores"] = [[float(s) for s in row] for row in scores]
     out["slots"] = slots(model)
+    out["prefix_cached"] = prefix_cached(model)
     return out
 
 
@@ -86,4 +87,28 @@ def slots(model):
         positions = [p + 1 for p in positions]
         for row, token in zip(rows, tokens, strict=True):
             row.append(token)
+    return rows
+
+
+PREFIXED = [PROMPTS[1] * 5, (PROMPTS[1] * 5)[:33] + [5, 6]]
+"""Two prompts sharing 2 blocks of 16 tokens (the prefix cache's)."""
+
+
+def prefix_cached(model):
+    """Slots after the prefix cache: per prompt of `PREFIXED` (the second
+    starts with the first's 2 blocks), the tokens it took from the cache,
+    then its first 4 greedy tokens."""
+    from keras_tfm.generation.continuous_batching import SlotDecoder
+
+    decoder = SlotDecoder(model, 2, 64, prefix_cache_bytes=1 << 20)
+    rows = []
+    for slot, prompt in enumerate(PREFIXED):
+        first, _, _, cached = decoder.prefill(slot, prompt)
+        rows.append([cached, first])
+    positions = [len(p) for p in PREFIXED]
+    for _ in range(3):
+        out, _, _ = decoder.decode([row[-1] for row in rows], positions)
+        positions = [p + 1 for p in positions]
+        for row, token in zip(rows, out[:, 0], strict=True):
+            row.append(int(token))
     return rows

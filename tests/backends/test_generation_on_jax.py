@@ -39,6 +39,12 @@ def test_generate_on_jax_equals_tensorflow(tmp_path):
     for mode in cases.SAMPLED:
         assert expected[mode] != expected["greedy"], mode
     assert expected["slots"][0] == expected["greedy"][0][3:8]
+    prefixed = zip(cases.PREFIXED, expected["prefix_cached"], (0, 32), strict=True)
+    for prompt, row, cached in prefixed:
+        greedy = list(prompt)
+        for _ in range(4):
+            greedy.append(follow[greedy[-1]])
+        assert row == [cached, *greedy[len(prompt) :]]
 
     np.savez(tmp_path / "weights.npz", **{f"w{i}": w for i, w in enumerate(weights)})
     run_jax(HERE / "jax_generation.py", tmp_path / "weights.npz", tmp_path / "out.json")

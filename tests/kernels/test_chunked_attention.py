@@ -92,6 +92,11 @@ CASES = [_random_case(seed) for seed in range(10)] + [
     dict(seed=23, batch=1, q_len=6, k_len=20, heads=4, kv_heads=2, head_dim=8,
          query_chunk=4, chunk=7, use_key=False, use_general=True, causal=True,
          causal_start=None),
+    # A chunk of queries shorter than a tile, inside a longer cache (the
+    # prefill after a cached prefix): a tile of just those queries.
+    dict(seed=24, batch=1, q_len=4, k_len=20, heads=4, kv_heads=2, head_dim=8,
+         query_chunk=16, chunk=8, use_key=False, use_general=False, causal=True,
+         causal_start=9),
 ]  # fmt: skip
 
 

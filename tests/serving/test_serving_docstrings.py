@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import keras_tfm
-from keras_tfm.generation.continuous_batching import slot_sampler
+from keras_tfm.generation.continuous_batching import prefix_cache, slot_sampler
 from keras_tfm.serving import (
     metrics,
     prompt_logprobs,
@@ -19,7 +19,10 @@ from keras_tfm.serving import (
     token_logprobs,
 )
 
-MODULES = [slot_sampler, text_stream, token_logprobs, metrics, prompt_logprobs]
+MODULES = [
+    prefix_cache, slot_sampler, text_stream, token_logprobs, metrics,
+    prompt_logprobs,
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

@@ -33,7 +33,9 @@ class SlotRequest:
     when the request is complete (an end token, a stop string, enough
     tokens); `on_finish(reason)` is called once at the end,
     with "stop", "length", "cancelled" or "error: ...". `cancel()` (from any
-    thread) frees the slot at the next call boundary.
+    thread) frees the slot at the next call boundary. Once admitted,
+    `cached_tokens` says how many of the prompt's tokens the prefix cache
+    gave (0 without one).
 
     Args:
         prompt: the prompt's token ids.
@@ -64,6 +66,7 @@ class SlotRequest:
         self.frequency_penalty = float(frequency_penalty)
         self.top_logprobs = int(top_logprobs)
         self.generated = 0
+        self.cached_tokens = 0
         self.logprobs = []
         self.alternatives = []
         self.cancelled = threading.Event()
@@ -83,6 +86,9 @@ class Scheduler:
         steps_per_call: tokens per slot per compiled call.
         top_logprobs: the most alternatives a request may ask for (every
             step computes that many; at most the vocabulary size).
+        prefix_cache_bytes: the most bytes of the cache of prompt blocks
+            that later prompts starting with the same tokens reuse (0:
+            none; `SlotDecoder`).
 
     Example:
     >>> from keras_tfm.generation.continuous_batching import Scheduler, SlotRequest
@@ -102,14 +108,15 @@ class Scheduler:
 
     def __init__(
         self, model, num_slots=8, max_length=None, steps_per_call=1,
-        top_logprobs=MAX_TOP_LOGPROBS,
+        top_logprobs=MAX_TOP_LOGPROBS, prefix_cache_bytes=0,
     ):  # fmt: skip
         if max_length is None:
             max_length = min(model.backbone.max_sequence_length, 2048)
         top_logprobs = min(top_logprobs, model.backbone.vocabulary_size)
         self.decoder = SlotDecoder(
-            model, num_slots, max_length, steps_per_call, top_logprobs
-        )
+            model, num_slots, max_length, steps_per_call, top_logprobs,
+            prefix_cache_bytes,
+        )  # fmt: skip
         self.max_length = self.decoder.max_length
         self.slots = [None] * num_slots
         self._last = [0] * num_slots  # per slot: the token not yet in the cache
@@ -124,7 +131,8 @@ class Scheduler:
     def start(self, warm_up=True, prompt_lengths=(1,)):
         """Starts the worker; first compiles the decoding call and the
         prefill of each padded length `prompt_lengths` need (the shortest
-        prompts' by default), unless `warm_up=False`."""
+        prompts' by default), with a prefix cache also after cached
+        blocks, unless `warm_up=False`."""
         if warm_up:
             decoder = self.decoder
             padded = {
@@ -132,9 +140,7 @@ class Scheduler:
                 for n in prompt_lengths
             }
             for length in sorted(padded):
-                decoder.prefill(0, [decoder.model.fill_id] * min(
-                    length, self.max_length - 1
-                ))  # fmt: skip
+                decoder.compile_prefill(length)
             n = len(self.slots)
             decoder.decode([0] * n, [0] * n)
         self._thread.start()
@@ -211,9 +217,10 @@ class Scheduler:
                     request.on_finish("cancelled")
                 continue
             slot = self.slots.index(None)
-            first, logprob, (ids, values) = self.decoder.prefill(
+            first, logprob, (ids, values), cached = self.decoder.prefill(
                 slot, request.prompt, *(getattr(request, name) for name in SETTINGS)
             )
+            request.cached_tokens = cached
             self.slots[slot] = request
             self._last[slot], self._position[slot] = first, len(request.prompt)
             self._deliver(slot, first, logprob, ids, values)

@@ -25,6 +25,14 @@ logits, before penalties and temperature: vLLM's default), and with the
 `top_logprobs` most likely tokens of that same distribution (OpenAI's
 `top_logprobs`): a fixed number per call, the compiled program's shape,
 of which each request keeps the ones it asked for.
+
+With a prefix cache (`prefix_cache_bytes`), the keys and values of the
+prompts' whole blocks of `block_size` tokens are also kept in a pool of
+blocks beside the slots, indexed on the host by `PrefixCache`: a prompt
+that starts with blocks the pool holds copies them into its slot's rows
+and prefills only the tokens after them, from that position (the cached
+keys and values are those of the same tokens at the same positions, so
+rotary and learned positions agree).
 """
 
 import keras
@@ -32,13 +40,25 @@ import numpy as np
 from keras import ops
 
 from keras_tfm.generation import backend
+from keras_tfm.generation.continuous_batching.prefix_cache import PrefixCache
 from keras_tfm.generation.continuous_batching.slot_sampler import (
     row_seed,
     sample_tokens,
 )
 from keras_tfm.generation.decode_loop import chosen_log_probabilities
 from keras_tfm.generation.logit_processors import presence_frequency_penalty
+from keras_tfm.kernels.kv_cache import cache_bytes
 from keras_tfm.validation import check_positive_int
+
+PREFIX_BLOCK_SIZE = 16
+"""Tokens per block of the prefix cache (vLLM's default block size): a
+prompt reuses the whole blocks it shares with an earlier one, so a shared
+500-token system prompt reuses 496 tokens or more."""
+
+POOL_SLOTS = 4
+"""The prefix cache's pool never holds more blocks than this many times
+the slots' positions (a bound in bytes far above what a small model's
+prompts fill allocates no more than it can use)."""
 
 
 class SlotDecoder:
@@ -53,6 +73,9 @@ class SlotDecoder:
         top_logprobs: how many of the most likely tokens (and their
             log-probabilities) every step returns beside the chosen one
             (0: none); at most the vocabulary size.
+        prefix_cache_bytes: the most bytes of the prefix cache's pool of
+            prompt blocks (0: no prefix cache); see `prefix_cache`.
+        block_size: tokens per block of the prefix cache.
 
     Example:
     >>> from keras_tfm.generation.continuous_batching import SlotDecoder
@@ -61,13 +84,16 @@ class SlotDecoder:
     ...     intermediate_dim=32, max_sequence_length=32)
     >>> model = keras_tfm.models.CausalLM(backbone)
     >>> decoder = SlotDecoder(model, 2, 32, 2, top_logprobs=3)
-    >>> first, logprob, (top_ids, top_values) = decoder.prefill(1, [5, 6, 7])
+    >>> first, logprob, (top_ids, top_values), cached = decoder.prefill(1, [5, 6, 7])
     >>> tokens, logprobs, (top_ids, top_values) = decoder.decode([0, first], [0, 3])
-    >>> tokens.shape, logprobs.dtype, bool(logprob < 0), top_ids.shape
-    ((2, 2), dtype('float32'), True, (2, 2, 3))
+    >>> tokens.shape, logprobs.dtype, bool(logprob < 0), top_ids.shape, cached
+    ((2, 2), dtype('float32'), True, (2, 2, 3), 0)
     """
 
-    def __init__(self, model, num_slots, max_length, steps_per_call=1, top_logprobs=0):
+    def __init__(
+        self, model, num_slots, max_length, steps_per_call=1, top_logprobs=0,
+        prefix_cache_bytes=0, block_size=PREFIX_BLOCK_SIZE,
+    ):  # fmt: skip
         self.model = model
         self.num_slots = check_positive_int("num_slots", num_slots)
         self.max_length = check_positive_int("max_length", max_length)
@@ -97,14 +123,58 @@ class SlotDecoder:
         self.counts = keras.Variable(
             ops.zeros((num_slots, vocabulary_size)), trainable=False
         )
+        self.prefix_cache, self.pools = None, []
+        if prefix_cache_bytes:
+            self._make_pool(prefix_cache_bytes, block_size)
         owners = (model, self)
         self._prefill = backend.compile_loop(self._prefill_function, owners)
+        self._prefill_after = backend.compile_loop(
+            self._prefill_after_function, owners
+        )
         self._decode = backend.compile_loop(self._decode_function, owners)
+
+    def _make_pool(self, prefix_cache_bytes, block_size):
+        """The pool: per cache tensor (num_slots, 2, max_length, ...), one
+        of (2 * (num_blocks + 1), block_size, ...), each block's keys then
+        (num_blocks + 1 on) its values; block num_blocks takes the writes of
+        blocks not kept."""
+        if (
+            isinstance(prefix_cache_bytes, bool)
+            or not isinstance(prefix_cache_bytes, int)
+            or prefix_cache_bytes < 0
+        ):
+            raise ValueError(
+                "`prefix_cache_bytes` must be a non-negative integer. Received: "
+                f"prefix_cache_bytes={prefix_cache_bytes!r}"
+            )
+        check_positive_int("block_size", block_size)
+        block_bytes = cache_bytes(self.model.backbone.empty_cache(1, block_size))
+        if prefix_cache_bytes < block_bytes:
+            raise ValueError(
+                f"`prefix_cache_bytes` must hold at least one block of {block_size} "
+                f"tokens ({block_bytes} bytes for this model), or be 0 (no "
+                f"prefix cache). Received: prefix_cache_bytes={prefix_cache_bytes}"
+            )
+        self.block_size = block_size
+        self._row_blocks = -(-self.max_length // block_size)  # blocks per slot
+        num_blocks = min(
+            prefix_cache_bytes // block_bytes,
+            POOL_SLOTS * self.num_slots * self._row_blocks,
+        )
+        self.prefix_cache = PrefixCache(num_blocks, block_size)
+        self.pools = [
+            keras.Variable(
+                ops.zeros((2 * (num_blocks + 1), block_size, *c.shape[3:]), c.dtype),
+                trainable=False,
+            )
+            for c in keras.tree.flatten(self.caches)
+        ]
 
     @property
     def variables(self):
-        """The slots' caches and token counts (what the compiled calls assign)."""
-        return [*keras.tree.flatten(self.caches), self.counts]
+        """The slots' caches, token counts and prefix cache pool (what the
+        compiled calls assign)."""
+        return [*keras.tree.flatten(self.caches), self.counts, *self.pools]
 
     # === Compiled functions ===
 
@@ -125,12 +195,33 @@ class SlotDecoder:
             return tokens, chosen_log_probabilities(logits, tokens), *none
         return tokens, *chosen_log_probabilities(logits, tokens, self.top_logprobs)
 
-    def _prefill_function(self, tokens, length, slot, settings):
+    def _prefill_function(self, tokens, length, slot, settings, write_ids=None):
         backbone = self.model.backbone
         small = backbone.empty_cache(1, self.max_length)
         # Index 0 (a Python int): the prompt attends to its own keys only.
         hidden, small = backbone.call_with_cache(tokens, small, 0)
-        last = ops.take(hidden, ops.reshape(length - 1, [1]), axis=1)  # (1, 1, D)
+        return self._prefilled(hidden, small, length - 1, length, slot, settings,
+                               write_ids)  # fmt: skip
+
+    def _prefill_after_function(
+        self, tokens, length, start, slot, settings, read_ids, write_ids
+    ):
+        """The prefill of a prompt's tokens from `start` on (`tokens`),
+        after the cached blocks `read_ids` (its positions 0 to start - 1)."""
+        backbone = self.model.backbone
+        small = self._pool_rows(read_ids)
+        # The blocks past `start` hold other keys, which the causal mask
+        # hides until this prefill and the decoding overwrite them.
+        hidden, small = backbone.call_with_cache(tokens, small, start)
+        return self._prefilled(
+            hidden, small, length - 1 - start, length, slot, settings, write_ids
+        )
+
+    def _prefilled(self, hidden, small, last, length, slot, settings, write_ids):
+        """The first new token from the prompt's last hidden state (at
+        `last` in `hidden`), `small` written into the slot and the blocks
+        `write_ids` into the pool."""
+        last = ops.take(hidden, ops.reshape(last, [1]), axis=1)  # (1, 1, D)
         no_counts = ops.zeros((1, self.counts.shape[1]))
         first, logprob, top_values, top_ids = self._next_tokens(
             last, settings, ops.reshape(length, [1]), no_counts
@@ -141,7 +232,36 @@ class SlotDecoder:
             variable.assign(ops.slice_update(variable.value, start, row))
         counts = ops.one_hot(first, self.counts.shape[1])  # (1, V)
         self.counts.assign(ops.slice_update(self.counts.value, [slot, 0], counts))
+        if write_ids is not None:
+            self._store_blocks(rows, write_ids)
         return first[0], logprob[0], top_ids[0], top_values[0]
+
+    def _pool_rows(self, read_ids):
+        """One slot's caches (1, 2, max_length, ...) made of the pool's
+        blocks `read_ids` (one id per block of the row, in order)."""
+        stride = self.pools[0].shape[0] // 2
+        ids = ops.concatenate([read_ids, read_ids + stride])  # keys, values
+        rows = []
+        for pool in self.pools:
+            blocks = ops.take(pool.value, ids, axis=0)  # (2 * row blocks, B, ...)
+            row = ops.reshape(blocks, (1, 2, -1, *pool.shape[2:]))
+            rows.append(row[:, :, : self.max_length])
+        structure = self.model.backbone.empty_cache(1, self.max_length)
+        return keras.tree.pack_sequence_as(structure, rows)
+
+    def _store_blocks(self, rows, write_ids):
+        """Writes each block i of the slot's `rows` into the pool's block
+        `write_ids[i]` (the spare block: not kept)."""
+        stride = self.pools[0].shape[0] // 2
+        ids = ops.expand_dims(ops.concatenate([write_ids, write_ids + stride]), 1)
+        extra = self._row_blocks * self.block_size - self.max_length
+        for pool, row in zip(self.pools, rows, strict=True):
+            if extra:
+                row = ops.pad(row, [(0, 0), (0, 0), (0, extra)] + [(0, 0)] * (
+                    len(row.shape) - 3
+                ))  # fmt: skip
+            blocks = ops.reshape(row, (-1, *pool.shape[1:]))  # (2 * row blocks, B, ...)
+            pool.assign(ops.scatter_update(pool.value, ids, blocks))
 
     def _decode_function(self, tokens, positions, settings):
         backbone = self.model.backbone
@@ -194,13 +314,14 @@ class SlotDecoder:
         presence_penalty=0.0, frequency_penalty=0.0,
     ):  # fmt: skip
         """Writes `prompt`'s keys and values into `slot`; the first new token,
-        its log-probability and the most likely tokens `(ids, logprobs)`
-        (int32 and float32 (top_logprobs,), most likely first).
+        its log-probability, the most likely tokens `(ids, logprobs)`
+        (int32 and float32 (top_logprobs,), most likely first) and how many
+        of the prompt's tokens came from the prefix cache (0 without one).
 
-        The prompt is padded to a power of two of at least 32 tokens (one
-        compiled prefill per padded length, so a handful in all); the padded
-        positions lie past the prompt and are overwritten before any query
-        can see them.
+        The prompt (or its tokens after the cached blocks) is padded to a
+        power of two of at least 32 tokens (one compiled prefill per padded
+        length, so a handful in all); the padded positions lie past the
+        prompt and are overwritten before any query can see them.
         """
         length = len(prompt)
         if not 0 < length < self.max_length:
@@ -208,16 +329,62 @@ class SlotDecoder:
                 f"A prompt must have 1 to {self.max_length - 1} tokens. "
                 f"Received: {length} tokens"
             )
-        padded = self.padded_length(length)
-        tokens = np.full((1, padded), self.model.fill_id, "int32")
-        tokens[0, :length] = prompt
         settings = _settings(
             [temperature], [top_p], [seed], [presence_penalty], [frequency_penalty]
         )
-        first, logprob, top_ids, top_values = self._prefill(
-            tokens, np.int32(length), np.int32(slot), settings
+        cache = self.prefix_cache
+        if cache is None:
+            out = self._prefill(
+                self._padded(prompt, self.padded_length(length)), np.int32(length),
+                np.int32(slot), settings,
+            )  # fmt: skip
+            return _prefill_result(out, 0)
+        matched = cache.match(prompt)
+        claimed = cache.store(prompt, len(matched))
+        write_ids = np.full(self._row_blocks, cache.num_blocks, "int32")
+        for i, block in claimed:
+            write_ids[i] = block
+        start = len(matched) * self.block_size
+        try:
+            if not matched:
+                out = self._prefill(
+                    self._padded(prompt, self.padded_length(length)),
+                    np.int32(length), np.int32(slot), settings, write_ids,
+                )  # fmt: skip
+            else:
+                read_ids = np.zeros(self._row_blocks, "int32")
+                read_ids[: len(matched)] = matched
+                rest = prompt[start:]
+                padded = min(self.padded_length(len(rest)), self.max_length - start)
+                out = self._prefill_after(
+                    self._padded(rest, padded), np.int32(length), np.int32(start),
+                    np.int32(slot), settings, read_ids, write_ids,
+                )  # fmt: skip
+        except BaseException:
+            cache.discard(prompt, claimed)  # their blocks were not written
+            raise
+        return _prefill_result(out, start)
+
+    def compile_prefill(self, length):
+        """Compiles the prefill of `length` tokens (a padded length), and
+        with a prefix cache the prefill of `length` tokens after cached
+        blocks, by running them on slot 0 (whose rows they overwrite) with
+        nothing cached or kept."""
+        tokens, settings = self._padded([], length), _settings(*GREEDY_ROW)
+        if self.prefix_cache is None:
+            self._prefill(tokens, np.int32(length), np.int32(0), settings)
+            return
+        ids = np.zeros(self._row_blocks, "int32")
+        spare = ids + self.prefix_cache.num_blocks
+        self._prefill(tokens, np.int32(length), np.int32(0), settings, spare)
+        self._prefill_after(
+            tokens, np.int32(length), np.int32(0), np.int32(0), settings, ids, spare
         )
-        return int(first), float(logprob), (np.asarray(top_ids), np.asarray(top_values))
+
+    def _padded(self, prompt, padded):
+        tokens = np.full((1, padded), self.model.fill_id, "int32")
+        tokens[0, : len(prompt)] = prompt
+        return tokens
 
     def padded_length(self, length):
         """The compiled prefill's length for a prompt of `length` tokens: a
@@ -252,6 +419,15 @@ class SlotDecoder:
         )
         top = np.asarray(top_ids), np.asarray(top_values)
         return np.asarray(out), np.asarray(logprobs), top
+
+
+GREEDY_ROW = ([0.0], [1.0], [0], [0.0], [0.0])  # `_settings` of one greedy row
+
+
+def _prefill_result(out, cached):
+    first, logprob, top_ids, top_values = out
+    top = np.asarray(top_ids), np.asarray(top_values)
+    return int(first), float(logprob), top, cached
 
 
 def _settings(temperature, top_p, seed, presence_penalty, frequency_penalty):
