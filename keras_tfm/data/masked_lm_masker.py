@@ -1,8 +1,10 @@
 import keras
 import keras_hub
+import numpy as np
 
 from keras_tfm._keras_compat import MASK_GENERATOR_TF_ONLY
 from keras_tfm._optional import tensorflow as tf
+from keras_tfm._optional import use_tf_graph
 from keras_tfm.validation import check_positive_int, check_token_id
 
 
@@ -14,6 +16,19 @@ def _check_fraction(name, value):
     return float(value)
 
 
+def _check_ids(rank, shape, is_integer, dtype_name):
+    """The checks of both paths, on what each reads of its tensor."""
+    if rank not in (1, 2):
+        raise ValueError(
+            "`token_ids` must have rank 2, (batch, seq), or rank 1, (seq,). "
+            f"Received: token_ids.shape={tuple(shape)}"
+        )
+    if not is_integer:
+        raise ValueError(
+            f"`token_ids` must hold integer ids. Received: token_ids.dtype={dtype_name}"
+        )
+
+
 @keras.saving.register_keras_serializable(package="keras_tfm")
 class MaskedLMMasker:
     """Turns token ids into `(x, y, sample_weight)` for `MaskedLanguageModel`.
@@ -23,9 +38,14 @@ class MaskedLMMasker:
     probability `mask_selection_rate` (at most `mask_selection_length` per
     sequence); a selected token becomes `mask_token_id` with probability
     `mask_token_rate`, a uniformly random id with probability
-    `random_token_rate`, and stays unchanged otherwise. It runs on TensorFlow
-    ops, eagerly or inside `tf.data.Dataset.map`, and draws a new mask at
-    every call (dynamic masking, as RoBERTa).
+    `random_token_rate`, and stays unchanged otherwise. It draws a new mask
+    at every call (dynamic masking, as RoBERTa). Two paths, as keras-hub's
+    generator has: TensorFlow Text ops inside `tf.data.Dataset.map` and
+    eagerly on the TensorFlow backend (each row gets exactly
+    ceil(rate x eligible) selections); Python on the other backends, which
+    need no TensorFlow (each eligible token is selected with probability
+    `mask_selection_rate`, from Python's `random`, which
+    `keras.utils.set_random_seed` seeds).
 
     In `model.fit`, map it over a repeated dataset and pass
     `steps_per_epoch` (see the example): Keras re-iterates a finite dataset
@@ -107,7 +127,7 @@ class MaskedLMMasker:
                 f"Received: mask_token_rate={mask_token_rate}, "
                 f"random_token_rate={random_token_rate}"
             )
-        self._generator = keras_hub.layers.MaskedLMMaskGenerator(
+        generator = dict(
             vocabulary_size=vocabulary_size,
             mask_selection_rate=self.mask_selection_rate,
             mask_token_id=mask_token_id,
@@ -117,10 +137,14 @@ class MaskedLMMasker:
             ),
             mask_token_rate=self.mask_token_rate,
             random_token_rate=self.random_token_rate,
-            # Always the TensorFlow path: the same sampler eagerly and in
-            # tf.data, and tensors (not Python lists) out.
-            **MASK_GENERATOR_TF_ONLY,
         )
+        # The TensorFlow path, also eagerly: the same sampler eagerly and in
+        # tf.data on TensorFlow, and tensors (not Python lists) out.
+        self._generator = keras_hub.layers.MaskedLMMaskGenerator(
+            **generator, **MASK_GENERATOR_TF_ONLY
+        )
+        # keras-hub's Python path (an eager call), for the other backends.
+        self._python_generator = keras_hub.layers.MaskedLMMaskGenerator(**generator)
 
     def __call__(self, inputs):
         segment_ids = None
@@ -133,17 +157,11 @@ class MaskedLMMasker:
                 )
             segment_ids = inputs.get("segment_ids")
             inputs = inputs["token_ids"]
+        if not use_tf_graph(inputs) and keras.backend.backend() != "tensorflow":
+            return self._call_python(inputs, segment_ids)
         token_ids = tf.convert_to_tensor(inputs)
-        if token_ids.shape.rank not in (1, 2):
-            raise ValueError(
-                "`token_ids` must have rank 2, (batch, seq), or rank 1, (seq,). "
-                f"Received: token_ids.shape={tuple(token_ids.shape)}"
-            )
-        if not token_ids.dtype.is_integer:
-            raise ValueError(
-                "`token_ids` must hold integer ids. "
-                f"Received: token_ids.dtype={token_ids.dtype.name}"
-            )
+        dtype = token_ids.dtype
+        _check_ids(token_ids.shape.rank, token_ids.shape, dtype.is_integer, dtype.name)
         masked = self._generator(token_ids)
         x = {
             "token_ids": masked["token_ids"],
@@ -152,6 +170,23 @@ class MaskedLMMasker:
         }
         if segment_ids is not None:
             x["segment_ids"] = tf.convert_to_tensor(segment_ids)
+        return x, masked["mask_ids"], masked["mask_weights"]
+
+    def _call_python(self, inputs, segment_ids=None):
+        """The Python path: NumPy checks, keras-hub's Python sampler,
+        tensors of the Keras backend out."""
+        token_ids = np.asarray(keras.ops.convert_to_numpy(inputs))
+        dtype = token_ids.dtype
+        _check_ids(token_ids.ndim, token_ids.shape,
+                   np.issubdtype(dtype, np.integer), dtype.name)  # fmt: skip
+        masked = self._python_generator(token_ids)
+        x = {
+            "token_ids": masked["token_ids"],
+            "padding_mask": keras.ops.convert_to_tensor(token_ids != self.padding_id),
+            "mask_positions": masked["mask_positions"],
+        }
+        if segment_ids is not None:
+            x["segment_ids"] = keras.ops.convert_to_tensor(segment_ids)
         return x, masked["mask_ids"], masked["mask_weights"]
 
     def get_config(self):

@@ -18,10 +18,12 @@ without consuming them).
 
 import contextlib
 import re
+import sys
 
 import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
+from keras_tfm._optional import tensorflow_loaded
 
 # Marks the assertion of the tf.data check, so that `fit` can turn the
 # InvalidArgumentError it surfaces as into the ValueError an eager check raises.
@@ -117,7 +119,13 @@ def label_errors(num_classes, kind="class"):
     """Re-raises the dataset check's InvalidArgumentError as a ValueError."""
     try:
         yield
-    except tf.errors.InvalidArgumentError as error:
+    except Exception as error:
+        # Only a TensorFlow error can be the check's, and TensorFlow is not
+        # imported to find out (without it, `tf.errors` would raise anew).
+        if not tensorflow_loaded() or not isinstance(
+            error, sys.modules["tensorflow"].errors.InvalidArgumentError
+        ):
+            raise
         match = _ASSERTION.search(str(error))
         if match is None:
             raise

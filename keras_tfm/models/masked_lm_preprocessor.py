@@ -16,8 +16,9 @@ class MaskedLMPreprocessor(Preprocessor):
     packs each text as "[CLS] text [SEP]" (without either where the
     tokenizer lacks it), padded to `sequence_length`, and masks it with a
     `MaskedLMMasker` (BERT's 80/10/10 recipe, new masks at every call;
-    TensorFlow ops, so TensorFlow is needed): `MaskedLanguageModel.fit`
-    then trains on raw strings. `encode_with_masks` is the host-side
+    TensorFlow ops in `tf.data` and on the TensorFlow backend, Python on
+    the others, which need no TensorFlow): `MaskedLanguageModel.fit` then
+    trains on raw strings. `encode_with_masks` is the host-side
     reading of a text whose "[MASK]" placeholders are to be filled
     (`fill_mask`, which needs no TensorFlow).
 

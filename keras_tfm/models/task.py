@@ -6,12 +6,14 @@ its own head, and a `Preprocessor` that owns the tokenizer. The task's
 `call` takes token ids only; strings go through the preprocessor.
 
 `fit`, `evaluate` and `predict` are written once, here, as keras-hub's
-`PipelineModel` does: the data goes through the preprocessor inside the
-`tf.data` pipeline (so strings train in one line, and under XLA), and label
-ids are checked against the head's range (eagerly for arrays, in the
-pipeline for datasets) so that a bad label is a `ValueError` naming it,
-not a NaN loss or a graph error. The task classes themselves override none
-of these.
+`PipelineModel` does: strings go through the preprocessor inside a
+`tf.data` pipeline on the TensorFlow backend (so they train in one line,
+and under XLA), and through its Python path in a `keras.utils.PyDataset`
+(`TextBatches`) on JAX and PyTorch, which need no TensorFlow. Label ids are
+checked against the head's range (eagerly for arrays, in the pipeline for
+datasets and for strings' batches) so that a bad label is a `ValueError`
+naming it, not a NaN loss or a graph error. The task classes themselves
+override none of these.
 """
 
 import keras
@@ -27,6 +29,7 @@ from keras_tfm.models.class_labels import (
 from keras_tfm.models.legacy_configs import preprocessor_from_legacy_config
 from keras_tfm.models.preprocessor import Preprocessor
 from keras_tfm.models.preset_loading import PresetMixin
+from keras_tfm.models.text_batches import TextBatches
 from keras_tfm.models.tokenizer_attachment import is_text
 
 
@@ -129,6 +132,14 @@ class Task(PresetMixin, keras.Model):
                     "with `preprocessor=`. Received: x="
                     f"{str(x)[:80]}"
                 )
+            if keras.backend.backend() != "tensorflow":
+                if limit is not None:
+                    check_class_labels(y, limit, name, kind)
+                batches = TextBatches(
+                    self.preprocessor, x, y, sample_weight, batch_size, shuffle,
+                    limit, kind, name,
+                )  # fmt: skip
+                return batches, None, None
             x = np.asarray(x if not isinstance(x, str) else [x], dtype=object)
             parts = tuple(p for p in (x, y, sample_weight) if p is not None)
             dataset = tf.data.Dataset.from_tensor_slices(
@@ -149,14 +160,16 @@ class Task(PresetMixin, keras.Model):
         """Keras' `fit`, with strings read by the preprocessor and labels checked.
 
         Takes what `keras.Model.fit` takes; `x` may also be a list of
-        strings (with `y` the labels), or a `tf.data.Dataset` of strings,
-        which the preprocessor maps inside the pipeline.
+        strings (with `y` the labels), read by the preprocessor in a
+        `tf.data` pipeline on TensorFlow and in Python batches
+        (`TextBatches`) on the other backends, or a `tf.data.Dataset` of
+        strings, which the preprocessor maps inside the pipeline.
         """
         shuffle = kwargs.pop("shuffle", True)
         x, y, sample_weight = self._pipeline(
             x, y, sample_weight, batch_size, shuffle=shuffle
         )
-        if is_dataset(x):
+        if is_dataset(x) or isinstance(x, TextBatches):
             # Keras ignores `shuffle` for a dataset (and warns); arrays of
             # strings were shuffled in the pipeline.
             batch_size, shuffle = None, False
@@ -182,7 +195,7 @@ class Task(PresetMixin, keras.Model):
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         """Keras' `evaluate`, with the data pipeline of `fit`."""
         x, y, sample_weight = self._pipeline(x, y, sample_weight, batch_size)
-        if is_dataset(x):
+        if is_dataset(x) or isinstance(x, TextBatches):
             batch_size = None
         with self._label_errors():
             return super().evaluate(

@@ -55,10 +55,87 @@ def attention_on_jax():
     fused_attention.fused_dot_product_attention = fused
 
 
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[START]", "[END]",
+         "the", "cat", "sat", "a", "dog", "ran"]  # fmt: skip
+TEXTS = ["the cat sat", "a dog ran", "the dog sat", "a cat ran"]
+
+
+def fit_on_strings():
+    """`fit`, `evaluate` and `predict` on raw strings read by the Python path
+    (TextBatches): a classifier, a causal LM and a masked LM (masking too)."""
+    import keras_hub
+
+    from keras_tfm import models
+
+    keras.utils.set_random_seed(0)
+    words = keras_hub.tokenizers.WordPieceTokenizer(
+        vocabulary=WORDS, special_tokens=WORDS[:7], oov_token="[UNK]"
+    )
+    small = dict(vocabulary_size=len(WORDS), num_layers=1, num_heads=2,
+                 hidden_dim=16, intermediate_dim=32, max_sequence_length=8,
+                 dropout=0.0)  # fmt: skip
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    preprocessor = models.TextClassifierPreprocessor(words, sequence_length=6)
+    classifier = models.EncoderClassifier(
+        models.EncoderBackbone(**small), num_classes=2, preprocessor=preprocessor
+    )
+    classifier.compile(keras.optimizers.SGD(0.5), loss)  # no optimizer state
+    labels = np.array([0, 1, 0, 1])
+    # The strings' batches are what the preprocessor makes of them: the same
+    # loss, and one epoch in order trains the same weights as on the ids.
+    by_strings = classifier.evaluate(TEXTS, labels, verbose=0)
+    by_ids = classifier.evaluate(preprocessor(TEXTS), labels, verbose=0)
+    np.testing.assert_allclose(by_strings, by_ids, rtol=1e-6)
+    start = classifier.get_weights()
+    classifier.fit(TEXTS, labels, batch_size=2, shuffle=False, verbose=0)
+    on_strings = classifier.get_weights()
+    classifier.set_weights(start)
+    classifier.fit(preprocessor(TEXTS), labels, batch_size=2, shuffle=False,
+                   verbose=0)  # fmt: skip
+    moved = [np.abs(a - b).max() for a, b in zip(on_strings, start, strict=True)]
+    assert max(moved) > 1e-4, moved  # it trained (the head starts at zero)
+    for got, expected in zip(on_strings, classifier.get_weights(), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert classifier.predict(TEXTS, verbose=0).shape == (4, 2)
+    try:  # a bad label names itself, as on TensorFlow
+        classifier.fit(TEXTS, np.array([0, 1, 2, 1]), verbose=0)
+    except ValueError as error:
+        assert "class ids in [0, 2)" in str(error), error
+    else:
+        raise AssertionError("a label of 2 trained a 2-class classifier")
+
+    lm = models.CausalLM(
+        models.DecoderBackbone(**small),
+        preprocessor=models.CausalLMPreprocessor(words, sequence_length=6),
+    )
+    lm.compile(keras.optimizers.Adam(1e-2), loss)
+    losses = lm.fit(TEXTS * 2, epochs=3, batch_size=4, verbose=0).history["loss"]
+    assert losses[-1] < losses[0], losses
+
+    mlm = models.MaskedLanguageModel(
+        models.EncoderBackbone(**small),
+        preprocessor=models.MaskedLMPreprocessor(
+            words, sequence_length=6, mask_selection_rate=0.5,
+            mask_selection_length=2,
+        ),
+    )  # fmt: skip
+    x, y, weights = mlm.preprocessor(TEXTS)  # masked in Python
+    packed = preprocessor(TEXTS)["token_ids"]  # [CLS] text [SEP], unmasked
+    positions = ops.convert_to_numpy(x["mask_positions"])
+    picked = np.take_along_axis(ops.convert_to_numpy(packed), positions, axis=1)
+    selected = ops.convert_to_numpy(weights) > 0
+    assert selected.any()
+    np.testing.assert_array_equal(ops.convert_to_numpy(y)[selected], picked[selected])
+    mlm.compile(keras.optimizers.Adam(1e-2), loss)
+    history = mlm.fit(TEXTS, epochs=1, verbose=0).history["loss"]
+    assert np.isfinite(history[0]), history
+
+
 def save(folder):
     from keras_tfm import layers, models
 
     attention_on_jax()
+    fit_on_strings()
 
     # The README's layers example, fitted.
     inputs = keras.Input((None,), dtype="int32")

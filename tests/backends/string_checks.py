@@ -3,8 +3,10 @@
 `python string_checks.py OUT.json` writes what the Python path gives for
 string_cases.TEXTS: each tokenizer's ids and their detokenized text, each
 preprocessor's packed ids, fortunes_classifier's class, the sentence
-encoder's embeddings and two presets' greedy texts. The test compares them
-to the TensorFlow path.
+encoder's embeddings and two presets' greedy texts; and, in OUT.npz beside
+it, every zoo preset's output on its fixed input (preset_outputs.py). The
+test compares them to TensorFlow's. One process for both: JAX's import and
+the presets' loading are paid once.
 """
 
 import importlib
@@ -22,6 +24,7 @@ import numpy as np  # noqa: E402
 import keras_tfm  # noqa: E402, F401
 
 cases = importlib.import_module("string_cases")
+preset_outputs = importlib.import_module("preset_outputs")
 assert keras.backend.backend() == "jax", keras.backend.backend()
 
 
@@ -53,6 +56,7 @@ def main(path):
     out["generated"] = cases.generated(models)
     with open(path, "w", encoding="utf-8") as file:
         json.dump(out, file, ensure_ascii=False)
+    np.savez(os.path.splitext(path)[0] + ".npz", **preset_outputs.outputs(models))
 
 
 main(sys.argv[1])
