@@ -13,6 +13,7 @@ import pytest
 WORKER = Path(__file__).with_name("worker.py")
 TIMEOUT = 600  # seconds; generous for a shared 2-core machine, but never a hang
 FAMILIES = ("causal", "seq2seq", "classifier")
+MODES = ("single", "mirrored")  # conftest's local_runs, in one process
 
 
 def start_worker(mode, out, tf_config=None):
@@ -56,11 +57,19 @@ def free_ports(count):
 
 
 @pytest.fixture(scope="session")
-def single_device_run(tmp_path_factory):
-    """The reference: the same training on one device, run once per session."""
-    out = tmp_path_factory.mktemp("single") / "single.npz"
-    finish([start_worker("single", out)])
-    return dict(np.load(out))
+def local_runs(tmp_path_factory):
+    """`(single, mirrored)`: the reference training on one device and the same
+    under MirroredStrategy, one after the other in one process (one
+    TensorFlow start for both), run once per session."""
+    out = tmp_path_factory.mktemp("local") / "run.npz"
+    finish([start_worker("single,mirrored", out)])
+    return tuple(dict(np.load(out.with_suffix(f".{m}.npz"))) for m in MODES)
+
+
+@pytest.fixture(scope="session")
+def single_device_run(local_runs):
+    """The reference: the same training on one device."""
+    return local_runs[0]
 
 
 def assert_same_training(reference, result):

@@ -39,15 +39,18 @@ def start_jax_worker(out, *process):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """One process on whole global batches, and two processes on halves."""
+    """One process on whole global batches, and two processes on halves.
+
+    Process 0 runs the one-process training too, after its share (on its
+    first device, without a distribution): one JAX start fewer."""
     pytest.importorskip("jax")
     folder = tmp_path_factory.mktemp("jax_data_parallel")
     coordinator = f"127.0.0.1:{free_ports(1)[0]}"
     outs = [folder / f"{name}.npz" for name in ("single", "process-0", "process-1")]
     finish(
         [
-            start_jax_worker(outs[0]),
-            *(start_jax_worker(outs[1 + i], i, 2, coordinator) for i in range(2)),
+            start_jax_worker(outs[1], 0, 2, coordinator, outs[0]),
+            start_jax_worker(outs[2], 1, 2, coordinator),
         ]
     )
     return [dict(np.load(out)) for out in outs]

@@ -1,6 +1,8 @@
 """One training process for the distribution tests (run as a script).
 
-    python worker.py MODE OUT.npz          MODE: single, mirrored or multi
+    python worker.py MODE OUT.npz          MODE: single, mirrored, multi or
+                                           single,mirrored (both, one after the
+                                           other: OUT.single.npz, OUT.mirrored.npz)
 
 Trains one small model of each zoo family for 2 epochs on 32 examples in
 global batches of 8, the data order a function of the epoch only, and
@@ -19,8 +21,8 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-MODE, OUT = sys.argv[1], sys.argv[2]
-if MODE == "mirrored":  # before TensorFlow initialises its devices
+MODES, OUT = sys.argv[1].split(","), sys.argv[2]
+if "mirrored" in MODES:  # before TensorFlow initialises its devices
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2
@@ -28,13 +30,18 @@ if MODE == "mirrored":  # before TensorFlow initialises its devices
 
 from keras_tfm import distribute  # noqa: E402
 
-if MODE == "mirrored":
-    strategy = distribute.strategy_from_flags("mirrored", devices=["/cpu:0", "/cpu:1"])
-elif MODE == "multi":
-    strategy = distribute.strategy_from_flags("auto", timeout_seconds=60)
-    assert isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-else:
-    strategy = distribute.strategy_from_flags("default")
+
+def strategy_of(mode):
+    if mode == "mirrored":
+        return distribute.strategy_from_flags(
+            "mirrored", devices=["/cpu:0", "/cpu:1"]
+        )
+    if mode == "multi":
+        strategy = distribute.strategy_from_flags("auto", timeout_seconds=60)
+        assert isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        return strategy
+    return distribute.strategy_from_flags("default")
+
 
 import keras  # noqa: E402
 
@@ -137,26 +144,35 @@ def build(family):
     return model
 
 
-results = {}
-for family in os.environ.get("FAMILIES", "causal,seq2seq,classifier").split(","):
-    keras.utils.set_random_seed(0)
-    with strategy.scope():
-        model = build(family)
-    distribute.build_for_fit(model, next(iter(data(family))))
-    record = RecordSeen()
-    model.fit(
-        data(family),
-        epochs=EPOCHS,
-        steps_per_epoch=NUM_EXAMPLES // GLOBAL_BATCH,
-        callbacks=[record],
-        shuffle=False,  # the dataset is ordered per epoch
-        verbose=0,
-    )
-    for i, weight in enumerate(model.inner.weights):
-        results[f"{family}/weight_{i}"] = keras.ops.convert_to_numpy(weight)
-    results[f"{family}/seen"] = np.stack(record.per_epoch)
-results["replicas"] = np.array(strategy.num_replicas_in_sync)
-if distribute.is_chief():
-    np.savez(OUT, **results)
-else:  # every worker reports, so that the test can compare them
-    np.savez(OUT.replace(".npz", f".{distribute.task_id()}.npz"), **results)
+def train(strategy):
+    """Every family's weights and per-epoch counts, trained under `strategy`."""
+    results = {}
+    for family in os.environ.get("FAMILIES", "causal,seq2seq,classifier").split(","):
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            model = build(family)
+        distribute.build_for_fit(model, next(iter(data(family))))
+        record = RecordSeen()
+        model.fit(
+            data(family),
+            epochs=EPOCHS,
+            steps_per_epoch=NUM_EXAMPLES // GLOBAL_BATCH,
+            callbacks=[record],
+            shuffle=False,  # the dataset is ordered per epoch
+            verbose=0,
+        )
+        for i, weight in enumerate(model.inner.weights):
+            results[f"{family}/weight_{i}"] = keras.ops.convert_to_numpy(weight)
+        results[f"{family}/seen"] = np.stack(record.per_epoch)
+    results["replicas"] = np.array(strategy.num_replicas_in_sync)
+    return results
+
+
+# Several modes in one process share one TensorFlow start (seconds each).
+for mode in MODES:
+    out = OUT if len(MODES) == 1 else OUT.replace(".npz", f".{mode}.npz")
+    results = train(strategy_of(mode))
+    if distribute.is_chief():
+        np.savez(out, **results)
+    else:  # every worker reports, so that the test can compare them
+        np.savez(out.replace(".npz", f".{distribute.task_id()}.npz"), **results)

@@ -38,6 +38,23 @@ def injected():
     return model, inject(model, VOCAB)
 
 
+# Models shared by the tests that only read them: each compiles its loop once
+# per batch size for the whole module (the settings are tensors of that loop).
+@pytest.fixture(scope="module")
+def plain():
+    return tiny()
+
+
+@pytest.fixture(scope="module")
+def rotary():
+    return tiny(position_encoding="rotary", num_key_value_heads=1)
+
+
+@pytest.fixture(scope="module", name="injected_model")
+def injected_model_fixture():
+    return injected()
+
+
 def test_fit_with_jit_compile_lowers_the_loss():
     # A short learning check; what decoding returns is pinned below with
     # injected weights, not with what a few epochs happened to learn.
@@ -66,8 +83,8 @@ def follow(prompt, steps, stop=()):
     return row
 
 
-def test_greedy_follows_the_injected_successor():
-    model, successor_of = injected()
+def test_greedy_follows_the_injected_successor(injected_model):
+    model, successor_of = injected_model
     assert successor_of[11] == 1 and successor_of[3] == 4
     prompts = [[3, 9, 8, 3], [6, 7, 2, 6, 7]]
     expected = [[3, 9, 8, 3, 4, 5, 6, 7, 8], [6, 7, 2, 6, 7, 8, 9, 10, 11, 1]]
@@ -77,8 +94,8 @@ def test_greedy_follows_the_injected_successor():
     assert beam == expected
 
 
-def test_stop_token_ends_each_row():
-    model, _ = injected()
+def test_stop_token_ends_each_row(injected_model):
+    model, _ = injected_model
     generated = model.generate(
         [[3, 9, 8, 3], [6, 7, 2, 6, 7]], max_new_tokens=5, stop_token_ids=[5, 9]
     )
@@ -93,24 +110,27 @@ def test_stop_token_ends_each_row():
 # issue: attention_kernel's `ops.softmax` over a key axis of size 1 warns.
 @pytest.mark.filterwarnings("ignore:You are using a softmax over axis -1")
 @pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal", "rotary"])
-def test_greedy_batch_equals_argmax_of_full_forward_per_row(position_encoding):
-    model = tiny(position_encoding=position_encoding, num_key_value_heads=1)
+def test_greedy_batch_equals_argmax_of_full_forward_per_row(position_encoding, request):
+    if position_encoding == "rotary":  # the shared one: its loops are compiled
+        model = request.getfixturevalue("rotary")
+    else:
+        model = tiny(position_encoding=position_encoding, num_key_value_heads=1)
     prompts = [[5, 6, 7, 8], [9], [3, 4]]
     generated = model.generate(prompts, max_new_tokens=6)
     for prompt, row in zip(prompts, generated, strict=True):
         assert row == argmax_continuation(model, prompt, 6)
 
 
-def test_generate_accepts_a_padded_dense_array():
-    model = tiny()
+def test_generate_accepts_a_padded_dense_array(plain):
+    model = plain
     dense = np.array([[5, 6, 7], [9, 0, 0]])
     assert model.generate(dense, max_new_tokens=3) == model.generate(
         [[5, 6, 7], [9]], max_new_tokens=3
     )
 
 
-def test_beam_search_rows_of_a_padded_batch_equal_rows_alone():
-    model = tiny()
+def test_beam_search_rows_of_a_padded_batch_equal_rows_alone(plain):
+    model = plain
     prompts = [[3, 9, 8, 3, 9], [5, 4]]
     batch = model.generate(prompts, max_new_tokens=4, sampler="beam", num_beams=3)
     alone = [
@@ -120,21 +140,22 @@ def test_beam_search_rows_of_a_padded_batch_equal_rows_alone():
     assert batch == alone
 
 
-def test_beam_width_one_equals_greedy_and_loop_is_not_retraced():
-    model = tiny()
+def test_beam_width_one_equals_greedy_and_loop_is_not_retraced(plain):
+    model = plain
     prompts = [[5, 6, 7], [9, 1]]
     greedy = model.generate(prompts, max_new_tokens=5)
     beam = model.generate(prompts, max_new_tokens=5, sampler="beam", num_beams=1)
     assert beam == greedy
     # Other prompt lengths in the same buffer reuse the compiled loop.
+    traced = [f.experimental_get_tracing_count() for f in model.compiled_loops.values()]
     greedy_again = model.generate([[1, 2], [4]], max_new_tokens=5)
     assert [len(row) for row in greedy_again] == [7, 6]
     functions = model.compiled_loops.values()
-    assert all(f.experimental_get_tracing_count() == 1 for f in functions)
+    assert [f.experimental_get_tracing_count() for f in functions] == traced
 
 
-def test_sampling_top_k_one_is_greedy_and_seed_repeats():
-    model = tiny()
+def test_sampling_top_k_one_is_greedy_and_seed_repeats(plain):
+    model = plain
     prompts = [[5, 6, 7], [9, 1]]
     greedy = model.generate(prompts, max_new_tokens=5)
     assert model.generate(prompts, 5, sampler="top_k", top_k=1, seed=3) == greedy
@@ -253,9 +274,9 @@ def test_config_is_the_constructor_arguments():
         (lambda m: m(np.ones((1, 17), "int32")), "max_sequence_length"),
     ],
 )
-def test_bad_inputs_raise_value_error(call, match):
+def test_bad_inputs_raise_value_error(call, match, plain):
     with pytest.raises(ValueError, match=match):
-        call(tiny())
+        call(plain)
 
 
 @pytest.mark.parametrize(
@@ -277,8 +298,8 @@ def ngrams(row, n):
 
 
 @pytest.mark.parametrize("sampler", ["greedy", "beam"])
-def test_processors_reach_greedy_and_beam_search(sampler):
-    model, _ = injected()
+def test_processors_reach_greedy_and_beam_search(sampler, injected_model):
+    model, _ = injected_model
     beams = dict(num_beams=2) if sampler == "beam" else {}
     prompts = [[3, 4, 3], [6, 7, 2, 6]]
     plain = model.generate(prompts, 6, sampler=sampler, **beams)
@@ -301,8 +322,8 @@ SAMPLED = [
 
 
 @pytest.mark.parametrize("settings", SAMPLED)
-def test_sampled_rows_of_a_batch_equal_rows_alone(settings):
-    model = tiny(position_encoding="rotary")
+def test_sampled_rows_of_a_batch_equal_rows_alone(settings, rotary):
+    model = rotary
     prompts = [[5, 6, 7, 8, 9], [9], [3, 4]]
     batch = model.generate(prompts, max_new_tokens=7, **settings)
     alone = [model.generate(p, max_new_tokens=7, **settings) for p in prompts]
@@ -326,8 +347,8 @@ def test_one_compiled_loop_serves_every_setting_and_prompt_length():
     assert function.experimental_get_tracing_count() == 2
 
 
-def test_scores_are_the_log_softmax_of_the_full_forward_pass():
-    model = tiny()
+def test_scores_are_the_log_softmax_of_the_full_forward_pass(plain):
+    model = plain
     prompts = [[5, 6, 7], [9]]
     outputs, scores = model.generate(prompts, 4, return_scores=True)
     for prompt, row, row_scores in zip(prompts, outputs, scores, strict=True):

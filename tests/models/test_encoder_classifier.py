@@ -60,7 +60,9 @@ def test_learns_whether_a_token_is_present(pooling, jit_compile):
         metrics=["accuracy"],
         jit_compile=jit_compile,
     )
-    model.fit(x, y, batch_size=32, epochs=6, verbose=0)
+    # Learned by the second epoch (test loss 0.15 and 0.07 of the bound
+    # below, accuracy 1.0); the third leaves a margin (0.05 and 0.03).
+    model.fit(x, y, batch_size=32, epochs=3, verbose=0)
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
     assert accuracy > 0.95
     assert loss < 0.2 * math.log(2)

@@ -23,30 +23,33 @@ def compiled(model):
     return model
 
 
+@pytest.fixture(scope="module")
 def causal():
+    """One compiled model for the causal tests: its train and test functions
+    trace (and XLA compiles them) once per batch shape for the file."""
     return compiled(causal_lm(num_layers=1, max_sequence_length=8, **SMALL))
 
 
 @pytest.mark.parametrize("bad", [20, 99, -1])
-def test_causal_lm_refuses_array_labels_outside_the_vocabulary(bad):
+def test_causal_lm_refuses_array_labels_outside_the_vocabulary(bad, causal):
     labels = np.ones((4, 8), "int32")
     labels[2, 5] = bad
     with pytest.raises(ValueError, match=r"token ids in \[0, 20\) for vocabulary_size"):
-        causal().fit(X, labels, verbose=0)
+        causal.fit(X, labels, verbose=0)
 
 
-def test_causal_lm_refuses_dataset_labels_outside_the_vocabulary_under_xla():
+def test_causal_lm_refuses_dataset_labels_outside_the_vocabulary_under_xla(causal):
     labels = np.ones((4, 8), "int32")
     labels[3, 0] = 20
     data = tf.data.Dataset.from_tensor_slices((X, labels)).batch(2)
     with pytest.raises(ValueError, match="in a batch of the dataset"):
-        causal().fit(data, verbose=0)
+        causal.fit(data, verbose=0)
     with pytest.raises(ValueError, match="labels from 1 to 20"):
-        causal().evaluate(data, verbose=0)
+        causal.evaluate(data, verbose=0)
 
 
-def test_good_labels_train_and_the_loss_is_finite():
-    history = causal().fit(X, np.full((4, 8), 3, "int32"), epochs=2, verbose=0)
+def test_good_labels_train_and_the_loss_is_finite(causal):
+    history = causal.fit(X, np.full((4, 8), 3, "int32"), epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
 
 

@@ -134,7 +134,7 @@ def test_layer_names_select_the_projections():
 def test_generation_compiled_before_uses_the_adapters_after():
     model = tiny_llama(padding_id=None)
     prompt = [3, 4, 5]
-    model.generate(prompt, max_new_tokens=4)  # compiled without adapters
+    before = model.generate(prompt, max_new_tokens=4)  # compiled without adapters
     enable_lora(model, rank=2)
     rng = np.random.default_rng(1)
     for weight in model.trainable_weights:
@@ -144,6 +144,7 @@ def test_generation_compiled_before_uses_the_adapters_after():
     for _ in range(4):
         ids.append(int(np.argmax(np.asarray(model(np.array([ids])))[0, -1])))
     assert model.generate(prompt, max_new_tokens=4) == ids
+    assert ids != before  # so a stale loop would have failed
 
 
 @pytest.mark.parametrize(
