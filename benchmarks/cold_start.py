@@ -135,6 +135,7 @@ def stages(weights):
         return call
 
     generation_utils.compile_loop = traced_apart
+    model.prompt_through_step = cli.chat.PROMPT_THROUGH_STEP  # as the command
     first = "".join(model.chat(QUESTION, max_new_tokens=256, stream=True)).strip()
     mark("the rest of the answer")
     again = "".join(model.chat(QUESTION, max_new_tokens=256, stream=True)).strip()

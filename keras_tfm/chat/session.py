@@ -9,10 +9,10 @@ message per turn runs only that message (and the template's markup around
 it); an edited or shortened history keeps the prefix up to the first
 changed token and runs the rest again.
 
-A turn is decoded on the host, one compiled step per token (what
-`generate(stream=True)` runs: the model's `decode_step`, then the logit
-processors and the sampler of `keras_tfm.generation.decode_loop`, every
-setting a tensor), so that the answer streams; a new stretch of prompt
+A turn is decoded on the host, one compiled step per token (the model's
+`decode_step`, then the logit processors and the sampler of
+`keras_tfm.generation.decode_loop`, every setting a tensor, as every
+decoding loop runs them), so that the answer streams; a new stretch of prompt
 longer than `model.prompt_through_step` tokens goes through a compiled
 chunked prefill (`DecoderSteps.extend`) instead of the step.
 """

@@ -13,6 +13,12 @@ from keras_tfm.lite import chat_command
 
 HELP = "ask an instruct model (SmolLM2 by default)"
 
+PROMPT_THROUGH_STEP = 64
+"""The command streams prompts of at most this many tokens through the
+compiled decoding step (`CausalLM.prompt_through_step`): a process that
+answers once traces and compiles (or loads) that one small program instead
+of `generate`'s whole loop."""
+
 
 def add_arguments(p):
     p.add_argument(
@@ -45,6 +51,8 @@ def run(args):
     model = loading.store_weights(model, args.weights)
     settings = sampler_settings(args.sampler, args)
     check_settings(model, settings)  # as `chat` would: a flag not read is refused
+    if getattr(model, "is_decoder_only", False):
+        model.prompt_through_step = PROMPT_THROUGH_STEP
     if args.message is None:  # an interactive conversation
         from keras_tfm.chat import converse
 

@@ -58,7 +58,26 @@ def chosen_log_probabilities(logits, token, top_logprobs=0):
     return chosen, values, ops.cast(ids, "int32")
 
 
-def decode(next, tokens, cache, index, end, prompt_mask, settings, top_logprobs=0):
+def record_top(state, logits, token, column, forced, top_logprobs):
+    """A function returning the state's "top_log_probabilities" and
+    "top_ids" with the step's `top_logprobs` most likely tokens written at
+    `column` (bool (1, length)) of the rows not `forced`."""
+
+    def recorded():
+        _, values, ids = chosen_log_probabilities(logits, token, top_logprobs)
+        at = column[:, :, None] & ops.logical_not(forced)[:, None, None]
+        return tuple(
+            ops.where(at, top[:, None, :], state[name])
+            for name, top in (("top_log_probabilities", values), ("top_ids", ids))
+        )
+
+    return recorded
+
+
+def decode(
+    next, tokens, cache, index, end, prompt_mask, settings, top_logprobs=0,
+    keep_cache=False,
+):  # fmt: skip
     """Decodes `tokens` from `index` to `end` (exclusive).
 
     Args:
@@ -71,9 +90,13 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings, top_logprobs=
         prompt_mask: bool (batch, length), True on prompt positions.
         settings: the dict of `settings_tensors`, as tensors; with
             "stop_strings" (batch, n, M) and "token_bytes" (V, W) (see
-            `stop_strings`), rows also end on a stop string.
+            `stop_strings`), rows also end on a stop string; with
+            "top_logprobs" (a scalar int32), the top tokens are recorded
+            only where it is > 0 (one program records or not).
         top_logprobs: n >= 0 (a Python int: the program's shape); with
             n > 0, each step also records the n most likely tokens.
+        keep_cache: also return the cache after the last step ("cache"),
+            for a caller that decodes on from it.
 
     Returns:
         A dict: "tokens", the buffer with positions `index ... end - 1`
@@ -92,6 +115,7 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings, top_logprobs=
     end = ops.cast(end, "int32")
     stop_token_ids = settings["stop_token_ids"]
     strings = settings.get("stop_strings")
+    record = settings.get("top_logprobs")
     batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     state = {
         "tokens": tokens,
@@ -117,12 +141,16 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings, top_logprobs=
         column = (ops.arange(length, dtype="int32") == index)[None, :]
         new = dict(state)
         new["tokens"] = ops.where(column, token[:, None], tokens)
-        chosen = chosen_log_probabilities(logits, token, top_logprobs)
         if top_logprobs:
-            chosen, values, ids = chosen
-            at = column[:, :, None] & ops.logical_not(forced)[:, None, None]
-            for name, top in (("top_log_probabilities", values), ("top_ids", ids)):
-                new[name] = ops.where(at, top[:, None, :], state[name])
+            write = record_top(state, logits, token, column, forced, top_logprobs)
+
+            def keep():
+                return state["top_log_probabilities"], state["top_ids"]
+
+            # Off, neither the top-k nor the writes run.
+            top = write() if record is None else ops.cond(record > 0, write, keep)
+            new["top_log_probabilities"], new["top_ids"] = top
+        chosen = chosen_log_probabilities(logits, token)
         chosen = ops.where(forced, 0.0, chosen)
         new["log_probabilities"] = ops.where(
             column, chosen[:, None], state["log_probabilities"]
@@ -137,13 +165,15 @@ def decode(next, tokens, cache, index, end, prompt_mask, settings, top_logprobs=
         new["ends"] = ops.where(stopped, index + 1, state["ends"])
         return new, cache, index + 1
 
-    state, _, _ = ops.while_loop(
+    state, cache, _ = ops.while_loop(
         cond,
         body,
         (state, cache, index),
         maximum_iterations=ops.maximum(end - index, 0),
     )
     state.pop("tail", None)
+    if keep_cache:
+        state["cache"] = cache
     return state
 
 

@@ -5,14 +5,19 @@ in the model's `compiled_loops` (dropped when its weights change):
 
 - `decode_function`: the built-in samplers' loop, every setting a tensor
   input (`decode_loop.decode`); export traces it into its signatures;
+- `resumable_function`: the same loop for a decoder-only model, taking and
+  returning its cache: the one program of the buffered and the streamed
+  strategies (`tensor_loop` keeps it);
 - `sampler_loop`: a keras-hub sampler object's or beam search's own loop;
 - `stream_steps`: a compiled prefill and a compiled single step, for the
-  host-side loops (streaming, and the window sliding past the context).
+  host-side loops that do not run on `resumable_function` (a keras-hub
+  sampler object, an encoder-decoder model, a prompt through the step).
 
 `loop_settings` gives the settings dict they all read, and
 `sampler_and_key` names the loop a request runs on.
 """
 
+import numpy as np
 from keras import ops
 
 from keras_tfm.generation import decode_loop, logit_processors
@@ -23,6 +28,25 @@ from keras_tfm.generation.generation_config import settings_tensors
 
 TENSOR_LOOP = ("tensor",)
 """The key of the built-in samplers' loop (settings as tensors)."""
+
+RECORDED_TOP_LOGPROBS = 20
+"""How many most likely tokens the built-in samplers' loop can record at
+each step (the OpenAI API's most): one program serves every request for at
+most that many (a "top_logprobs" setting switches the recording on), and
+the host keeps the first n. A request for more compiles a loop of its own."""
+
+
+def recorded_top_logprobs(top_logprobs, vocabulary_size):
+    """How many alternatives the loop that serves `top_logprobs` records
+    (at most the vocabulary).
+
+    Example:
+    >>> [recorded_top_logprobs(n, 50_000) for n in (0, 3, 20, 21)]
+    [20, 20, 20, 21]
+    >>> recorded_top_logprobs(3, vocabulary_size=12)
+    12
+    """
+    return max(min(RECORDED_TOP_LOGPROBS, vocabulary_size), top_logprobs)
 
 
 def decode_function(model, top_logprobs=0, compile=True):
@@ -48,6 +72,52 @@ def decode_function(model, top_logprobs=0, compile=True):
         )
 
     return gen.compile_loop(loop, (model,)) if compile else loop
+
+
+def resumable_function(model, top_logprobs=0):
+    """`decode_function`'s loop for a decoder-only model, resumable: one
+    program for the whole buffer and for a position at a time.
+
+    `fn(encoder_inputs, tokens, mask, start, end, settings, cache,
+    prefill)`: where `prefill` (a bool scalar) is True, fills the cache
+    from `tokens[:, :start]` (the given `cache`, zeros of
+    `fresh_cache`'s shape, is not read), else decodes on from `cache`;
+    returns `decode_loop.decode`'s dict with the "cache" after the last
+    step. The buffered strategy calls it once (`fresh_cache`), the streamed
+    strategy once per position with the cache it returned.
+    """
+
+    def loop(encoder_inputs, tokens, mask, start, end, settings, cache, prefill):
+        context = model.encoder_context(encoder_inputs)
+        cache = ops.cond(
+            prefill, lambda: model.prefill(context, tokens, start), lambda: cache
+        )
+
+        def next(tokens, cache, index):
+            return model.decode_step(context, tokens, cache, index)
+
+        return decode_loop.decode(
+            next, tokens, cache, start, end, mask, settings, top_logprobs,
+            keep_cache=True,
+        )  # fmt: skip
+
+    return gen.compile_loop(loop, (model,))
+
+
+def fresh_cache(model, tokens):
+    """`(cache, prefill)`: the arguments that make `resumable_function`
+    prefill a new (batch, length) buffer `tokens`."""
+    batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
+    return model.backbone.empty_cache(batch, length), np.array(True)
+
+
+def tensor_loop(model, top_logprobs=0):
+    """The built-in samplers' compiled loop (recording the alternatives of
+    `recorded_top_logprobs`), built once: `resumable_function` for a
+    decoder-only model, `decode_function` for an encoder-decoder one."""
+    top = recorded_top_logprobs(top_logprobs, model.backbone.vocabulary_size)
+    build = resumable_function if model.is_decoder_only else decode_function
+    return model.compiled_loops.get((TENSOR_LOOP, top), lambda: build(model, top))
 
 
 def sampler_loop(model, sampler, stop_token_ids, compile=True):
@@ -139,8 +209,15 @@ def sampler_and_key(model, request):
 def whole_loop(model, request, sampler, key):
     """The compiled loop over one buffer that runs `request`, built once."""
     if key == TENSOR_LOOP:
-        top = request.top_logprobs
-        return model.compiled_loops.get((key, top), lambda: decode_function(model, top))
+        function = tensor_loop(model, request.top_logprobs)
+        if not model.is_decoder_only:
+            return function
+
+        def whole(encoder_inputs, tokens, mask, start, end, settings):
+            return function(encoder_inputs, tokens, mask, start, end, settings,
+                            *fresh_cache(model, tokens))  # fmt: skip
+
+        return whole
     stops = request.stop_token_ids
     return model.compiled_loops.get(
         (key, stops), lambda: sampler_loop(model, sampler, stops)
@@ -169,7 +246,10 @@ def stop_string_tensors(model, strings):
 
 def loop_settings(model, request):
     """The settings dict every loop reads: `settings_tensors` of the rows'
-    configs and stop ids, and the stop-string tables."""
+    configs and stop ids, and the stop-string tables; for the built-in
+    samplers, also "top_logprobs" (whether the loop records them)."""
     tensors = settings_tensors(request.configs, request.stop_token_ids)
     tensors.update(stop_string_tensors(model, request.stop_strings))
+    if request.tensor_loop:
+        tensors["top_logprobs"] = np.int32(request.top_logprobs)
     return tensors

@@ -220,10 +220,12 @@ class CausalLM(QuantizationMixin, Task):
         """The preprocessor's end token, when it has one."""
         return None if self.preprocessor is None else self.preprocessor.end_token_id
 
-    prompt_through_step = 64
-    """Streamed prompts of at most this many tokens go through the compiled
-    step one token at a time, not through the compiled prefill (see
-    `keras_tfm.generation.strategies.streamed`); 0: always the prefill."""
+    prompt_through_step = 0
+    """Streamed prompts of at most this many tokens go through a compiled
+    step of their own one token at a time, not through the compiled loop
+    that `generate` shares (see `keras_tfm.generation.strategies.streamed`):
+    for a process that streams one short answer (`keras-tfm chat`); 0:
+    always the shared loop."""
 
     @lists_settings
     def generate(

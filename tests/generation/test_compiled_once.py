@@ -26,6 +26,7 @@ def test_the_streamed_step_is_one_program_for_every_position(position_encoding):
         intermediate_dim=16, max_sequence_length=32,
         position_encoding=position_encoding,
     )  # fmt: skip
+    model.prompt_through_step = 4  # the step of its own (`keras-tfm chat`)
     streamed = list(model.generate([1, 2, 3], 3, stream=True))
     assert len(streamed) == 3
     # Another prompt streams with the same compiled step.
@@ -90,6 +91,7 @@ def test_a_short_streamed_prompt_goes_through_the_step_and_traces_no_prefill():
         vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
         intermediate_dim=16, max_sequence_length=64,
     )  # fmt: skip
+    model.prompt_through_step = 64  # as `keras-tfm chat` sets it
     whole = model.generate([1, 2, 3, 4, 5], 6)
     model.compiled_loops.invalidate()
     streamed = [int(t) for t in model.generate([1, 2, 3, 4, 5], 6, stream=True)]
@@ -100,8 +102,49 @@ def test_a_short_streamed_prompt_goes_through_the_step_and_traces_no_prefill():
     # A new prompt length and a sampler setting reuse the one traced step.
     list(model.generate([7, 8], 3, stream=True, sampler="top_k", top_k=5, seed=1))
     assert step.experimental_get_tracing_count() == 1
-    # Past `prompt_through_step` the prompt goes through the prefill.
+    # Past `prompt_through_step` the prompt goes through the shared loop.
     model.prompt_through_step = 2
     long = [int(t) for t in model.generate([1, 2, 3, 4, 5], 6, stream=True)]
     assert long == streamed
-    assert prefill.experimental_get_tracing_count() == 1
+    assert prefill.experimental_get_tracing_count() == 0
+    assert len(model.compiled_loops) == 2
+
+
+def test_scores_alternatives_and_streaming_run_on_the_one_compiled_loop():
+    # Modes that differ only in what they record or when the host reads
+    # the tokens share the whole loop's program: no new trace, and streamed
+    # tokens are the whole loop's, token for token.
+    model = causal_lm(
+        vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=64,
+    )  # fmt: skip
+    prompts = [[1, 2, 3, 4, 5], [6, 7]]
+    sampled = dict(sampler="top_k", top_k=5, temperature=1.5, seed=3)
+    whole = model.generate(prompts, 6)
+    whole_sampled = model.generate(prompts, 6, stop_token_ids=[9], **sampled)
+    (loop,) = model.compiled_loops.values()
+    _, scores, top = model.generate(prompts, 6, return_scores=True, top_logprobs=3)
+    assert [len(step) for row in top for step in row] == [3] * 12
+    # The first alternative is greedy's token, with its score.
+    for row, prompt, row_scores, row_top in zip(
+        whole, prompts, scores, top, strict=True
+    ):
+        assert [step[0][0] for step in row_top] == row[len(prompt) :]
+        np.testing.assert_allclose([s[0][1] for s in row_top], row_scores)
+    for settings, expected in (({}, whole), (dict(stop_token_ids=[9], **sampled),
+                                             whole_sampled)):  # fmt: skip
+        rows = [list(p) for p in prompts]
+        for step in model.generate(prompts, 6, stream=True, **settings):
+            for row, token in zip(rows, step, strict=True):
+                if token is not None:
+                    row.append(token)
+        assert rows == [[int(t) for t in row] for row in expected]
+    assert list(model.compiled_loops.values()) == [loop]
+    assert loop.experimental_get_tracing_count() == 1
+    # Past the recorded 20 alternatives, a loop of its own.
+    _, _, more = model.generate(prompts, 2, return_scores=True, top_logprobs=25)
+    assert [len(step) for step in more[0]] == [25, 25]
+    for few, many in zip(top[0][:2], more[0], strict=True):
+        assert [t for t, _ in many[:3]] == [t for t, _ in few]
+        np.testing.assert_allclose([v for _, v in many[:3]], [v for _, v in few])
+    assert len(model.compiled_loops) == 2

@@ -32,9 +32,11 @@ def run_in_buffer(model, request, inputs, function, settings, length):
     if isinstance(outputs, dict):
         ends = ops.convert_to_numpy(outputs["ends"])
         log_probabilities = ops.convert_to_numpy(outputs["log_probabilities"])
-        if "top_ids" in outputs:
-            top_ids = ops.convert_to_numpy(outputs["top_ids"])
+        if request.top_logprobs:  # the loop records at least that many
+            n = request.top_logprobs
+            top_ids = ops.convert_to_numpy(outputs["top_ids"])[..., :n]
             top_values = ops.convert_to_numpy(outputs["top_log_probabilities"])
+            top_values = top_values[..., :n]
     outputs = ops.convert_to_numpy(first(outputs))
     results, scores, top = [], [], []
     for i, row in enumerate(rows):

@@ -1,37 +1,61 @@
-"""Streaming: one compiled step at a time on the host, new tokens yielded.
+"""Streaming: one position at a time on the host, new tokens yielded.
 
-A compiled prefill and a compiled single step (`loops.stream_steps`) are
-driven by `sliding_window.stream_tokens`, which also slides the window
-past the context; rows end on their stop strings on the host
+A decoder-only model with the built-in samplers streams on the buffered
+strategy's own compiled loop (`loops.resumable_function`): the first call
+prefills and decodes one position, each next call decodes one more from the
+cache the last one returned. After a `generate`, streaming compiles nothing,
+and each streamed token is the token the whole loop decodes. Otherwise (a
+keras-hub sampler object, an encoder-decoder model, whose context every step
+reads, or a prompt through the step, below) a compiled prefill and a
+compiled single step (`loops.stream_steps`) run it. Both are driven by
+`sliding_window.stream_tokens`, which also slides the window past the
+context; rows end on their stop strings on the host
 (`stop_strings.stop_at_strings`, on the loop's own byte table).
 
-A prompt of at most `model.prompt_through_step` tokens goes through the
-compiled step one token at a time instead of the compiled prefill: a
-process that streams one short answer (`keras-tfm chat "..."`) then traces
-and loads one compiled function, not two (tracing SmolLM2's prefill and
-loading its program took ~8 CPU seconds of a second run, 64 steps ~1;
-benchmarks/cold_start.py).
+A prompt of at most `model.prompt_through_step` tokens (0 by default) goes
+through the compiled single step one token at a time instead: a process
+that streams one short answer and nothing else (`keras-tfm chat "..."`)
+then traces and loads one small program, the step, not the loop's prefill
+and step (tracing SmolLM2's prefill and loading its program took ~8 CPU
+seconds of a second run, 64 steps ~1; benchmarks/cold_start.py).
 """
 
 import numpy as np
+from keras import ops
 
 from keras_tfm.generation import buffers, loops, sliding_window
 from keras_tfm.generation import stop_strings as stop_text
 
 
-def run(model, request, inputs):
-    """A generator of steps: per step, each row's new token id or None."""
+def on_the_loop(model, request, settings):
+    """`(prefill, step)` for `stream_tokens` on the buffered strategy's
+    compiled loop (a decoder-only model, the built-in samplers)."""
+    function = loops.tensor_loop(model)
+    tensors = {name: ops.convert_to_tensor(value) for name, value in settings.items()}
+
+    def prefill_state(tokens, start):
+        return None  # the first step's call prefills
+
+    def step_state(tokens, cache, index, mask):
+        prefill = np.array(False)
+        if cache is None:
+            cache, prefill = loops.fresh_cache(model, tokens)
+        outputs = function(
+            (), tokens, mask, index, np.int32(index + 1), tensors, cache, prefill
+        )
+        decoded = ops.convert_to_numpy(outputs["tokens"])
+        return decoded[:, index], outputs["cache"]
+
+    return prefill_state, step_state
+
+
+def on_steps(model, request, settings, encoder_inputs, through_step):
+    """`(prefill, step)` for `stream_tokens` on a compiled prefill and a
+    compiled single step."""
     sampler, key = loops.sampler_and_key(model, request)
     prefill, step = model.compiled_loops.get(
         ("stream", key), lambda: loops.stream_steps(model, sampler)
     )
-    settings = loops.loop_settings(model, request)
-    rows, encoder_inputs = inputs.rows, inputs.encoder_inputs
-    longest = max(len(row) for row in rows)
-    length = model.backbone.max_sequence_length
-    if not request.slides:
-        length = buffers.buffer_length(longest + request.max_new_tokens, length)
-    through_step = longest <= model.prompt_through_step
 
     def prefill_state(tokens, start):
         if through_step and start == 0:  # the compiled prefill is not needed
@@ -43,6 +67,24 @@ def run(model, request, inputs):
         sampled, cache = step(context, tokens, cache, index, mask, settings)
         return sampled, (context, cache)
 
+    return prefill_state, step_state
+
+
+def run(model, request, inputs):
+    """A generator of steps: per step, each row's new token id or None."""
+    settings = loops.loop_settings(model, request)
+    rows = inputs.rows
+    longest = max(len(row) for row in rows)
+    length = model.backbone.max_sequence_length
+    if not request.slides:
+        length = buffers.buffer_length(longest + request.max_new_tokens, length)
+    through_step = longest <= model.prompt_through_step
+    if request.tensor_loop and model.is_decoder_only and not through_step:
+        prefill_state, step_state = on_the_loop(model, request, settings)
+    else:
+        prefill_state, step_state = on_steps(
+            model, request, settings, inputs.encoder_inputs, through_step
+        )
     steps = sliding_window.stream_tokens(
         prefill_state,
         step_state,
