@@ -58,7 +58,8 @@ QUICK = dict(
     epochs=1,
     train_examples=400,
     evaluation_examples=150,
-    bucket_lengths=[48],  # one padded shape: fewer traces for 3 short fits
+    bucket_lengths=[48],  # one padded shape
+    run_eagerly=True,  # tracing 3 short fits would cost more than their steps
 )
 # --sweep: (temperature, alpha) settings, chosen between on validation.
 SWEEP = [(2.0, 0.1), (2.0, 0.5), (5.0, 0.1), (5.0, 0.5), (10.0, 0.1), (10.0, 0.5)]
@@ -200,7 +201,10 @@ def main(argv=None):
     else:
         tokenizer = train_word_piece_tokenizer(train[0], config["vocabulary_size"])
         teacher = build_student(config["teacher"], tokenizer, len(class_names), config)
-        teacher.compile(keras.optimizers.Adam(config["learning_rate"]), sparse_ce)
+        teacher.compile(
+            keras.optimizers.Adam(config["learning_rate"]), sparse_ce,
+            run_eagerly=config.get("run_eagerly", False),
+        )  # fmt: skip
 
     def dataset(texts, labels, shuffle=False):
         return classification_dataset(
@@ -281,10 +285,14 @@ def main(argv=None):
                 student_loss_fn=sparse_ce,
                 alpha=setting[1],
                 temperature=setting[0],
+                run_eagerly=config.get("run_eagerly", False),
             )
         else:
             trainer = student
-            trainer.compile(optimizer, sparse_ce, metrics=["accuracy"])
+            trainer.compile(
+                optimizer, sparse_ce, metrics=["accuracy"],
+                run_eagerly=config.get("run_eagerly", False),
+            )  # fmt: skip
         # Every student keeps its epoch of best validation accuracy.
         best_epoch = keras.callbacks.EarlyStopping(
             "val_accuracy",

@@ -194,6 +194,7 @@ def compile_model(model, config, schedule=None):
         metrics=[training.TokenAccuracy()],
         jit_compile=bool(config["device_defaults"])
         and training.device_defaults().jit_compile,
+        run_eagerly=config.get("run_eagerly", False),
     )
     return model
 

@@ -1,7 +1,8 @@
 """Runs every command line that `keras-tfm presets` prints, as printed,
-with small limits, in this one process: `python -m tests.preset_commands
-FOLDER` prints one line per command, "ok <command>" or "failed <command>:
-<error>", and exits 1 if any failed (tests/test_preset_commands.py).
+with small limits, in one process: `run_all(folder)` (or `python -m
+tests.preset_commands FOLDER`) prints one line per command, "ok <command>"
+or "failed <command>: <error>", and returns the number that failed (the
+command exits 1 if any did; tests/test_preset_commands.py).
 
 The limits: a generated answer of 4 tokens; a training of one epoch of a
 short text, 16-token sequences, a 256-token vocabulary, no samples and no

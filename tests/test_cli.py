@@ -17,6 +17,7 @@ import pytest
 from keras_tfm import cli, datasets, training
 from keras_tfm.datasets import load_default_corpus
 from keras_tfm.training import language_model_recipe
+from tests import tiny_chat
 
 
 @pytest.fixture(scope="module")
@@ -215,14 +216,21 @@ def test_a_name_that_is_neither_file_nor_preset_names_both(tmp_path):
         cli.main(["evaluate", missing])
 
 
-def test_chat_answers_with_smollm2(smollm2, capsys, monkeypatch):
+def test_chat_prints_the_answer_of_the_preset_it_names(smollm2, capsys, monkeypatch):
     from keras_tfm import zoo
 
-    # The session's SmolLM2 stands in for a second load of the same preset.
-    monkeypatch.setattr(zoo, "from_preset", lambda name: smollm2)
-    monkeypatch.setattr("keras_tfm.zoo.named_model.from_preset", lambda name: smollm2)
-    cli.main(["chat", "What is the capital of France?", "--max-new-tokens", "16"])
-    assert capsys.readouterr().out == "The capital of France is Paris.\n"
+    # A one-layer Llama with SmolLM2's tokenizer and template, whose weights
+    # plant the answer (tests/tiny_chat.py), stands in for the preset: the
+    # command's path is the same, SmolLM2's loop costs ~15 CPU-s to compile,
+    # and SmolLM2's own answer is transformers' in
+    # tests/zoo/test_installed_checkpoints.py.
+    model, asked = tiny_chat.tiny_chat_model(smollm2.preprocessor.tokenizer), []
+    load = lambda name: asked.append(name) or model  # noqa: E731
+    monkeypatch.setattr(zoo, "from_preset", load)
+    monkeypatch.setattr("keras_tfm.zoo.named_model.from_preset", load)
+    cli.main(["chat", tiny_chat.QUESTION, "--max-new-tokens", "16"])
+    assert capsys.readouterr().out == tiny_chat.ANSWER + "\n"
+    assert asked == ["smollm2_135m_instruct"]  # the command's default model
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,33 @@ import importlib.util
 from pathlib import Path
 
 import matplotlib.image
+import pytest
 
 import keras_tfm
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "attention_maps.py"
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """The presets the module's tests load, each loaded once: a second
+    translator would trace its decoding loop again."""
+    return {}
+
+
+@pytest.fixture(autouse=True)
+def load_once(loaded, monkeypatch):
+    """`keras_tfm.zoo.from_preset(name)` answers with the module's copy."""
+    load = keras_tfm.zoo.from_preset
+
+    def from_preset(name, **kwargs):
+        if kwargs:
+            return load(name, **kwargs)
+        if name not in loaded:
+            loaded[name] = load(name)
+        return loaded[name]
+
+    monkeypatch.setattr(keras_tfm.zoo, "from_preset", from_preset)
 
 
 def test_quick_run_draws_attention_and_curves_from_the_preset(tmp_path):

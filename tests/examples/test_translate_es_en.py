@@ -140,7 +140,10 @@ def test_the_shipped_preset_translates_held_out_verses_as_its_card_says(shipped)
 def test_init_trains_on_with_the_vocabulary_of_the_model_it_starts_from(
     example, tmp_path
 ):
-    config = dict(example.QUICK, steps=2, epochs=1, curve_verses=2, max_length=16)
+    # Two eager steps: tracing the training and validation steps cost more
+    # than the steps (the vocabulary is what is tested).
+    config = dict(example.QUICK, steps=2, epochs=1, curve_verses=2, max_length=16,
+                  run_eagerly=True)  # fmt: skip
     tiny = dict(num_heads=1, hidden_dim=8, intermediate_dim=8)
     config["model"] = dict(config["model"], **tiny)
     spanish = ["el perro come pan", "la casa es grande", "el hombre ve la luz"]

@@ -36,8 +36,35 @@ def run(test):
     return runner.summarize(verbose=False)
 
 
+@pytest.fixture(scope="module")
+def presets():
+    """`zoo.from_preset(name)`, each preset loaded once for the module: a
+    second copy of a generator traces and compiles its decoding loop again
+    (seconds) for the same answers."""
+    loaded, from_preset = {}, zoo.from_preset  # not the patched one below
+
+    def load(name):
+        if name not in loaded:
+            loaded[name] = from_preset(name)
+        return loaded[name]
+
+    return load
+
+
+@pytest.fixture
+def shared_presets(presets, monkeypatch):
+    """`zoo.from_preset` answers with the module's copy (no other arguments)."""
+    load = zoo.from_preset
+    monkeypatch.setattr(
+        zoo, "from_preset", lambda name, **kw: load(name, **kw) if kw else presets(name)
+    )
+    return presets
+
+
 @pytest.mark.parametrize("name", TRAINED_TASKS)
-def test_the_card_of_a_trained_preset_uses_it_in_two_lines_that_run(name):
+def test_the_card_of_a_trained_preset_uses_it_in_two_lines_that_run(
+    name, shared_presets
+):
     tests = card_examples(name)
     assert len(tests) == 1
     lines = [example.source for example in tests[0].examples]
@@ -64,8 +91,8 @@ def test_the_smollm2_card_runs(smollm2, monkeypatch):
     assert run(test).failed == 0
 
 
-def test_the_classifier_preset_answers_a_string_with_a_label_name():
-    model = zoo.from_preset("fortunes_classifier")
+def test_the_classifier_preset_answers_a_string_with_a_label_name(presets):
+    model = presets("fortunes_classifier")
     labels = zoo.preset_labels("fortunes_classifier")
     assert labels == model.class_names and len(labels) == model.num_classes
     assert model.classify("A penny saved is a penny earned.") in labels
@@ -75,9 +102,9 @@ def test_the_classifier_preset_answers_a_string_with_a_label_name():
     )
 
 
-def test_the_translator_preset_answers_a_string_with_clean_text():
-    model = zoo.from_preset("translator_de_en")
-    text = model.generate("Ich habe einen Hund.", max_new_tokens=24)
+def test_the_translator_preset_answers_a_string_with_clean_text(presets):
+    model = presets("translator_de_en")
+    text = model.generate("Ich habe einen Hund.", max_new_tokens=16)
     assert text == "I have a dog."  # as the README and the card say
     for special in ("[START]", "[END]", "[PAD]"):
         assert special not in text
@@ -94,7 +121,7 @@ def log_likelihood(model, text):
     return np.take_along_axis(log_probs, ids[:, 1:, None], -1).mean()
 
 
-def test_the_generator_preset_knows_kjv_word_order():
+def test_the_generator_preset_knows_kjv_word_order(presets):
     """A verse is far likelier (per token) than its words shuffled under the
     trained weights (3.0 nats a token apart), not under the same
     architecture's random weights (0.05): the test tells the two apart, which
@@ -104,7 +131,7 @@ def test_the_generator_preset_knows_kjv_word_order():
     order = np.random.default_rng(0).permutation(len(words))
     shuffled = " ".join(words[i] for i in order)
     assert sorted(shuffled.split()) == sorted(words) and shuffled != verse
-    model = zoo.from_preset("kjv_gpt")
+    model = presets("kjv_gpt")
     margin = log_likelihood(model, verse) - log_likelihood(model, shuffled)
     assert margin > 1.0, margin
     random = zoo.from_preset("kjv_gpt", load_weights=False)
