@@ -8,7 +8,7 @@ preset by its name is tests/zoo/test_installed_checkpoints.py's (the
 session's `smollm2` fixture). The other presets load by name, as printed.
 """
 
-import keras_tfm_launcher
+from keras_tfm import launcher
 from tests import preset_commands, tiny_chat
 
 
@@ -25,7 +25,7 @@ def test_every_command_that_presets_prints_runs(tmp_path, capsys, monkeypatch, s
     monkeypatch.setattr(zoo, "from_preset", from_preset)
     monkeypatch.setattr("keras_tfm.zoo.named_model.from_preset", from_preset)
     # `quiet()` sets the environment of a fresh process: not this one's.
-    monkeypatch.setattr(keras_tfm_launcher, "quiet", lambda: None)
+    monkeypatch.setattr(launcher, "quiet", lambda: None)
     monkeypatch.setenv("KERAS_TFM_CACHE_DIR", "off")
     failed = preset_commands.run_all(tmp_path)
     lines = capsys.readouterr().out.splitlines()
