@@ -39,7 +39,7 @@ from keras_tfm.generation.generation_config import (
     settings_tensors,
 )
 from keras_tfm.kernels import kv_cache
-from keras_tfm.lite.stop_text import TextStream
+from keras_tfm.lite.stop_text import text_pieces
 from keras_tfm.validation import check_positive_int
 
 CACHE_BUCKET = 256
@@ -194,11 +194,14 @@ class ChatSession:
                 f"use `model.chat`. Received: {len(messages)} messages"
             )
         tensors = settings_tensors([config], stops)
-        text = TextStream(detokenize_answer(tokenizer), config.stop_strings)
-        return self._turn(prompt, max_new_tokens, tensors, stops, text)
+        tokens = self._turn(prompt, max_new_tokens, tensors)
+        return text_pieces(
+            detokenize_answer(tokenizer), tokens, config.stop_strings, stops
+        )
 
-    def _turn(self, prompt, max_new_tokens, settings, stops, text):
-        """Runs the prompt past the cached prefix, then decodes; yields text."""
+    def _turn(self, prompt, max_new_tokens, settings):
+        """Runs the prompt past the cached prefix, then decodes; yields each
+        new token once the session has recorded it."""
         reused = common_prefix_length(self._ids[: self.cached_length], prompt)
         reused = min(reused, len(prompt) - 1)  # the last token gives the logits
         self.reused_length = reused
@@ -228,16 +231,7 @@ class ChatSession:
             token = int(ops.convert_to_numpy(token)[0])
             tokens[0, index] = token
             self._ids.append(token)
-            if token in stops:
-                break
-            delta, stopped = text.push(token)
-            if delta:
-                yield delta
-            if stopped:
-                return
-        delta, _ = text.flush()
-        if delta:
-            yield delta
+            yield token
 
     def warm(self):
         """Compiles the chunked prefill for the cache's current length (what
