@@ -98,8 +98,9 @@ class CausalLM(QuantizationMixin, Task):
             except AttributeError:
                 pass
         if not name.startswith("_") and name != "backbone":
-            backbone = self.backbone
-            if name in constructor_arguments(type(backbone)):
+            own = vars(self)  # torch keeps the backbone in `_modules`
+            backbone = own.get("backbone") or own.get("_modules", {}).get("backbone")
+            if backbone is not None and name in constructor_arguments(type(backbone)):
                 return getattr(backbone, name)
         raise AttributeError(
             f"{type(self).__name__!r} object has no attribute {name!r}"
