@@ -184,6 +184,23 @@ it: those slots are overwritten before they are read). A prompt of any length
 reuses the same compiled chunks."""
 
 
+def chunk_sizes(chunks, length):
+    """The chunk sizes (largest first) worth a loop for a buffer of `length`.
+
+    A chunk at least as long as the buffer runs only for a prompt that fills
+    it (never when generating), and the smaller chunks cover that case too:
+    dropping its loop saves tracing and compiling one copy of the model. The
+    last (smallest) size always stays; `length` a tensor keeps them all.
+
+    Example:
+    >>> chunk_sizes((128, 16), 64), chunk_sizes((128, 16), 512)
+    ((16,), (128, 16))
+    """
+    if not isinstance(length, int):
+        return tuple(chunks)
+    return tuple(size for size in chunks[:-1] if size < length) + (chunks[-1],)
+
+
 def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
     """Fills `cache` with positions `0 ... start - 1` of `tokens`, by chunks.
 
@@ -203,6 +220,7 @@ def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
     # graph): a tensor, which XLA still compiles as a constant
     start = ops.cast(start, "int32")
     begin = ops.convert_to_tensor(0, "int32")
+    chunks = chunk_sizes(chunks, length)
     for position, size in enumerate(chunks):
         size = (
             min(size, length) if isinstance(length, int) else ops.minimum(size, length)

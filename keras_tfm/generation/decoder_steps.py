@@ -19,6 +19,7 @@ head_dim) per block, as `DecoderBackbone.call_with_cache` takes them.
 
 from keras import ops
 
+from keras_tfm.generation.decode_loop import chunk_sizes
 from keras_tfm.generation.generation_utils import cache_padding_mask
 from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.validation import check_positive_int
@@ -144,6 +145,7 @@ class DecoderSteps:
         length = tokens.shape[1]
         padding_mask = self.padding_mask_of(tokens)
         position = ops.cast(start, "int32")
+        chunk_lengths = chunk_sizes(chunk_lengths, length)
         for order, size in enumerate(chunk_lengths):
             size = min(size, length)
             last = order == len(chunk_lengths) - 1

@@ -84,6 +84,42 @@ def test_prefill_captures_no_all_ones_mask_between_its_loops(padding_id):
         assert all(np.array_equal(m, tokens != 0) for m in masks)
 
 
+def test_a_buffer_shorter_than_the_big_chunk_traces_the_model_twice():
+    # Prefill's chunks of 128 could run only for a prompt filling the buffer
+    # (never when generating): a shorter buffer's loop traces the small
+    # chunk and the step, not a third copy of the model.
+    model = causal_lm(
+        vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=256,
+    )  # fmt: skip
+    traces = []
+    original = model.backbone.call_with_cache
+
+    def counting(*args, **kwargs):
+        traces.append(args[0].shape[1])
+        return original(*args, **kwargs)
+
+    model.backbone.call_with_cache = counting
+    model.generate([[1, 2, 3]], 4)  # a buffer of decode_loop's 16 multiples
+    assert sorted(traces) == [1, 16]
+    traces.clear()
+    model.compiled_loops.invalidate()
+    model.generate([[1 + i % 39 for i in range(140)]], 4)
+    assert sorted(traces) == [1, 16, 128]
+
+    # A prompt that fills a short buffer goes through the small chunks.
+    tokens = np.array([[5, 9, 2, 7, 1, 3, 8, 6, 4, 2, 9, 5, 1, 7, 3, 8, 2, 6]])
+    model.backbone.call_with_cache = original
+    cache = model.prefill((), tokens, np.int32(18))
+    _, reference = model.backbone.call_with_cache(
+        tokens, model.backbone.empty_cache(1, 18), 0
+    )
+    for layer, expected in zip(cache, reference, strict=True):
+        np.testing.assert_allclose(
+            np.asarray(layer), np.asarray(expected), rtol=1e-5, atol=1e-6
+        )
+
+
 def test_a_short_streamed_prompt_goes_through_the_step_and_traces_no_prefill():
     # A one-shot `keras-tfm chat` pays the tracing and loading of each
     # compiled function it calls: a short prompt needs only the step.
