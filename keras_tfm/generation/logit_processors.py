@@ -86,7 +86,8 @@ def banned_ngram_tokens(tokens, index, size, vocabulary_size, max_size):
     For row b with n = size[b] > 0 and index >= n - 1: every j with
     j + n <= index whose tokens j ... j + n - 2 equal the last n - 1 tokens
     (positions index - n + 1 ... index - 1) bans token j + n - 1. The
-    comparison is unrolled to `max_size` - 1 positions (a static bound).
+    comparison spans `max_size` - 1 offsets (a static bound), all at once:
+    one set of ops to trace, not one per offset.
     """
     length = ops.shape(tokens)[1]
     tokens = ops.cast(tokens, "int32")
@@ -94,13 +95,14 @@ def banned_ngram_tokens(tokens, index, size, vocabulary_size, max_size):
     starts = ops.arange(length, dtype="int32")[None, :]  # (1, L)
     match = ops.logical_and(size > 0, starts + size <= index)
     match = ops.logical_and(match, index >= size - 1)
-    for k in range(max_size - 1):
-        active = k < size - 1  # (B, 1)
-        shifted = ops.take(tokens, ops.minimum(starts[0] + k, length - 1), axis=1)
-        target_position = ops.clip(index - size + 1 + k, 0, length - 1)
-        target = ops.take_along_axis(tokens, target_position, axis=1)  # (B, 1)
-        equal = ops.equal(shifted, target)
-        match = ops.logical_and(match, ops.logical_or(ops.logical_not(active), equal))
+    offsets = ops.arange(max_size - 1, dtype="int32")[:, None]  # (K, 1)
+    active = offsets[None, :, 0] < size - 1  # (B, K)
+    shifted = ops.take(tokens, ops.minimum(starts + offsets, length - 1), axis=1)
+    target_position = ops.clip(index - size + 1 + offsets[None, :, 0], 0, length - 1)
+    target = ops.take_along_axis(tokens, target_position, axis=1)  # (B, K)
+    equal = ops.equal(shifted, target[:, :, None])  # (B, K, L)
+    agree = ops.logical_or(ops.logical_not(active)[:, :, None], equal)
+    match = ops.logical_and(match, ops.all(agree, axis=1))
     following = ops.take_along_axis(
         tokens, ops.clip(starts + size - 1, 0, length - 1), axis=1
     )
