@@ -16,6 +16,7 @@ import pytest
 from keras_tfm import cli
 from keras_tfm.datasets import load_default_corpus
 from tests.builders import causal_lm
+from tests.conftest import graph_optimizer_as_in_a_fresh_process
 
 TIMEOUT = 600  # the machine may be shared; a hang still ends
 KILL_AT, BACKUP_STEP = 7, 6
@@ -101,8 +102,9 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(tmp_path):
     assert ">>> " not in output  # --no-samples
     # The uninterrupted run, in this process (a fresh one costs a TensorFlow
     # import; the killed and the resumed runs must be fresh processes).
-    with contextlib.redirect_stdout(io.StringIO()):
-        cli.main(training_args(straight))
+    with graph_optimizer_as_in_a_fresh_process():
+        with contextlib.redirect_stdout(io.StringIO()):
+            cli.main(training_args(straight))
     resumed = keras.saving.load_model(interrupted / "model.keras")
     reference = keras.saving.load_model(straight / "model.keras")
     for a, b in zip(resumed.weights, reference.weights, strict=True):
