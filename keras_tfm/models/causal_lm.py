@@ -10,10 +10,7 @@ from keras_tfm.generation.strategies import DecoderInputs, strategy_for
 from keras_tfm.models._common import make_lm_head
 from keras_tfm.models.causal_lm_preprocessor import CausalLMPreprocessor
 from keras_tfm.models.decoder_backbone import DecoderBackbone
-from keras_tfm.models.legacy_configs import (
-    constructor_arguments,
-    split_legacy_config,
-)
+from keras_tfm.models.legacy_configs import constructor_arguments, split_legacy_config
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.task import Task, check_backbone, restore_preprocessor
 from keras_tfm.validation import check_rank
@@ -373,16 +370,11 @@ class CausalLM(QuantizationMixin, Task):
         return scoring.score_causal(self, texts)
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
-        """Keras' `load_weights`, then `compiled_loops.invalidate()`.
-
-        Loading assigns the same variables, which a traced loop reads; a
-        file of another precision or quantization may replace them, so the
-        loops are traced again.
-        """
+        """Keras' `load_weights`, then `compiled_loops.invalidate()`: a file of
+        another precision or quantization may replace the variables a traced
+        loop reads, so the loops are traced again."""
         super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
         self.compiled_loops.invalidate()
-
-    # === Configuration ===
 
     def get_config(self):
         config = super().get_config()
