@@ -1,6 +1,8 @@
 """`keras-tfm serve MODEL`: the model loaded with its `--weights`, then
 `keras_tfm.serving.command`, which holds the server's options."""
 
+from functools import partial
+
 from keras_tfm.cli import loading
 from keras_tfm.serving import command as serving_command
 
@@ -16,5 +18,12 @@ def add_arguments(p):
 
 
 def run(args):
-    model = loading.store_weights(loading.resolve_model(args.model), args.weights)
-    serving_command.run(args, model)
+    if args.replicas is not None:  # each replica loads its own
+        serving_command.run_replicas(args, partial(load, args.model, args.weights))
+    else:
+        serving_command.run(args, load(args.model, args.weights))
+
+
+def load(reference, weights):
+    """The model `reference` names, its weights stored as `weights`."""
+    return loading.store_weights(loading.resolve_model(reference), weights)

@@ -52,6 +52,12 @@ def add_arguments(parser):
         "route but /health and /metrics; default: $" + API_KEY_VARIABLE + ", "
         "else none; the variable keeps the key out of the process list)",
     )  # fmt: skip
+    parser.add_argument(
+        "--replicas", type=_positive,
+        help="serve N copies of the model, each in a process of its own with "
+        "one core, behind the one address, on Ray Serve (the `ray` extra; "
+        "docs/serving.md); default: one copy in this process, without Ray",
+    )  # fmt: skip
 
 
 def run(args, model):
@@ -63,20 +69,36 @@ def run(args, model):
             f"keras-tfm serve needs the `serve` extra ({error.name} is missing): "
             "pip install 'keras-tfm[serve]'"
         ) from None
+    try:
+        serve(model, **_options(args), log_level="info")
+    except ValueError as error:
+        raise SystemExit(f"keras-tfm serve: {error}") from None
+
+
+def run_replicas(args, load_model):
+    """Serves `args.replicas` copies of the model that `load_model()`
+    returns, each loading its own, on Ray Serve (`serving.replicas`)."""
+    try:
+        from keras_tfm.serving.replicas import serve_replicas
+    except ImportError as error:
+        raise SystemExit(f"keras-tfm serve --replicas: {error}") from None
+    try:
+        serve_replicas(load_model, replicas=args.replicas, **_options(args))
+    except ValueError as error:
+        raise SystemExit(f"keras-tfm serve: {error}") from None
+
+
+def _options(args):
     path = Path(args.model)
-    model_id = path.stem if path.is_file() else args.model
     api_key = args.api_key
     if api_key is None:
         api_key = os.environ.get(API_KEY_VARIABLE)
-    try:
-        serve(
-            model, model_id, host=args.host, port=args.port,
-            max_batch=args.max_batch, max_length=args.max_context,
-            steps_per_call=args.steps_per_call, max_body_bytes=args.max_body_bytes,
-            api_key=api_key, prefix_cache_mb=args.prefix_cache_mb,
-        )  # fmt: skip
-    except ValueError as error:
-        raise SystemExit(f"keras-tfm serve: {error}") from None
+    return dict(
+        model_id=path.stem if path.is_file() else args.model, host=args.host,
+        port=args.port, max_batch=args.max_batch, max_length=args.max_context,
+        steps_per_call=args.steps_per_call, max_body_bytes=args.max_body_bytes,
+        api_key=api_key, prefix_cache_mb=args.prefix_cache_mb,
+    )  # fmt: skip
 
 
 def _non_negative(text):
