@@ -8,7 +8,10 @@ clients, each client sending its share in turn. Every request streams
 (server-sent events), so each one's time to first token and per-token
 latency are measured on the client. Prints a Markdown table and checks
 that every request was answered exactly once (one [DONE] each) and that
-each concurrent answer equals its sequential one. Bounded: clients x
+each concurrent answer equals its sequential one. With `--structured`, the
+largest number of clients sends the same requests again under a JSON
+schema (`response_format`, decoded in the batch), every answer that ends
+checked to validate. Bounded: clients x
 requests requests of at most `--max-tokens` tokens, loopback only, and
 every HTTP call has a timeout.
 
@@ -48,16 +51,29 @@ def prompts(count):
     ]
 
 
-async def one(client, url, model, content, max_tokens):
+# `--structured`'s schema: short enough to end within --max-tokens.
+SCHEMA = {
+    "type": "object", "required": ["topic", "kind"],
+    "properties": {"topic": {"type": "string", "maxLength": 24},
+                   "kind": {"enum": ["animal", "place", "thing", "idea"]}},
+}  # fmt: skip
+RESPONSE_FORMAT = {
+    "type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}
+}  # fmt: skip
+
+
+async def one(client, url, model, content, max_tokens, response_format=None):
     """Streams one greedy chat answer: its text and client-side timings."""
     body = {
         "model": model, "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens, "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True},
     }  # fmt: skip
+    if response_format is not None:
+        body["response_format"] = response_format
     start = time.perf_counter()
     first = last = None
-    text, tokens, done = [], 0, 0
+    text, tokens, done, finish = [], 0, 0, None
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as reply:
         reply.raise_for_status()
         async for line in reply.aiter_lines():
@@ -70,6 +86,7 @@ async def one(client, url, model, content, max_tokens):
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
             for choice in chunk["choices"]:
+                finish = choice.get("finish_reason") or finish
                 piece = choice["delta"].get("content")
                 if piece:
                     now = time.perf_counter()
@@ -79,11 +96,11 @@ async def one(client, url, model, content, max_tokens):
     end = time.perf_counter()
     first, last = first or end, last or end
     per_token = (last - first) / max(tokens - 1, 1)
-    return dict(text="".join(text), tokens=tokens, done=done,
+    return dict(text="".join(text), tokens=tokens, done=done, finish=finish,
                 ttft=first - start, per_token=per_token)  # fmt: skip
 
 
-async def run(url, model, contents, clients, max_tokens):
+async def run(url, model, contents, clients, max_tokens, response_format=None):
     """`clients` tasks, each sending its share of `contents` in turn."""
     results = [None] * len(contents)
     limits = httpx.Limits(max_connections=clients + 4)
@@ -91,7 +108,9 @@ async def run(url, model, contents, clients, max_tokens):
 
         async def worker(k):
             for i in range(k, len(contents), clients):
-                results[i] = await one(client, url, model, contents[i], max_tokens)
+                results[i] = await one(
+                    client, url, model, contents[i], max_tokens, response_format
+                )
 
         start = time.perf_counter()
         await asyncio.gather(*(worker(k) for k in range(clients)))
@@ -126,6 +145,10 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--max-context", type=int, default=512)
     parser.add_argument("--steps-per-call", type=int, default=1)
+    parser.add_argument(
+        "--structured", action="store_true",
+        help="add a row of the most clients under a JSON schema",
+    )  # fmt: skip
     args = parser.parse_args()
 
     port = free_port()
@@ -146,6 +169,13 @@ def main():
             asyncio.run(run(url, args.model, contents, clients, args.max_tokens))
             for clients in args.clients
         ]
+        structured = None
+        if args.structured:  # the automaton built and its loop warm first
+            asyncio.run(run(url, args.model, contents[:1], 1, 4, RESPONSE_FORMAT))
+            structured = asyncio.run(run(
+                url, args.model, contents, max(args.clients), args.max_tokens,
+                RESPONSE_FORMAT,
+            ))  # fmt: skip
     finally:
         server.send_signal(signal.SIGTERM)
         code = server.wait(120)
@@ -161,6 +191,10 @@ def main():
         summary(f"{clients} concurrent clients", together, seconds)
         for clients, (together, seconds) in zip(args.clients, concurrent, strict=True)
     ]
+    if structured is not None:
+        rows.append(summary(
+            f"{max(args.clients)} concurrent clients, json_schema", *structured
+        ))  # fmt: skip
     print(f"\nload (1-min average): {load_at_start:.1f} at the start, "
           f"{os.getloadavg()[0]:.1f} at the end")  # fmt: skip
     print(
@@ -183,8 +217,26 @@ def main():
     expected = len(contents) * len(concurrent)
     print(f"every request answered exactly once: {answered_once}; concurrent "
           f"answers equal to sequential: {equal}/{expected}")  # fmt: skip
-    if not answered_once or equal != expected or code != 0:
+    valid = True
+    if structured is not None:
+        ended = [r for r in structured[0] if r["finish"] == "stop"]
+        valid = all(r["done"] == 1 for r in structured[0]) and all(
+            _validates(r["text"]) for r in ended
+        )
+        print(f"json_schema answers: {len(ended)} of {len(structured[0])} "
+              f"ended, every ended one validates: {valid}")  # fmt: skip
+    if not answered_once or equal != expected or code != 0 or not valid:
         raise SystemExit(1)
+
+
+def _validates(text):
+    import jsonschema
+
+    try:
+        jsonschema.validate(json.loads(text), SCHEMA)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
 
 
 if __name__ == "__main__":

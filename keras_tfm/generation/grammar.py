@@ -222,7 +222,11 @@ class TokenAutomaton:
 
     def allowed(self, state):
         """The token ids allowed in `state` (ascending)."""
-        return np.flatnonzero(self.next_state[state, self.token_class] >= 0).tolist()
+        return np.flatnonzero(self.mask(state)).tolist()
+
+    def mask(self, state):
+        """bool (V,): whether each token is allowed in `state`."""
+        return self.next_state[state, self.token_class] >= 0
 
     def step(self, state, token):
         """The state after `token` in `state` (-1: not allowed)."""

@@ -30,6 +30,7 @@ from starlette.middleware import Middleware
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from keras_tfm.generation import grammar
 from keras_tfm.generation.continuous_batching.scheduler import Scheduler
 from keras_tfm.generation.stop_strings import token_bytes
 from keras_tfm.models import CausalLM, Seq2SeqLM
@@ -116,7 +117,8 @@ class Service:
             )  # fmt: skip
             # `echo`'s forward passes, beside the scheduler's thread.
             self.scorer = ThreadPoolExecutor(1, "keras-tfm-scorer")
-            # `response_format`'s answers, one at a time (structured_answer).
+            # `response_format`'s automata, built beside the event loop (and
+            # with --steps-per-call above 1 its answers: structured_answer).
             self.structured = ThreadPoolExecutor(1, "keras-tfm-structured")
         elif callable(getattr(model, "encode", None)):
             # One thread owns the model, as the scheduler's does.
@@ -321,6 +323,18 @@ class Service:
                 ) from None
         return scores
 
+    def _automaton(self, response_format):
+        """The `TokenAutomaton` of a checked `response_format` over the
+        model's tokens, ending on its end token (as `generate`'s)."""
+        try:
+            return grammar.cached_automaton(
+                self.tokenizer, self.model.backbone.vocabulary_size,
+                grammar.response_format_regex(response_format),
+                (self.model.preprocessor.end_token_id,),
+            )  # fmt: skip
+        except ValueError as error:  # e.g. no automaton over this vocabulary
+            raise ApiError(400, str(error), param="response_format") from None
+
     def _meta(self, chat):
         return {
             "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
@@ -329,19 +343,27 @@ class Service:
             "model": self.model_id,
         }
 
-    def _submit(self, prompt, max_tokens, settings):
-        """A `GenerationStream` of `prompt`, timed and submitted; with a
-        `response_format`, a `StructuredAnswer` (not in the batch)."""
-        if settings.get("response_format") is not None:
-            self.metrics.prompt_tokens.inc(len(prompt))
-            return StructuredAnswer(
-                self.structured, self.model, prompt, max_tokens,
-                self.model.preprocessor.end_token_id, self._detokenize, settings,
-                settings["response_format"],
-            )  # fmt: skip
+    async def _submit(self, prompt, max_tokens, settings):
+        """A `GenerationStream` of `prompt`, timed and submitted, under the
+        automaton of its `response_format` if it has one; with a
+        `response_format` and more than one step per call, a
+        `StructuredAnswer` (beside the batch)."""
+        end_token_id = self.model.preprocessor.end_token_id
+        response_format = settings.get("response_format")
+        automaton = None
+        if response_format is not None:
+            if self.scheduler.decoder.steps_per_call > 1:
+                self.metrics.prompt_tokens.inc(len(prompt))
+                return StructuredAnswer(
+                    self.structured, self.model, prompt, max_tokens, end_token_id,
+                    self._detokenize, settings, response_format,
+                )  # fmt: skip
+            automaton = await asyncio.get_running_loop().run_in_executor(
+                self.structured, self._automaton, response_format
+            )
         stream = GenerationStream(
-            self.scheduler, prompt, max_tokens, self.model.preprocessor.end_token_id,
-            self._detokenize, settings,
+            self.scheduler, prompt, max_tokens, end_token_id, self._detokenize,
+            settings, automaton,
         )  # fmt: skip
         self.metrics.watch(stream.request)
         stream.submit()
@@ -362,7 +384,7 @@ class Service:
         text, scores = prefix or ("", None)
         reason, tokens, cached, answer = "length", 0, 0, []
         if max_tokens > 0:
-            stream = self._submit(prompt, max_tokens, settings)
+            stream = await self._submit(prompt, max_tokens, settings)
             text += await self._text(stream)
             reason, tokens = stream.finish_reason, stream.completion_tokens
             cached = stream.cached_tokens
@@ -376,7 +398,7 @@ class Service:
         return choice
 
     async def _answer(self, request, prompt, max_tokens, settings, chat, prefix=None):
-        stream = self._submit(prompt, max_tokens, settings)
+        stream = await self._submit(prompt, max_tokens, settings)
         meta = self._meta(chat)
         logprobs = self._logprobs_format(settings, chat)
         if settings["stream"]:

@@ -33,11 +33,13 @@ class GenerationStream:
         detokenize: ids to text.
         settings: `temperature`, `top_p`, `seed`, `presence_penalty`,
             `frequency_penalty`, `top_logprobs` and `stop` (strings).
+        automaton: structured output's `grammar.TokenAutomaton`, or None.
     """
 
     def __init__(
-        self, scheduler, prompt, max_tokens, end_token_id, detokenize, settings
-    ):
+        self, scheduler, prompt, max_tokens, end_token_id, detokenize, settings,
+        automaton=None,
+    ):  # fmt: skip
         self.scheduler = scheduler
         self.end_token_id = end_token_id
         self.text = TextStream(detokenize, settings["stop"])
@@ -50,7 +52,7 @@ class GenerationStream:
                  "frequency_penalty", "top_logprobs")  # fmt: skip
         self.request = SlotRequest(
             prompt, max_tokens, self._on_token, self._on_finish,
-            **{name: settings[name] for name in names},
+            **{name: settings[name] for name in names}, automaton=automaton,
         )  # fmt: skip
 
     def _on_token(self, token):  # the worker thread

@@ -295,7 +295,7 @@ def response_format(body, settings, echo=False):
     if settings["logprobs"] or echo:
         name = "logprobs" if settings["logprobs"] else "echo"
         raise bad(
-            name, "off with response_format (a structured answer is generated "
-            "whole, without scores)", body.get(name),
+            name, "off with response_format (structured answers come without "
+            "scores)", body.get(name),
         )  # fmt: skip
     return value

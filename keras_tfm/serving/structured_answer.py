@@ -1,9 +1,11 @@
 """A structured-output answer: `generate(response_format=...)` beside the batch.
 
-The continuous batch (`generation.continuous_batching`) carries no
-automaton state, so a request with a `response_format` runs through
-`CausalLM.generate` (its `constrained` strategy) on a thread of its own,
-one such request at a time, while the batch goes on decoding the others.
+The continuous batch moves each structured request's automaton on between
+its compiled calls, so it takes them when a call decodes one step (the
+default `--steps-per-call 1`); with more steps per call a request with a
+`response_format` runs through `CausalLM.generate` (its `constrained`
+strategy) on a thread of its own, one such request at a time, while the
+batch goes on decoding the others.
 The answer comes whole: it is one delta to `deltas()` (a streamed request
 gets it as one chunk). Its interface is `GenerationStream`'s, so the
 routes answer both alike.

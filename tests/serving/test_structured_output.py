@@ -1,15 +1,23 @@
 """`response_format` through the real `openai` client: every answer of the
 random tiny chat model parses and validates; greedy answers equal
-`generate(response_format=...)` on the same prompt; bad formats are 400s
-that name the problem."""
+`generate(response_format=...)` on the same prompt, in the continuous batch
+(one step per call: the automaton moves between calls) and beside it (the
+package's server decodes two steps per call); bad formats are 400s that
+name the problem."""
 
+import asyncio
 import json
 
 import jsonschema
 import openai
 import pytest
 
-from tests.serving.conftest import MODEL
+from keras_tfm.generation import grammar
+from keras_tfm.serving import SlotRequest
+from keras_tfm.serving.process import free_port
+from keras_tfm.serving import Scheduler
+from keras_tfm.serving.server import ServerThread
+from tests.serving.conftest import MAX_LENGTH, MODEL
 
 TIMEOUT = 120
 
@@ -25,11 +33,29 @@ FORMAT = {"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHE
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
+def openai_client(url):
+    return openai.OpenAI(
+        base_url=url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT
+    )
+
+
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(
-        base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT
-    )
+    return openai_client(server.url)
+
+
+@pytest.fixture(scope="module")
+def batch_server(chat_model):
+    """One step per call: structured requests decode in the batch."""
+    with ServerThread(
+        chat_model, MODEL, port=free_port(), max_batch=4, max_length=MAX_LENGTH
+    ) as server:  # fmt: skip
+        yield server
+
+
+@pytest.fixture(scope="module")
+def batch_client(batch_server):
+    return openai_client(batch_server.url)
 
 
 def create(client, **kwargs):
@@ -38,7 +64,9 @@ def create(client, **kwargs):
     return client.chat.completions.create(**request)
 
 
-def test_greedy_json_schema_answer_equals_generate(client, chat_model):
+@pytest.mark.parametrize("where", ["batch_client", "client"])
+def test_greedy_json_schema_answer_equals_generate(where, request, chat_model):
+    client = request.getfixturevalue(where)
     reply = create(client, response_format=FORMAT)
     content = reply.choices[0].message.content
     jsonschema.validate(json.loads(content), SCHEMA)
@@ -93,3 +121,54 @@ def test_the_batch_still_answers_beside_a_structured_request(client):
     assert plain.choices[0].message.content is not None
     reply = create(client, response_format={"type": "text"}, max_tokens=4)
     assert reply.choices[0].message.content == plain.choices[0].message.content
+
+
+def test_structured_answers_stream_token_by_token_in_the_batch(batch_client):
+    chunks = list(create(batch_client, response_format=FORMAT, stream=True))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices]
+    pieces = [p for p in pieces if p]
+    assert len(pieces) > 3  # beside the batch the answer came as one piece
+    jsonschema.validate(json.loads("".join(pieces)), SCHEMA)
+
+
+def test_the_batch_mixes_structured_and_plain_requests(batch_client, chat_model):
+    # Each greedy answer alone, then all of them at once (4 slots, 6
+    # requests: two wait for a slot): every answer is its alone answer.
+    other = {"type": "json_schema", "json_schema": {"name": "n", "schema": {
+        "type": "object", "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"]}}}  # fmt: skip
+    requests = [
+        dict(response_format=FORMAT), dict(), dict(response_format=other),
+        dict(max_tokens=12), dict(response_format={"type": "json_object"}),
+        dict(response_format=FORMAT, presence_penalty=1.0),
+    ]  # fmt: skip
+    alone = [create(batch_client, **r).choices[0].message.content for r in requests]
+    together_client = openai.AsyncOpenAI(
+        base_url=batch_client.base_url, api_key="unused", max_retries=0,
+        timeout=TIMEOUT,
+    )  # fmt: skip
+
+    async def all_at_once():
+        base = dict(model=MODEL, messages=MESSAGES, max_tokens=40, temperature=0)
+        replies = await asyncio.gather(*(
+            together_client.chat.completions.create(**{**base, **r})
+            for r in requests
+        ))  # fmt: skip
+        await together_client.close()
+        return [reply.choices[0].message.content for reply in replies]
+
+    assert asyncio.run(all_at_once()) == alone
+    jsonschema.validate(json.loads(alone[0]), SCHEMA)
+    assert isinstance(json.loads(alone[2])["ok"], bool)
+
+
+def test_a_scheduler_of_several_steps_per_call_refuses_an_automaton(chat_model):
+    scheduler = Scheduler(chat_model, 2, MAX_LENGTH, steps_per_call=2)
+    automaton = grammar.cached_automaton(
+        chat_model.tokenizer, chat_model.backbone.vocabulary_size, "ab|ac",
+        (chat_model.preprocessor.end_token_id,),
+    )  # fmt: skip
+    request = SlotRequest([1, 2], 4, lambda t: False, lambda r: None,
+                          automaton=automaton)  # fmt: skip
+    with pytest.raises(ValueError, match="one decoding step per call"):
+        scheduler.submit(request)

@@ -10,6 +10,8 @@ never waits for another to finish: it joins at the next call boundary.
 import queue
 import threading
 
+import numpy as np
+
 from keras_tfm.generation.continuous_batching.slot_decoder import SlotDecoder
 
 # The most alternatives a request may ask for (OpenAI's `top_logprobs` limit).
@@ -35,7 +37,8 @@ class SlotRequest:
     with "stop", "length", "cancelled" or "error: ...". `cancel()` (from any
     thread) frees the slot at the next call boundary. Once admitted,
     `cached_tokens` says how many of the prompt's tokens the prefix cache
-    gave (0 without one).
+    gave (0 without one). With an `automaton` (structured output), each
+    token is one the automaton allows after the ones before it.
 
     Args:
         prompt: the prompt's token ids.
@@ -48,12 +51,14 @@ class SlotRequest:
             tokens generated so far (0: none).
         top_logprobs: how many of each step's most likely tokens to keep
             (0: none; at most the scheduler's `top_logprobs`).
+        automaton: a `grammar.TokenAutomaton` the answer must follow from
+            its state 0, or None.
     """
 
     def __init__(
         self, prompt, max_tokens, on_token, on_finish, temperature=0.0,
         top_p=1.0, seed=0, presence_penalty=0.0, frequency_penalty=0.0,
-        top_logprobs=0,
+        top_logprobs=0, automaton=None,
     ):  # fmt: skip
         self.prompt = [int(t) for t in prompt]
         self.max_tokens = max_tokens
@@ -65,6 +70,8 @@ class SlotRequest:
         self.presence_penalty = float(presence_penalty)
         self.frequency_penalty = float(frequency_penalty)
         self.top_logprobs = int(top_logprobs)
+        self.automaton = automaton
+        self.state = 0  # the automaton's, after the tokens generated so far
         self.generated = 0
         self.cached_tokens = 0
         self.logprobs = []
@@ -121,6 +128,8 @@ class Scheduler:
         self.slots = [None] * num_slots
         self._last = [0] * num_slots  # per slot: the token not yet in the cache
         self._position = [0] * num_slots  # ... and its position
+        # Per slot, the tokens its next step may choose (an automaton's).
+        self._allowed = np.ones((num_slots, model.backbone.vocabulary_size), bool)
         self._waiting = queue.Queue()
         self._stopping = threading.Event()
         self._thread = threading.Thread(
@@ -153,6 +162,12 @@ class Scheduler:
             raise ValueError(
                 f"`top_logprobs` must be at most {MAX_TOP_LOGPROBS}. "
                 f"Received: top_logprobs={request.top_logprobs}"
+            )
+        if request.automaton is not None and self.decoder.steps_per_call > 1:
+            raise ValueError(
+                "A request with an automaton (structured output) needs one "
+                "decoding step per call (its next tokens depend on each token); "
+                f"this scheduler decodes steps_per_call={self.decoder.steps_per_call}."
             )
         if len(request.prompt) + request.max_tokens > self.max_length:
             raise ValueError(
@@ -198,6 +213,7 @@ class Scheduler:
 
     def _finish(self, slot, reason):
         request, self.slots[slot] = self.slots[slot], None
+        self._allowed[slot] = True
         request.on_finish(reason)
 
     def _free_cancelled(self):
@@ -217,9 +233,11 @@ class Scheduler:
                     request.on_finish("cancelled")
                 continue
             slot = self.slots.index(None)
+            automaton = request.automaton
             first, logprob, (ids, values), cached = self.decoder.prefill(
-                slot, request.prompt, *(getattr(request, name) for name in SETTINGS)
-            )
+                slot, request.prompt, *(getattr(request, name) for name in SETTINGS),
+                allowed=None if automaton is None else automaton.mask(request.state),
+            )  # fmt: skip
             request.cached_tokens = cached
             self.slots[slot] = request
             self._last[slot], self._position[slot] = first, len(request.prompt)
@@ -229,6 +247,10 @@ class Scheduler:
         """Gives `token` to the slot's request; frees the slot when done."""
         request = self.slots[slot]
         request.generated += 1
+        if request.automaton is not None:
+            # A stop token keeps a final state: the mask stays satisfiable.
+            request.state = request.automaton.step(request.state, token)
+            self._allowed[slot] = request.automaton.mask(request.state)
         request.logprobs.append(logprob)
         if request.top_logprobs:
             n = request.top_logprobs
@@ -249,7 +271,7 @@ class Scheduler:
             p if r else 0 for p, r in zip(self._position, self.slots, strict=True)
         ]
         out, logprobs, (ids, values) = self.decoder.decode(
-            self._last, positions, *settings
+            self._last, positions, *settings, allowed=self._allowed
         )
         for i, request in rows:
             for step, token in enumerate(out[i]):

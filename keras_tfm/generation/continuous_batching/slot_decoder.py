@@ -26,6 +26,11 @@ logits, before penalties and temperature: vLLM's default), and with the
 `top_logprobs`): a fixed number per call, the compiled program's shape,
 of which each request keeps the ones it asked for.
 
+Every call also takes which tokens each row may choose (`allowed`, bool
+(rows, V); None: all): structured output's automaton state, moved on by
+the host between calls (`Scheduler`), as llama.cpp's grammars and vLLM's
+xgrammar masks are. The same mask holds for each of a call's steps.
+
 With a prefix cache (`prefix_cache_bytes`), the keys and values of the
 prompts' whole blocks of `block_size` tokens are also kept in a pool of
 blocks beside the slots, indexed on the host by `PrefixCache`: a prompt
@@ -178,9 +183,10 @@ class SlotDecoder:
 
     # === Compiled functions ===
 
-    def _next_tokens(self, hidden, settings, positions, counts):
+    def _next_tokens(self, hidden, settings, positions, counts, allowed):
         """`(tokens, logprobs, top_values, top_ids)` of each row from its
-        last hidden state; the last two (batch, top_logprobs)."""
+        last hidden state, choosing among its `allowed` tokens; the last
+        two (batch, top_logprobs)."""
         temperature, top_p, seed, presence, frequency = settings
         logits = ops.cast(self.model.logits(hidden)[:, 0, :], "float32")
         penalized = ops.cond(
@@ -188,6 +194,7 @@ class SlotDecoder:
             lambda: presence_frequency_penalty(logits, counts, presence, frequency),
             lambda: logits,
         )
+        penalized = ops.where(allowed, penalized, float("-inf"))
         tokens = sample_tokens(penalized, temperature, top_p, seed, positions)
         if not self.top_logprobs:
             batch = ops.shape(tokens)[0]
@@ -195,16 +202,18 @@ class SlotDecoder:
             return tokens, chosen_log_probabilities(logits, tokens), *none
         return tokens, *chosen_log_probabilities(logits, tokens, self.top_logprobs)
 
-    def _prefill_function(self, tokens, length, slot, settings, write_ids=None):
+    def _prefill_function(
+        self, tokens, length, slot, settings, allowed, write_ids=None
+    ):
         backbone = self.model.backbone
         small = backbone.empty_cache(1, self.max_length)
         # Index 0 (a Python int): the prompt attends to its own keys only.
         hidden, small = backbone.call_with_cache(tokens, small, 0)
         return self._prefilled(hidden, small, length - 1, length, slot, settings,
-                               write_ids)  # fmt: skip
+                               allowed, write_ids)  # fmt: skip
 
     def _prefill_after_function(
-        self, tokens, length, start, slot, settings, read_ids, write_ids
+        self, tokens, length, start, slot, settings, allowed, read_ids, write_ids
     ):
         """The prefill of a prompt's tokens from `start` on (`tokens`),
         after the cached blocks `read_ids` (its positions 0 to start - 1)."""
@@ -214,17 +223,20 @@ class SlotDecoder:
         # hides until this prefill and the decoding overwrite them.
         hidden, small = backbone.call_with_cache(tokens, small, start)
         return self._prefilled(
-            hidden, small, length - 1 - start, length, slot, settings, write_ids
-        )
+            hidden, small, length - 1 - start, length, slot, settings, allowed,
+            write_ids,
+        )  # fmt: skip
 
-    def _prefilled(self, hidden, small, last, length, slot, settings, write_ids):
+    def _prefilled(
+        self, hidden, small, last, length, slot, settings, allowed, write_ids
+    ):
         """The first new token from the prompt's last hidden state (at
         `last` in `hidden`), `small` written into the slot and the blocks
         `write_ids` into the pool."""
         last = ops.take(hidden, ops.reshape(last, [1]), axis=1)  # (1, 1, D)
         no_counts = ops.zeros((1, self.counts.shape[1]))
         first, logprob, top_values, top_ids = self._next_tokens(
-            last, settings, ops.reshape(length, [1]), no_counts
+            last, settings, ops.reshape(length, [1]), no_counts, allowed
         )
         rows = keras.tree.flatten(small)
         for variable, row in zip(keras.tree.flatten(self.caches), rows, strict=True):
@@ -263,7 +275,7 @@ class SlotDecoder:
             blocks = ops.reshape(row, (-1, *pool.shape[1:]))  # (2 * row blocks, B, ...)
             pool.assign(ops.scatter_update(pool.value, ids, blocks))
 
-    def _decode_function(self, tokens, positions, settings):
+    def _decode_function(self, tokens, positions, settings, allowed):
         backbone = self.model.backbone
         batch = ops.shape(tokens)[0]
         last_position = self.max_length - 1
@@ -276,7 +288,9 @@ class SlotDecoder:
                 tokens[:, None], caches, positions
             )
             positions = ops.minimum(positions + 1, last_position)
-            tokens, *scores = self._next_tokens(hidden, settings, positions, counts)
+            tokens, *scores = self._next_tokens(
+                hidden, settings, positions, counts, allowed
+            )
             counts = counts + ops.one_hot(tokens, vocabulary_size)
             # Step i fills column i of each output (steps are axis 1).
             column = ops.arange(self.steps_per_call) == i
@@ -311,12 +325,13 @@ class SlotDecoder:
 
     def prefill(
         self, slot, prompt, temperature=0.0, top_p=1.0, seed=0,
-        presence_penalty=0.0, frequency_penalty=0.0,
+        presence_penalty=0.0, frequency_penalty=0.0, allowed=None,
     ):  # fmt: skip
-        """Writes `prompt`'s keys and values into `slot`; the first new token,
-        its log-probability, the most likely tokens `(ids, logprobs)`
-        (int32 and float32 (top_logprobs,), most likely first) and how many
-        of the prompt's tokens came from the prefix cache (0 without one).
+        """Writes `prompt`'s keys and values into `slot`; the first new token
+        (one of the `allowed` ones: bool (V,), None: any), its
+        log-probability, the most likely tokens `(ids, logprobs)` (int32 and
+        float32 (top_logprobs,), most likely first) and how many of the
+        prompt's tokens came from the prefix cache (0 without one).
 
         The prompt (or its tokens after the cached blocks) is padded to a
         power of two of at least 32 tokens (one compiled prefill per padded
@@ -332,11 +347,12 @@ class SlotDecoder:
         settings = _settings(
             [temperature], [top_p], [seed], [presence_penalty], [frequency_penalty]
         )
+        allowed = self._allowed(allowed, 1)
         cache = self.prefix_cache
         if cache is None:
             out = self._prefill(
                 self._padded(prompt, self.padded_length(length)), np.int32(length),
-                np.int32(slot), settings,
+                np.int32(slot), settings, allowed,
             )  # fmt: skip
             return _prefill_result(out, 0)
         matched = cache.match(prompt)
@@ -349,7 +365,7 @@ class SlotDecoder:
             if not matched:
                 out = self._prefill(
                     self._padded(prompt, self.padded_length(length)),
-                    np.int32(length), np.int32(slot), settings, write_ids,
+                    np.int32(length), np.int32(slot), settings, allowed, write_ids,
                 )  # fmt: skip
             else:
                 read_ids = np.zeros(self._row_blocks, "int32")
@@ -358,7 +374,7 @@ class SlotDecoder:
                 padded = min(self.padded_length(len(rest)), self.max_length - start)
                 out = self._prefill_after(
                     self._padded(rest, padded), np.int32(length), np.int32(start),
-                    np.int32(slot), settings, read_ids, write_ids,
+                    np.int32(slot), settings, allowed, read_ids, write_ids,
                 )  # fmt: skip
         except BaseException:
             cache.discard(prompt, claimed)  # their blocks were not written
@@ -371,15 +387,27 @@ class SlotDecoder:
         blocks, by running them on slot 0 (whose rows they overwrite) with
         nothing cached or kept."""
         tokens, settings = self._padded([], length), _settings(*GREEDY_ROW)
+        allowed = self._allowed(None, 1)
         if self.prefix_cache is None:
-            self._prefill(tokens, np.int32(length), np.int32(0), settings)
+            self._prefill(tokens, np.int32(length), np.int32(0), settings, allowed)
             return
         ids = np.zeros(self._row_blocks, "int32")
         spare = ids + self.prefix_cache.num_blocks
-        self._prefill(tokens, np.int32(length), np.int32(0), settings, spare)
+        self._prefill(tokens, np.int32(length), np.int32(0), settings, allowed, spare)
         self._prefill_after(
-            tokens, np.int32(length), np.int32(0), np.int32(0), settings, ids, spare
-        )
+            tokens, np.int32(length), np.int32(0), np.int32(0), settings, allowed,
+            ids, spare,
+        )  # fmt: skip
+
+    def _allowed(self, allowed, rows):
+        """`allowed` as bool (rows, V); None: every token."""
+        shape = (rows, self.counts.shape[1])
+        if allowed is None:
+            return np.ones(shape, bool)
+        allowed = np.asarray(allowed, bool).reshape(shape)
+        if not allowed.any(axis=1).all():
+            raise ValueError("Every row must allow at least one token.")
+        return allowed
 
     def _padded(self, prompt, padded):
         tokens = np.full((1, padded), self.model.fill_id, "int32")
@@ -393,7 +421,7 @@ class SlotDecoder:
 
     def decode(
         self, tokens, positions, temperature=None, top_p=None, seed=None,
-        presence_penalty=None, frequency_penalty=None,
+        presence_penalty=None, frequency_penalty=None, allowed=None,
     ):  # fmt: skip
         """`steps_per_call` new tokens per slot, their log-probabilities
         (int32 and float32 (num_slots, steps)) and each step's most likely
@@ -405,6 +433,8 @@ class SlotDecoder:
             positions: per slot, that token's position.
             temperature, top_p, seed, presence_penalty, frequency_penalty:
                 per slot, the sampling settings (default: greedy, none).
+            allowed: bool (num_slots, V), the tokens each slot may choose
+                at each of the call's steps (default: any).
         """
         n = self.num_slots
         settings = _settings(
@@ -415,8 +445,9 @@ class SlotDecoder:
             [0.0] * n if frequency_penalty is None else frequency_penalty,
         )
         out, logprobs, top_values, top_ids = self._decode(
-            np.asarray(tokens, "int32"), np.asarray(positions, "int32"), settings
-        )
+            np.asarray(tokens, "int32"), np.asarray(positions, "int32"), settings,
+            self._allowed(allowed, n),
+        )  # fmt: skip
         top = np.asarray(top_ids), np.asarray(top_values)
         return np.asarray(out), np.asarray(logprobs), top
 
