@@ -136,6 +136,44 @@ def test_cached_prefixes_give_the_answers_of_full_passes(chat_model):
         np.testing.assert_allclose(logprobs, reference, atol=1e-4)
 
 
+def test_the_next_turn_reuses_the_blocks_of_the_answer_before_it(chat_model):
+    rng = np.random.default_rng(11)
+    vocabulary = chat_model.backbone.vocabulary_size
+    first = list(rng.integers(3, vocabulary, 20))  # one whole block and 4
+    scheduler = Scheduler(
+        chat_model, num_slots=1, max_length=96, prefix_cache_bytes=1 << 20
+    )
+    scheduler.start(prompt_lengths=(1, 40))
+    try:
+        [(answer, _, cached)] = answers(scheduler, [first], max_tokens=20)
+        # The prompt, the answer (39 tokens in the slot: its last one was
+        # not fed) and 5 more: 2 whole blocks cached, the prompt alone 1.
+        turn = first + answer + list(rng.integers(3, vocabulary, 5))
+        [(tokens, logprobs, next_cached)] = answers(scheduler, [turn], 6)
+        held = len(scheduler.decoder.prefix_cache)
+    finally:
+        scheduler.stop(TIMEOUT)
+    assert (cached, next_cached) == (0, 32)
+    # The first prompt's block, the answer's, and the second turn's: its
+    # 51 tokens less the last hold 3 whole blocks, 2 of them held already.
+    assert held == 3
+    reference = []
+    assert tokens == greedy_reference(chat_model, turn, 6, logprobs=reference)
+    np.testing.assert_allclose(logprobs, reference, atol=1e-4)
+
+
+def test_a_prompt_stored_again_claims_no_second_block():
+    cache = PrefixCache(num_blocks=4, block_size=2)
+    prompt = [1, 2, 3, 4]  # two whole blocks; `match` leaves the last out
+    assert cache.store(prompt, 0) == [(0, 0), (1, 1)]
+    for _ in range(5):
+        assert cache.store(prompt, len(cache.match(prompt))) == []
+    assert len(cache) == 2
+    assert cache.store([5, 6, 7, 8], 0) == [(0, 2), (1, 3)]  # two blocks free
+    # The pool is full: [7, 8]'s block goes (a chain ages from its end).
+    assert cache.store([1, 2, 3, 4, 9, 9], 0) == [(2, 3)]
+
+
 # === Over HTTP, with the openai client ===
 
 SYSTEM = "Be brief and kind."  # no other test of the package sends it

@@ -8,7 +8,9 @@ and values depend on every token before it, so a block is named by its
 parent block and its own tokens: a chain from the prompt's start, and two
 prompts share a block exactly when they share every token up to its end.
 Only whole blocks are kept (a partial one would change with the tokens
-that complete it).
+that complete it). A finished answer's blocks are kept too (its prompt
+followed by its tokens, `SlotDecoder.keep`): a conversation's next turn
+starts with them.
 
 Keys are exact (the parent's entry number and the block's token tuple,
 compared in full by the dict), where vLLM hashes them: no collision can
@@ -85,11 +87,11 @@ class PrefixCache:
 
     def store(self, prompt, matched):
         """Claims pool blocks for `prompt`'s whole blocks after its first
-        `matched` (those `match` found): `[(block index, pool block)]`, in
-        order, evicting the least recently used blocks when the pool is
-        full (never the matched ones: at most `num_blocks - matched` new
-        blocks are kept). The caller writes their keys and values, or
-        calls `discard` with the same list if it could not."""
+        `matched` (those `match` found) that the pool does not hold yet:
+        `[(block index, pool block)]`, in order, evicting the least recently
+        used blocks when the pool is full (never the prompt's own: at most
+        `num_blocks` blocks of it are kept). The caller writes their keys
+        and values, or calls `discard` with the same list if it could not."""
         count = len(prompt) // self.block_size
         keys = list(self._keys(prompt, count))
         chain = [key for key, found in keys if found is not None][:matched]
@@ -102,11 +104,17 @@ class PrefixCache:
         parent = self._blocks[chain[-1]][0] if chain else _ROOT
         claimed, size = [], self.block_size
         for i in range(matched, min(count, self.num_blocks)):
+            key = (parent, tuple(prompt[i * size : (i + 1) * size]))
+            found = self._blocks.get(key)
+            if found is not None:  # held already (e.g. a prompt's last block)
+                self._blocks.move_to_end(key)  # not evicted by this loop
+                chain.append(key)
+                parent = found[0]
+                continue
             if not self._free:
                 _, (_, block) = self._blocks.popitem(last=False)
                 self._free.append(block)
             self._entries += 1
-            key = (parent, tuple(prompt[i * size : (i + 1) * size]))
             block = self._free.pop()
             self._blocks[key] = (self._entries, block)
             chain.append(key)

@@ -128,6 +128,7 @@ class Scheduler:
         self.slots = [None] * num_slots
         self._last = [0] * num_slots  # per slot: the token not yet in the cache
         self._position = [0] * num_slots  # ... and its position
+        self._answer = [[] for _ in range(num_slots)]  # per slot, its tokens
         # Per slot, the tokens its next step may choose (an automaton's).
         self._allowed = np.ones((num_slots, model.backbone.vocabulary_size), bool)
         self._waiting = queue.Queue()
@@ -152,6 +153,7 @@ class Scheduler:
                 decoder.compile_prefill(length)
             n = len(self.slots)
             decoder.decode([0] * n, [0] * n)
+            decoder.compile_keep()
         self._thread.start()
 
     def submit(self, request):
@@ -214,6 +216,9 @@ class Scheduler:
     def _finish(self, slot, reason):
         request, self.slots[slot] = self.slots[slot], None
         self._allowed[slot] = True
+        answer, self._answer[slot] = self._answer[slot], []
+        if not reason.startswith("error"):  # the slot holds what it decoded
+            self.decoder.keep(slot, request.prompt + answer[:-1])
         request.on_finish(reason)
 
     def _free_cancelled(self):
@@ -247,6 +252,7 @@ class Scheduler:
         """Gives `token` to the slot's request; frees the slot when done."""
         request = self.slots[slot]
         request.generated += 1
+        self._answer[slot].append(token)
         if request.automaton is not None:
             # A stop token keeps a final state: the mask stays satisfiable.
             request.state = request.automaton.step(request.state, token)

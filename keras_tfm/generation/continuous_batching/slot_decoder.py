@@ -37,7 +37,9 @@ blocks beside the slots, indexed on the host by `PrefixCache`: a prompt
 that starts with blocks the pool holds copies them into its slot's rows
 and prefills only the tokens after them, from that position (the cached
 keys and values are those of the same tokens at the same positions, so
-rotary and learned positions agree).
+rotary and learned positions agree). When a request ends, `keep` adds the
+whole blocks of its prompt and answer, which its slot holds: the next turn
+of a conversation (the same prompt, the answer, a new question) reuses them.
 """
 
 import keras
@@ -137,6 +139,7 @@ class SlotDecoder:
             self._prefill_after_function, owners
         )
         self._decode = backend.compile_loop(self._decode_function, owners)
+        self._keep = backend.compile_loop(self._keep_function, owners)
 
     def _make_pool(self, prefix_cache_bytes, block_size):
         """The pool: per cache tensor (num_slots, 2, max_length, ...), one
@@ -247,6 +250,15 @@ class SlotDecoder:
         if write_ids is not None:
             self._store_blocks(rows, write_ids)
         return first[0], logprob[0], top_ids[0], top_values[0]
+
+    def _keep_function(self, slot, write_ids):
+        """The slot's rows' blocks `write_ids` written into the pool."""
+        rows = [
+            ops.slice(v.value, [slot] + [0] * (len(v.shape) - 1), (1, *v.shape[1:]))
+            for v in keras.tree.flatten(self.caches)
+        ]
+        self._store_blocks(rows, write_ids)
+        return slot
 
     def _pool_rows(self, read_ids):
         """One slot's caches (1, 2, max_length, ...) made of the pool's
@@ -408,6 +420,33 @@ class SlotDecoder:
         if not allowed.any(axis=1).all():
             raise ValueError("Every row must allow at least one token.")
         return allowed
+
+    def keep(self, slot, tokens):
+        """Adds the whole blocks of `tokens` that the prefix cache does not
+        hold yet, their keys and values read from `slot`, which must hold
+        them at positions 0 to len(tokens) - 1 (a finished request's prompt
+        and answer, its last token aside: not fed). The number of blocks
+        added (0 without a prefix cache)."""
+        cache = self.prefix_cache
+        if cache is None:
+            return 0
+        claimed = cache.store(tokens, 0)
+        if claimed:
+            write_ids = np.full(self._row_blocks, cache.num_blocks, "int32")
+            for i, block in claimed:
+                write_ids[i] = block
+            try:
+                self._keep(np.int32(slot), write_ids)
+            except BaseException:
+                cache.discard(tokens, claimed)
+                raise
+        return len(claimed)
+
+    def compile_keep(self):
+        """Compiles `keep`'s copy (writing only the spare block)."""
+        if self.prefix_cache is not None:
+            spare = np.full(self._row_blocks, self.prefix_cache.num_blocks, "int32")
+            self._keep(np.int32(0), spare)
 
     def _padded(self, prompt, padded):
         tokens = np.full((1, padded), self.model.fill_id, "int32")
