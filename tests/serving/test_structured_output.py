@@ -13,9 +13,8 @@ import openai
 import pytest
 
 from keras_tfm.generation import grammar
-from keras_tfm.serving import SlotRequest
+from keras_tfm.serving import Scheduler, SlotRequest
 from keras_tfm.serving.process import free_port
-from keras_tfm.serving import Scheduler
 from keras_tfm.serving.server import ServerThread
 from tests.serving.conftest import MAX_LENGTH, MODEL
 
