@@ -133,17 +133,23 @@ def summary(name, results, seconds):
     )  # fmt: skip
 
 
+def add_request_arguments(parser):
+    """The model, the requests and the slots: the options of this load and
+    of `serve_replicas.py`'s."""
+    parser.add_argument("--model", default="smollm2_135m_instruct")
+    parser.add_argument("--requests", type=int, default=2, help="per client")
+    parser.add_argument("--max-batch", type=int, default=8, help="slots per server")
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--max-context", type=int, default=512)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2_135m_instruct")
+    add_request_arguments(parser)
     parser.add_argument(
         "--clients", type=int, nargs="+", default=[16, 8],
         help="numbers of concurrent clients, one run each",
     )  # fmt: skip
-    parser.add_argument("--requests", type=int, default=2, help="per client")
-    parser.add_argument("--max-batch", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--max-context", type=int, default=512)
     parser.add_argument("--steps-per-call", type=int, default=1)
     parser.add_argument(
         "--structured", action="store_true",

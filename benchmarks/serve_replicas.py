@@ -7,10 +7,12 @@ sends the same greedy chat requests from `--clients` concurrent clients
 (throughput, time to first token, per-token latency, start-up time; with
 `--same-slots`, also one process with as many slots as the most replicas
 hold together) and
-checks that every request was answered exactly once and that each answer
-equals the one-process server's. Bounded: clients x requests requests of at
-most `--max-tokens` tokens per setting, loopback only, every HTTP call with
-a timeout. Needs the `ray` extra: pip install 'keras-tfm[ray]'.
+checks that every request was answered exactly once, that each answer
+equals the one-process server's, and that the `openai` client, asking the
+first prompt again unstreamed, gets the same answer. Bounded: clients x
+requests requests of at most `--max-tokens` tokens per setting, loopback
+only, every HTTP call with a timeout. Needs the `ray` extra: pip install
+'keras-tfm[ray]'.
 
     python benchmarks/serve_replicas.py --replicas 0 1 2 --same-slots
 """
@@ -21,23 +23,20 @@ import os
 import signal
 import time
 
-from serve_load import prompts, run, summary
+import openai
+from serve_load import add_request_arguments, prompts, run, summary
 
 from keras_tfm.serving.process import free_port, start_server
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2_135m_instruct")
+    add_request_arguments(parser)
     parser.add_argument(
         "--replicas", type=int, nargs="+", default=[0, 1, 2],
         help="one run each; 0: the server in one process, without Ray",
     )  # fmt: skip
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--requests", type=int, default=2, help="per client")
-    parser.add_argument("--max-batch", type=int, default=8, help="per replica")
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--max-context", type=int, default=512)
     parser.add_argument(
         "--same-slots", action="store_true",
         help="add one process with --max-batch times the most replicas",
@@ -65,6 +64,13 @@ def main():
             results, seconds = asyncio.run(
                 run(url, args.model, contents, args.clients, args.max_tokens)
             )
+            client = openai.OpenAI(
+                base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600
+            )
+            again = client.chat.completions.create(
+                model=args.model, max_tokens=args.max_tokens, temperature=0,
+                messages=[{"role": "user", "content": contents[0]}],
+            ).choices[0].message.content  # fmt: skip
         finally:
             server.send_signal(signal.SIGTERM)
             codes.append(server.wait(300))
@@ -77,6 +83,8 @@ def main():
         answers.append([r["text"] for r in results])
         if not all(r["done"] == 1 for r in results):
             raise SystemExit(f"{name}: a request was not answered exactly once")
+        if again != results[0]["text"]:
+            raise SystemExit(f"{name}: the openai client got another answer")
 
     print(f"\nload (1-min average) at the end: {os.getloadavg()[0]:.1f}; "
           f"{os.cpu_count()} cores")  # fmt: skip
