@@ -2,6 +2,8 @@
 answer streamed, then a LiteRT entry started for the next time) or, without
 a message, converse."""
 
+import sys
+
 from keras_tfm.cli import loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
 from keras_tfm.cli.decoding import (
@@ -12,6 +14,13 @@ from keras_tfm.cli.decoding import (
 from keras_tfm.lite import chat_command
 
 HELP = "ask an instruct model (SmolLM2 by default)"
+
+BACKGROUND_LINE = (
+    "keras-tfm: writing {model}'s LiteRT copy in a background process (for "
+    "SmolLM2-135M about half a minute and 5 GB of memory); the next chat "
+    "answers from it without TensorFlow (`keras-tfm cache info`)."
+)
+"""What the command says once it starts the background writer."""
 
 PROMPT_THROUGH_STEP = 64
 """The command streams prompts of at most this many tokens through the
@@ -68,4 +77,5 @@ def run(args):
     from keras_tfm.chat.entry_writer import start_chat_entry
 
     # The next `chat` with this model answers from LiteRT, without TensorFlow.
-    start_chat_entry(model, args.model, args.weights, settings)
+    if start_chat_entry(model, args.model, args.weights, settings) is not None:
+        print(BACKGROUND_LINE.format(model=args.model), file=sys.stderr)

@@ -274,8 +274,12 @@ def test_the_command_starts_one_background_build_which_rebuilds(
     monkeypatch.setattr(writer.subprocess, "Popen", Started)
     monkeypatch.setattr("keras_tfm.cli.loading.resolve_model", lambda *args: model)
     monkeypatch.setattr(writer, "load_named_model", lambda *args: model)
+    capsys.readouterr()
     main(_command(path))
+    said = capsys.readouterr().err
+    assert said.count("LiteRT copy in a background process") == 1, said
     main(_command(path))  # the first build is still "running"
+    assert "background" not in capsys.readouterr().err
     assert started == [
         (
             [sys.executable, "-m", "keras_tfm.chat.entry_writer", path, "float32"],
