@@ -37,7 +37,11 @@ from keras_tfm.models import CausalLM, Seq2SeqLM
 from keras_tfm.serving import openai_fields as fields
 from keras_tfm.serving.api_errors import ApiError, read_json
 from keras_tfm.serving.api_key import RequireApiKey, check_api_key
-from keras_tfm.serving.command import DEFAULT_MAX_BODY_BYTES, DEFAULT_PREFIX_CACHE_MB
+from keras_tfm.serving.command import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PREFILL_CHUNK,
+    DEFAULT_PREFIX_CACHE_MB,
+)
 from keras_tfm.serving.generation_stream import GenerationStream
 from keras_tfm.serving.metrics import CountAnswers, ServerMetrics
 from keras_tfm.serving.prompt_logprobs import prompt_logprobs
@@ -68,12 +72,14 @@ class Service:
             values of earlier prompts' blocks that a prompt starting with
             the same tokens reuses (0: none); the reused tokens are
             reported as `usage.prompt_tokens_details.cached_tokens`.
+        prefill_chunk: the most prompt tokens prefilled between two
+            decoding calls (`Scheduler`; None: every prompt at once).
     """
 
     def __init__(
         self, model, model_id, max_batch=8, max_length=None, steps_per_call=1,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES, api_key=None,
-        prefix_cache_mb=DEFAULT_PREFIX_CACHE_MB,
+        prefix_cache_mb=DEFAULT_PREFIX_CACHE_MB, prefill_chunk=DEFAULT_PREFILL_CHUNK,
     ):  # fmt: skip
         self.model = model
         self.model_id = model_id
@@ -114,6 +120,7 @@ class Service:
             self.scheduler = Scheduler(
                 model, max_batch, max_length, steps_per_call,
                 prefix_cache_bytes=int(prefix_cache_mb * (1 << 20)),
+                prefill_chunk=prefill_chunk,
             )  # fmt: skip
             # `echo`'s forward passes, beside the scheduler's thread.
             self.scorer = ThreadPoolExecutor(1, "keras-tfm-scorer")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_PREFIX_CACHE_MB = 256
+DEFAULT_PREFILL_CHUNK = 256
 API_KEY_VARIABLE = "KERAS_TFM_API_KEY"
 
 
@@ -45,6 +46,13 @@ def add_arguments(parser):
         "prompts' blocks of 16 tokens, which a prompt starting with the same "
         "tokens reuses instead of computing them (least recently used "
         "evicted first; 0: off; default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prefill-chunk", type=_chunk, default=DEFAULT_PREFILL_CHUNK,
+        help="the most prompt tokens prefilled between two decoding steps: "
+        "a longer prompt is prefilled in chunks while the other requests go "
+        "on decoding (a multiple of 16; 0: every prompt at once; default "
+        "%(default)s)",
     )  # fmt: skip
     parser.add_argument(
         "--api-key",
@@ -98,6 +106,7 @@ def _options(args):
         port=args.port, max_batch=args.max_batch, max_length=args.max_context,
         steps_per_call=args.steps_per_call, max_body_bytes=args.max_body_bytes,
         api_key=api_key, prefix_cache_mb=args.prefix_cache_mb,
+        prefill_chunk=args.prefill_chunk or None,
     )  # fmt: skip
 
 
@@ -105,6 +114,13 @@ def _non_negative(text):
     value = float(text)
     if not value >= 0:  # NaN too
         raise ValueError(f"must be a number >= 0. Received: {text}")
+    return value
+
+
+def _chunk(text):
+    value = int(text)
+    if value < 0 or value % 16:
+        raise ValueError(f"must be 0 or a multiple of 16. Received: {text}")
     return value
 
 

@@ -24,7 +24,11 @@ Ray Serve's own metrics (its port 8080 by default) cover all of them.
 import os
 import time
 
-from keras_tfm.serving.command import DEFAULT_MAX_BODY_BYTES, DEFAULT_PREFIX_CACHE_MB
+from keras_tfm.serving.command import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PREFILL_CHUNK,
+    DEFAULT_PREFIX_CACHE_MB,
+)
 
 try:
     from ray import serve
@@ -67,6 +71,7 @@ def deployment(
     load_model, model_id, replicas=2, cpus_per_replica=1, max_batch=8,
     max_length=None, steps_per_call=1, max_body_bytes=DEFAULT_MAX_BODY_BYTES,
     api_key=None, prefix_cache_mb=DEFAULT_PREFIX_CACHE_MB,
+    prefill_chunk=DEFAULT_PREFILL_CHUNK,
 ):  # fmt: skip
     """The Ray Serve application of `replicas` copies of the server.
 
@@ -80,7 +85,8 @@ def deployment(
         cpus_per_replica: the cores Ray reserves for each replica, also
             its TensorFlow intra-op threads.
         max_batch, max_length, steps_per_call, max_body_bytes,
-            api_key, prefix_cache_mb: as `keras-tfm serve`'s options.
+            api_key, prefix_cache_mb, prefill_chunk: as `keras-tfm
+            serve`'s options.
 
     Returns:
         A bound `ray.serve.Application`, for `serve.run`.
@@ -92,6 +98,7 @@ def deployment(
     options = dict(
         max_batch=max_batch, max_length=max_length, steps_per_call=steps_per_call,
         max_body_bytes=max_body_bytes, api_key=api_key, prefix_cache_mb=prefix_cache_mb,
+        prefill_chunk=prefill_chunk,
     )  # fmt: skip
     return serve.deployment(
         Replica,

@@ -8,7 +8,11 @@ import time
 import uvicorn
 
 from keras_tfm.serving.app import Service, build_app
-from keras_tfm.serving.command import DEFAULT_MAX_BODY_BYTES, DEFAULT_PREFIX_CACHE_MB
+from keras_tfm.serving.command import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PREFILL_CHUNK,
+    DEFAULT_PREFIX_CACHE_MB,
+)
 
 
 def _config(service, host, port, log_level):
@@ -24,6 +28,7 @@ def serve(
     model, model_id, host="127.0.0.1", port=8000, max_batch=8, max_length=None,
     steps_per_call=1, max_body_bytes=DEFAULT_MAX_BODY_BYTES, log_level="info",
     api_key=None, prefix_cache_mb=DEFAULT_PREFIX_CACHE_MB,
+    prefill_chunk=DEFAULT_PREFILL_CHUNK,
 ):  # fmt: skip
     """Serves `model` over HTTP until SIGTERM or Ctrl-C (then exits cleanly).
 
@@ -33,7 +38,7 @@ def serve(
     """
     service = Service(
         model, model_id, max_batch, max_length, steps_per_call, max_body_bytes,
-        api_key, prefix_cache_mb,
+        api_key, prefix_cache_mb, prefill_chunk,
     )  # fmt: skip
     # uvicorn shuts down gracefully on SIGTERM / SIGINT, then raises the
     # signal again under the handler it found: with these, that second

@@ -5,6 +5,10 @@ One worker thread owns the model. Between two compiled decode calls it
 requests into free slots, (3) decodes `steps_per_call` tokens (default 1)
 for every occupied slot in one call and hands each request its tokens. A request
 never waits for another to finish: it joins at the next call boundary.
+With `prefill_chunk`, a prompt longer than that (its cached blocks aside)
+is prefilled one chunk per call boundary (vLLM's chunked prefill), so the
+other slots go on decoding between its chunks instead of waiting for the
+whole prompt.
 """
 
 import queue
@@ -96,6 +100,8 @@ class Scheduler:
         prefix_cache_bytes: the most bytes of the cache of prompt blocks
             that later prompts starting with the same tokens reuse (0:
             none; `SlotDecoder`).
+        prefill_chunk: the most prompt tokens prefilled between two decode
+            calls (a multiple of 16; None: every prompt at once).
 
     Example:
     >>> from keras_tfm.generation.continuous_batching import Scheduler, SlotRequest
@@ -115,8 +121,19 @@ class Scheduler:
 
     def __init__(
         self, model, num_slots=8, max_length=None, steps_per_call=1,
-        top_logprobs=MAX_TOP_LOGPROBS, prefix_cache_bytes=0,
+        top_logprobs=MAX_TOP_LOGPROBS, prefix_cache_bytes=0, prefill_chunk=None,
     ):  # fmt: skip
+        if prefill_chunk is not None and (
+            isinstance(prefill_chunk, bool)
+            or not isinstance(prefill_chunk, int)
+            or prefill_chunk < 16
+            or prefill_chunk % 16
+        ):
+            raise ValueError(
+                "`prefill_chunk` must be a multiple of 16 tokens, or None. "
+                f"Received: prefill_chunk={prefill_chunk!r}"
+            )
+        self.prefill_chunk = prefill_chunk
         if max_length is None:
             max_length = min(model.backbone.max_sequence_length, 2048)
         top_logprobs = min(top_logprobs, model.backbone.vocabulary_size)
@@ -129,6 +146,7 @@ class Scheduler:
         self._last = [0] * num_slots  # per slot: the token not yet in the cache
         self._position = [0] * num_slots  # ... and its position
         self._answer = [[] for _ in range(num_slots)]  # per slot, its tokens
+        self._prefilled = {}  # slot -> prompt tokens in it, while chunked
         # Per slot, the tokens its next step may choose (an automaton's).
         self._allowed = np.ones((num_slots, model.backbone.vocabulary_size), bool)
         self._waiting = queue.Queue()
@@ -195,7 +213,8 @@ class Scheduler:
         try:
             while True:
                 self._free_cancelled()
-                self._admit()
+                self._prefill_chunks()  # one chunk per boundary, the first
+                self._admit()  # at admission
                 if any(s is not None for s in self.slots):
                     self._decode()
                 elif self._stopping.is_set() and self._waiting.empty():
@@ -217,8 +236,11 @@ class Scheduler:
         request, self.slots[slot] = self.slots[slot], None
         self._allowed[slot] = True
         answer, self._answer[slot] = self._answer[slot], []
+        held = request.prompt + answer[:-1]
+        if slot in self._prefilled:  # cancelled between its chunks
+            held = request.prompt[: self._prefilled.pop(slot)]
         if not reason.startswith("error"):  # the slot holds what it decoded
-            self.decoder.keep(slot, request.prompt + answer[:-1])
+            self.decoder.keep(slot, held)
         request.on_finish(reason)
 
     def _free_cancelled(self):
@@ -238,14 +260,43 @@ class Scheduler:
                     request.on_finish("cancelled")
                 continue
             slot = self.slots.index(None)
-            automaton = request.automaton
+            prompt, chunk = request.prompt, self.prefill_chunk
+            end = len(prompt)
+            if chunk is not None:
+                end = min(end, self.decoder.cached_length(prompt) + chunk)
             first, logprob, (ids, values), cached = self.decoder.prefill(
-                slot, request.prompt, *(getattr(request, name) for name in SETTINGS),
-                allowed=None if automaton is None else automaton.mask(request.state),
-            )  # fmt: skip
+                slot, prompt[:end], *self._settings(request)
+            )
             request.cached_tokens = cached
             self.slots[slot] = request
-            self._last[slot], self._position[slot] = first, len(request.prompt)
+            if end < len(prompt):  # the rest in chunks (`_prefill_chunks`)
+                self._prefilled[slot] = end
+                continue
+            self._last[slot], self._position[slot] = first, len(prompt)
+            self._deliver(slot, first, logprob, ids, values)
+
+    def _settings(self, request):
+        """`SlotDecoder.prefill`'s settings of `request`, its mask last."""
+        automaton = request.automaton
+        allowed = None if automaton is None else automaton.mask(request.state)
+        return (*(getattr(request, name) for name in SETTINGS), allowed)
+
+    def _prefill_chunks(self):
+        """One chunk of each prompt being prefilled in chunks; a prompt's
+        last chunk gives its first token (and keeps its blocks)."""
+        for slot, start in list(self._prefilled.items()):
+            request = self.slots[slot]
+            prompt = request.prompt
+            end = min(len(prompt), start + self.prefill_chunk)
+            first, logprob, (ids, values), _ = self.decoder.extend(
+                slot, prompt[start:end], start, *self._settings(request)
+            )
+            if end < len(prompt):
+                self._prefilled[slot] = end
+                continue
+            del self._prefilled[slot]
+            self.decoder.keep(slot, prompt)  # the blocks after the first chunk
+            self._last[slot], self._position[slot] = first, len(prompt)
             self._deliver(slot, first, logprob, ids, values)
 
     def _deliver(self, slot, token, logprob, top_ids, top_values):
@@ -268,13 +319,22 @@ class Scheduler:
             self._finish(slot, "length")
 
     def _decode(self):
-        rows = [(i, r) for i, r in enumerate(self.slots) if r is not None]
+        rows = [
+            (i, r)
+            for i, r in enumerate(self.slots)
+            if r is not None and i not in self._prefilled
+        ]
+        if not rows:
+            return
         settings = [
             [getattr(r, name) if r else value for r in self.slots]
             for name, value in SETTINGS.items()
         ]
+        # A slot between chunks writes its step's keys at its last position,
+        # which its own decoding overwrites before any query reads it.
         positions = [
-            p if r else 0 for p, r in zip(self._position, self.slots, strict=True)
+            (self.max_length - 1 if i in self._prefilled else p) if r else 0
+            for i, (p, r) in enumerate(zip(self._position, self.slots, strict=True))
         ]
         out, logprobs, (ids, values) = self.decoder.decode(
             self._last, positions, *settings, allowed=self._allowed

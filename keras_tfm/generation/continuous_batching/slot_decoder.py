@@ -140,6 +140,7 @@ class SlotDecoder:
         )
         self._decode = backend.compile_loop(self._decode_function, owners)
         self._keep = backend.compile_loop(self._keep_function, owners)
+        self._extend = backend.compile_loop(self._extend_function, owners)
 
     def _make_pool(self, prefix_cache_bytes, block_size):
         """The pool: per cache tensor (num_slots, 2, max_length, ...), one
@@ -251,14 +252,29 @@ class SlotDecoder:
             self._store_blocks(rows, write_ids)
         return first[0], logprob[0], top_ids[0], top_values[0]
 
+    def _slot_rows(self, slot):
+        """The slot's caches, (1, ...) each, flat."""
+        # A gather: XLA compiles `ops.slice`'s start as a constant, one
+        # program per slot.
+        index = ops.reshape(slot, [1])
+        caches = keras.tree.flatten(self.caches)
+        return [ops.take(v.value, index, axis=0) for v in caches]
+
     def _keep_function(self, slot, write_ids):
         """The slot's rows' blocks `write_ids` written into the pool."""
-        rows = [
-            ops.slice(v.value, [slot] + [0] * (len(v.shape) - 1), (1, *v.shape[1:]))
-            for v in keras.tree.flatten(self.caches)
-        ]
-        self._store_blocks(rows, write_ids)
+        self._store_blocks(self._slot_rows(slot), write_ids)
         return slot
+
+    def _extend_function(self, tokens, length, start, slot, settings, allowed):
+        """The prefill of a prompt's tokens from `start` on (`tokens`), after
+        its positions 0 to start - 1, which its slot holds (a chunk)."""
+        backbone = self.model.backbone
+        structure = backbone.empty_cache(1, self.max_length)
+        small = keras.tree.pack_sequence_as(structure, self._slot_rows(slot))
+        hidden, small = backbone.call_with_cache(tokens, small, start)
+        return self._prefilled(
+            hidden, small, length - 1 - start, length, slot, settings, allowed, None
+        )
 
     def _pool_rows(self, read_ids):
         """One slot's caches (1, 2, max_length, ...) made of the pool's
@@ -420,6 +436,41 @@ class SlotDecoder:
         if not allowed.any(axis=1).all():
             raise ValueError("Every row must allow at least one token.")
         return allowed
+
+    def extend(
+        self, slot, tokens, start, temperature=0.0, top_p=1.0, seed=0,
+        presence_penalty=0.0, frequency_penalty=0.0, allowed=None,
+    ):  # fmt: skip
+        """Prefills `tokens` at positions `start` on into `slot`, which holds
+        the prompt's first `start` tokens (an earlier `prefill` or `extend`:
+        a long prompt in chunks); returns what `prefill` returns, the next
+        token that of the whole prompt so far (0 cached tokens).
+
+        The chunk is padded to a power of two of at least 32 tokens (at
+        most up to `max_length`), as `prefill`'s prompts are.
+        """
+        length = start + len(tokens)
+        if not 0 < start < length < self.max_length:
+            raise ValueError(
+                f"A chunk must lie within positions 1 to {self.max_length - 1} "
+                f"after the first. Received: {len(tokens)} tokens from {start}"
+            )
+        settings = _settings(
+            [temperature], [top_p], [seed], [presence_penalty], [frequency_penalty]
+        )
+        padded = min(self.padded_length(len(tokens)), self.max_length - start)
+        out = self._extend(
+            self._padded(tokens, padded), np.int32(length), np.int32(start),
+            np.int32(slot), settings, self._allowed(allowed, 1),
+        )  # fmt: skip
+        return _prefill_result(out, 0)
+
+    def cached_length(self, prompt):
+        """How many of `prompt`'s first tokens `prefill` would take from
+        the prefix cache (whole blocks; 0 without one)."""
+        if self.prefix_cache is None:
+            return 0
+        return len(self.prefix_cache.match(prompt)) * self.block_size
 
     def keep(self, slot, tokens):
         """Adds the whole blocks of `tokens` that the prefix cache does not
