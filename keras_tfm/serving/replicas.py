@@ -82,8 +82,9 @@ def deployment(
             replicas run).
         model_id: the name clients pass as `model`.
         replicas: how many processes serve the model.
-        cpus_per_replica: the cores Ray reserves for each replica, also
-            its TensorFlow intra-op threads.
+        cpus_per_replica: the cores Ray reserves for each replica (a
+            fraction packs several on a core); its TensorFlow intra-op
+            threads are that many, at least one.
         max_batch, max_length, steps_per_call, max_body_bytes,
             api_key, prefix_cache_mb, prefill_chunk: as `keras-tfm
             serve`'s options.
@@ -94,6 +95,13 @@ def deployment(
     if not isinstance(replicas, int) or replicas < 1:
         raise ValueError(
             f"`replicas` must be a positive integer. Received: {replicas!r}"
+        )
+    if isinstance(cpus_per_replica, bool) or not (
+        isinstance(cpus_per_replica, (int, float)) and cpus_per_replica > 0
+    ):
+        raise ValueError(
+            "`cpus_per_replica` must be a number > 0. Received: "
+            f"cpus_per_replica={cpus_per_replica!r}"
         )
     options = dict(
         max_batch=max_batch, max_length=max_length, steps_per_call=steps_per_call,
@@ -110,7 +118,7 @@ def deployment(
         # small machine; a replica is healthy once its app has started.
         health_check_timeout_s=600,
         graceful_shutdown_timeout_s=120,
-    ).bind(load_model, model_id, cpus_per_replica, **options)
+    ).bind(load_model, model_id, max(1, int(cpus_per_replica)), **options)
 
 
 def serve_replicas(
