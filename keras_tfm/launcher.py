@@ -14,9 +14,10 @@ runs before either and configures what they print:
 
 `keras-tfm ... --verbose` skips all of this.
 
-Before any of it, a `keras-tfm chat "..."` whose model has a LiteRT entry in
-the cache folder answers from it and returns, without importing Keras or
-TensorFlow (`keras_tfm.lite.chat_command`).
+Before any of it, a `keras-tfm chat "..."` (or a conversation, without a
+message) whose model has a LiteRT entry in the cache folder answers from it
+and returns, without importing Keras or TensorFlow
+(`keras_tfm.lite.chat_command`).
 
 It also spares the commands two imports they never use: Keras imports
 scikit-learn (for `keras.wrappers`' estimators) and matplotlib (for
@@ -85,13 +86,25 @@ def quiet():
     warnings.filterwarnings("default", module=r"keras_tfm(\.|$)")
 
 
+def _tensorflow_conversation(argv):
+    """What a conversation on a LiteRT entry goes on with once it outgrows it
+    (`keras_tfm.cli.chat.continue_conversation`), imported quietly."""
+    if "--verbose" not in argv:
+        quiet()
+    with drop_absl_lines_from_stderr(), _deferred_imports():
+        import keras  # noqa: F401
+
+        from keras_tfm.cli.chat import continue_conversation
+    return continue_conversation(argv)
+
+
 def main(argv=None):
     """The `keras-tfm` command (see `keras_tfm.cli`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     from keras_tfm.lite.chat_command import answer_from_cache
 
-    if answer_from_cache(argv):  # a cached chat: Keras is never imported
-        return 0
+    if answer_from_cache(argv, continue_with=_tensorflow_conversation):
+        return 0  # a cached chat: Keras imported only if a conversation outgrew it
     if "--verbose" in argv:
         # TensorFlow's own level (0) unless set: keras-tfm would quiet it.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")

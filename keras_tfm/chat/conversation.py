@@ -68,29 +68,3 @@ def detokenize_answer(tokenizer):
     """`ids -> text` of a streamed answer: its leading spaces dropped (the
     whole answer is stripped)."""
     return lambda ids: as_text(tokenizer.detokenize(ids)).lstrip()
-
-
-def fitting_history(history, tokenizer, budget):
-    """The latest turns of `history` whose chat prompt fits in `budget` tokens.
-
-    The oldest user/assistant pairs are dropped first; the last message is
-    always kept.
-
-    Example:
-    >>> class Words:  # one token per word
-    ...     def apply_chat_template(self, messages):
-    ...         return " ".join(m["content"] for m in messages)
-    ...     def __call__(self, text):
-    ...         return text.split()
-    >>> turns = [{"role": "user", "content": "a b"},
-    ...          {"role": "assistant", "content": "c"},
-    ...          {"role": "user", "content": "d e f"}]
-    >>> [m["content"] for m in fitting_history(turns, Words(), 4)]
-    ['d e f']
-    """
-    kept = list(history)
-    while len(kept) > 1:
-        if len(tokenizer(tokenizer.apply_chat_template(kept))) <= budget:
-            break
-        kept = kept[2:] if len(kept) > 2 else kept[-1:]
-    return kept

@@ -55,13 +55,19 @@ def add_arguments(p):
     add_decoding_options(p, temperature=1.0)
 
 
-def run(args):
+def chat_model(args):
+    """The model the options name, ready to chat, and its decoding settings."""
     model = loading.language_model(args.model, needs="chat", weights=args.weights)
     model = loading.store_weights(model, args.weights)
     settings = sampler_settings(args.sampler, args)
     check_settings(model, settings)  # as `chat` would: a flag not read is refused
     if getattr(model, "is_decoder_only", False):
         model.prompt_through_step = PROMPT_THROUGH_STEP
+    return model, settings
+
+
+def run(args):
+    model, settings = chat_model(args)
     if args.message is None:  # an interactive conversation
         from keras_tfm.chat import converse
 
@@ -79,3 +85,24 @@ def run(args):
     # The next `chat` with this model answers from LiteRT, without TensorFlow.
     if start_chat_entry(model, args.model, args.weights, settings) is not None:
         print(BACKGROUND_LINE.format(model=args.model), file=sys.stderr)
+
+
+def continue_conversation(argv):
+    """`stream(messages, max_new_tokens)` of a TensorFlow `ChatSession` for
+    the command `argv` (`["chat", options...]`): what a conversation on a
+    LiteRT copy goes on with once it outgrows the copy's buffer
+    (`keras_tfm.lite.chat_command`); the oldest turns are dropped only
+    where the model's own context ends, as `converse` drops them."""
+    from keras_tfm.chat import ChatSession
+    from keras_tfm.chat.repl import history_fit
+    from keras_tfm.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    model, settings = chat_model(args)
+    session = ChatSession(model)
+    fit = history_fit(model, args.max_new_tokens)
+
+    def stream(messages, max_new_tokens):
+        return session.stream(fit(messages), max_new_tokens, **settings)
+
+    return stream

@@ -2,10 +2,14 @@
 
 `keras_tfm.launcher` calls `answer_from_cache(argv)` first for a `chat`
 command; it answers only when the command asks for nothing the entry cannot
-give (a single message, greedy decoding, the float32 weights, a buffer long
-enough), and otherwise returns False without printing anything, and the
-command runs through TensorFlow (`keras_tfm.cli`), which writes the entry
-for next time (`keras_tfm.chat.entry_writer`).
+give (greedy decoding, the float32 weights, a buffer long enough), and
+otherwise returns False without printing anything, and the command runs
+through TensorFlow (`keras_tfm.cli`), which writes the entry for next time
+(`keras_tfm.chat.entry_writer`). Without a message, the conversation
+(`keras_tfm.lite.repl`) runs on the entry, each turn running only what its
+cache does not hold; once the conversation outgrows the entry's buffer, it
+goes on through TensorFlow (`continue_with`, given by the launcher), whose
+context is the model's own.
 
 The options are parsed here with a parser of their own because
 `keras_tfm.cli` builds its parser from the commands' modules, which import
@@ -18,6 +22,7 @@ False
 """
 
 import argparse
+import sys
 
 DEFAULT_MODEL = "smollm2_135m_instruct"
 DEFAULT_MAX_NEW_TOKENS = 256
@@ -32,7 +37,7 @@ class _QuietParser(argparse.ArgumentParser):
 
 def _parser():
     parser = _QuietParser(add_help=False, exit_on_error=False)
-    parser.add_argument("message")
+    parser.add_argument("message", nargs="?")
     parser.add_argument("--model", "--preset", default=DEFAULT_MODEL)
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     parser.add_argument("--sampler", choices=["greedy"])
@@ -53,11 +58,22 @@ def _parse(args):
     return options
 
 
-def answer_from_cache(argv, root=None):
+OUTGROWN = (
+    "keras-tfm: the conversation outgrew the LiteRT copy's {positions} "
+    "positions; it goes on through TensorFlow (loading the model)."
+)
+"""What the conversation says once it moves to TensorFlow."""
+
+
+def answer_from_cache(argv, root=None, continue_with=None):
     """Prints the answer of `keras-tfm chat ...` from the cache; whether it did.
 
-    `argv`: the command's arguments (`["chat", message, options...]`).
+    `argv`: the command's arguments (`["chat", message, options...]`; no
+    message: a conversation, if `continue_with` is given).
     `root`: the cache folder (default `user_cache.cache_directory()`).
+    `continue_with`: `argv -> stream(messages, max_new_tokens)`, the
+    TensorFlow session that takes over a conversation that no longer fits
+    the entry's buffer.
     """
     if argv[:1] != ["chat"]:
         return False
@@ -79,6 +95,15 @@ def answer_from_cache(argv, root=None):
         chat = LiteRTChat(folder, entry)
     except (ImportError, ValueError, RuntimeError):  # e.g. litert uninstalled
         return False
+    if options.message is None:
+        if continue_with is None:
+            return False
+        from keras_tfm.lite.repl import converse_with
+
+        session = _CachedThenTensorFlow(chat, lambda: continue_with(argv))
+        converse_with(session, max_new_tokens=options.max_new_tokens,
+                      stop_strings=options.stop or ())  # fmt: skip
+        return True
     if not chat.fits(chat.prompt_ids(options.message), options.max_new_tokens):
         return False
     pieces = chat.chat(
@@ -91,3 +116,20 @@ def answer_from_cache(argv, root=None):
         print(piece, end="", flush=True)
     print()
     return True
+
+
+class _CachedThenTensorFlow:
+    """A conversation on a LiteRT entry while it fits the entry's buffer, then
+    on the TensorFlow session `load()` returns (for the rest of it)."""
+
+    def __init__(self, chat, load):
+        self.chat, self.load, self.tensorflow = chat, load, None
+
+    def stream(self, messages, max_new_tokens, stop_strings=()):
+        if self.tensorflow is None:
+            prompt = self.chat.prompt_ids(messages)
+            if self.chat.fits(prompt, max_new_tokens):
+                return self.chat.stream(messages, max_new_tokens, stop_strings)
+            print(OUTGROWN.format(positions=self.chat.buffer_length), file=sys.stderr)
+            self.tensorflow = self.load()
+        return self.tensorflow(messages, max_new_tokens)

@@ -8,7 +8,9 @@ that imports neither TensorFlow nor Keras. The prompt goes through the
 file's `prefill` signature in chunks, then each new token through `decode`;
 each new token is the argmax of the float32 logits, as `CausalLM.generate`'s
 greedy sampler takes it (NumPy's argmax and TensorFlow's both take the first
-maximum). Only greedy decoding: sampling runs in TensorFlow.
+maximum). Only greedy decoding: sampling runs in TensorFlow. `stream`
+answers a conversation's turns in the REPL (`keras-tfm chat` without a
+message), each running only what the cache does not hold yet.
 
 Example:
 >>> # once `keras-tfm chat "..."` has written SmolLM2's entry
@@ -46,6 +48,8 @@ class LiteRTChat:
         self.entry = entry
         self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER))
         self.decoder = LiteRTDecoder(folder / DECODER, num_threads, kernels)
+        self.cached_ids = []
+        """The token ids whose keys and values the cache holds, in order."""
 
     @property
     def buffer_length(self):
@@ -62,22 +66,56 @@ class LiteRTChat:
         """Whether the prompt and `max_new_tokens` fit the cached buffer."""
         return len(prompt) + max_new_tokens <= self.buffer_length
 
-    def greedy_ids(self, prompt, max_new_tokens):
+    def greedy_ids(self, prompt, max_new_tokens, start=0):
         """Yields the greedy new ids after `prompt`, up to `max_new_tokens`
-        (the end-of-turn id included, then stops)."""
+        (the end-of-turn id included, then stops).
+
+        `start`: how many of `prompt`'s first tokens the cache already holds
+        (`cached_ids`, a conversation's earlier turns): only the rest is
+        prefilled. `cached_ids` then follows what the cache holds.
+        """
         if not prompt or not self.fits(prompt, max_new_tokens):
             raise ValueError(
                 "The prompt and max_new_tokens must fit the cached buffer of "
                 f"{self.buffer_length} positions. Received: a prompt of "
                 f"{len(prompt)} tokens, max_new_tokens={max_new_tokens}"
             )
-        token = int(np.argmax(self.decoder.prefill(prompt, 0)))
+        if not 0 <= start <= self.reusable(prompt):
+            raise ValueError(
+                "`start` must be at most the tokens the cache holds of the "
+                f"prompt ({self.reusable(prompt)}). Received: start={start}"
+            )
+        self.cached_ids = []  # until the prefill has written the prompt
+        token = int(np.argmax(self.decoder.prefill(prompt[start:], start)))
+        self.cached_ids = list(prompt)
         for index in range(len(prompt), len(prompt) + max_new_tokens - 1):
             yield token
             if token == self.entry["end_token_id"]:
                 return
-            token = int(np.argmax(self.decoder.decode(token, index)))
+            logits = self.decoder.decode(token, index)
+            self.cached_ids.append(token)
+            token = int(np.argmax(logits))
         yield token
+
+    def reusable(self, prompt):
+        """How many of `prompt`'s first tokens the cache holds, leaving at
+        least its last one to run (whose logits give the first new token)."""
+        shared = 0
+        for cached, token in zip(self.cached_ids, prompt[:-1], strict=False):
+            if cached != token:
+                break
+            shared += 1
+        return shared
+
+    def stream(self, messages, max_new_tokens=256, stop_strings=()):
+        """Yields the greedy answer to `messages` in pieces, reusing what the
+        cache holds of their prompt: a conversation's next turn runs only
+        its new tokens (as `keras_tfm.chat.ChatSession.stream` does)."""
+        prompt = self.prompt_ids(messages)
+        ids = self.greedy_ids(prompt, max_new_tokens, self.reusable(prompt))
+        return text_pieces(
+            self.detokenize, ids, stop_strings, [self.entry["end_token_id"]]
+        )
 
     def chat(self, messages, max_new_tokens=256, stop_strings=(), stream=False):
         """The greedy answer to `messages`, as `CausalLM.chat` gives it.

@@ -8,6 +8,7 @@ cache must not answer.
 """
 
 import doctest
+import io
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from keras_tfm.lite import (
     chat_entries,
     litert_bench,
     litert_chat,
+    repl,
     stop_text,
     user_cache,
 )
@@ -202,6 +204,93 @@ def test_second_command_answers_without_tensorflow(tiny, capsys):
     assert done.stdout == want
 
 
+TURNS = ["Hello", "Why?", "One more."]
+
+
+def _tensorflow_conversation(model, lines, max_new_tokens):
+    """What the TensorFlow REPL (`keras_tfm.chat.converse`) prints for `lines`."""
+    from keras_tfm.chat import ChatSession, converse
+
+    out = io.StringIO()
+    session = ChatSession(model, jit_compile=False)
+    converse(model, iter(lines), out, max_new_tokens, session=session)
+    return out.getvalue()
+
+
+def test_a_conversation_on_the_entry_runs_only_each_turns_new_tokens(tiny):
+    model, path, root = tiny
+    chat = LiteRTChat(*chat_entries.find_entry(path, "float32", root))
+    starts, prefill = [], chat.decoder.prefill
+
+    def recording(token_ids, start):
+        starts.append((start, len(token_ids)))
+        return prefill(token_ids, start)
+
+    chat.decoder.prefill = recording
+    history = repl.converse_with(chat, iter(TURNS), io.StringIO(), max_new_tokens=8)
+    # Each answer is the greedy answer to the history so far, by full passes.
+    for i in (1, 3, 5):
+        assert history[i]["content"] == _greedy_answer(model, history[:i], 8, ())
+    # One prefill a turn; a later one starts past the previous turn's prompt
+    # (its answer's keys were written while decoding) and runs fewer tokens
+    # than its whole prompt.
+    lengths = [len(chat.prompt_ids(history[:i])) for i in (1, 3, 5)]
+    assert [start for start, _ in starts][0] == 0 and len(starts) == 3
+    for turn in (1, 2):
+        start, count = starts[turn]
+        assert lengths[turn - 1] <= start and start + count == lengths[turn]
+    assert chat.cached_ids[: lengths[2]] == chat.prompt_ids(history[:5])
+
+
+def test_a_conversation_that_outgrows_the_entry_goes_on_through_tensorflow(
+    tiny, capsys, monkeypatch
+):
+    model, path, root = tiny
+    from keras_tfm.cli.chat import continue_conversation
+
+    # Turns of ~40 tokens (one a byte) and 40 new ones pass the 128
+    # positions (the buffer and the model's context) by the third: the
+    # TensorFlow REPL drops the oldest turns there, and so does the session
+    # the conversation moves to.
+    lines = ["Hello", "A longer question, or two.", "And one more?", "Last."]
+    want = _tensorflow_conversation(model, lines, 40)
+    loads = []
+
+    def tensorflow(argv):
+        loads.append(argv)
+        return continue_conversation(argv)
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{x}\n" for x in lines)))
+    argv = ["chat", "--model", path, "--max-new-tokens", "40", "--sampler", "greedy"]
+    assert chat_command.answer_from_cache(argv, root, continue_with=tensorflow)
+    printed = capsys.readouterr()
+    assert printed.out == want
+    assert len(loads) == 1
+    assert printed.err.count("outgrew the LiteRT copy's 128 positions") == 1
+
+
+def test_a_conversation_from_the_entry_imports_no_tensorflow(tiny):
+    model, path, root = tiny
+    lines = TURNS[:2]
+    script = textwrap.dedent(f"""
+        import sys
+        from keras_tfm import launcher
+        launcher.main(["chat", "--model", {path!r}, "--max-new-tokens", "8",
+                       "--sampler", "greedy"])
+        assert not {{"tensorflow", "keras", "keras_hub"}} & set(sys.modules)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input="".join(f"{line}\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KERAS_TFM_CACHE_DIR": str(root)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == _tensorflow_conversation(model, lines, 8)
+
+
 def test_entry_keys(tiny, monkeypatch):
     _, path, root = tiny
     base = chat_entries.entry_folder(path, "float32", root)
@@ -364,7 +453,8 @@ def test_entries_only_where_litert_agrees(tiny, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "module", [chat_command, chat_entries, litert_bench, litert_chat, stop_text, writer]
+    "module",
+    [chat_command, chat_entries, litert_bench, litert_chat, repl, stop_text, writer],
 )
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
