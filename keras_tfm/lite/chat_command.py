@@ -96,8 +96,8 @@ def answer_from_cache(argv, root=None, continue_with=None):
     except (ImportError, ValueError, RuntimeError):  # e.g. litert uninstalled
         return False
     if options.message is None:
-        if continue_with is None:
-            return False
+        if continue_with is None or options.max_new_tokens >= chat.buffer_length:
+            return False  # no answer would fit the entry: TensorFlow throughout
         from keras_tfm.lite.repl import converse_with
 
         session = _CachedThenTensorFlow(chat, lambda: continue_with(argv))

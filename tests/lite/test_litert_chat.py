@@ -267,6 +267,10 @@ def test_a_conversation_that_outgrows_the_entry_goes_on_through_tensorflow(
     assert printed.out == want
     assert len(loads) == 1
     assert printed.err.count("outgrew the LiteRT copy's 128 positions") == 1
+    # Answers as long as the buffer: TensorFlow from the start, nothing said.
+    argv[argv.index("40")] = "128"
+    assert not chat_command.answer_from_cache(argv, root, continue_with=tensorflow)
+    assert len(loads) == 1 and not capsys.readouterr().err
 
 
 def test_a_conversation_from_the_entry_imports_no_tensorflow(tiny):
