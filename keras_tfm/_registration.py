@@ -47,7 +47,10 @@ from keras_tfm.runtime import use_persistent_xla_cache
 # The subpackages whose import registers classes with `keras.saving` (and
 # the zoo, which registers `from_preset`'s loader with the models); none of
 # them imports TensorFlow until a TensorFlow-only feature runs.
-REGISTERING = ("layers", "tokenizers", "generation", "models", "training", "zoo")
+REGISTERING = (
+    "layers", "tokenizers", "generation.beam_search_sampler", "models", "training",
+    "zoo",
+)  # fmt: skip
 # The top-level packages the finder watches: Keras, and what imports it.
 _WATCHED = frozenset({"keras", "keras_hub"})
 # The loaders whose modules run Python code, which may import Keras.

@@ -6,12 +6,9 @@ import sys
 
 from keras_tfm.cli import loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
-from keras_tfm.cli.decoding import (
-    add_decoding_options,
-    check_settings,
-    sampler_settings,
-)
+from keras_tfm.cli.decoding import add_decoding_options, check_settings
 from keras_tfm.lite import chat_command
+from keras_tfm.lite.decoding_flags import sampler_settings
 
 HELP = "ask an instruct model (SmolLM2 by default)"
 

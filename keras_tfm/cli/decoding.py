@@ -5,54 +5,35 @@ A flag given goes to the model as the setting of the same name and is
 checked as the Python API checks it (`check_settings`): a setting that the
 chosen sampler does not read is refused, naming the flag, never dropped. A
 flag's default (`--temperature`, `--top-p`, `--top-k`, `--num-beams`) is
-sent only with the sampler it is for (`DEFAULT_FOR`), chosen by
-`--sampler` or by the command.
+sent only with the sampler it is for, chosen by `--sampler` or by the
+command (`keras_tfm.lite.decoding_flags`, which the LiteRT chat reads too).
 """
 
 from keras_tfm.cli.loading import add_weights_option
 from keras_tfm.generation.generation_config import configs_for, request_base
-
-FLAGS = {
-    "temperature": "--temperature",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "num_beams": "--num-beams",
-    "seed": "--seed",
-    "repetition_penalty": "--repetition-penalty",
-    "min_p": "--min-p",
-    "stop_strings": "--stop",
-}
-"""The setting each decoding flag sets."""
-
-
-SAMPLING = ("random", "top_k", "top_p")
-
-DEFAULT_FOR = {
-    "temperature": SAMPLING,
-    "top_k": ("top_k",),
-    "top_p": ("top_p",),
-    "num_beams": ("beam",),
-}
-"""The samplers a flag's default is sent with (top_p sampling reads a top_k
-too, but the CLI's --top-k default is for top_k sampling only)."""
+from keras_tfm.lite.decoding_flags import DEFAULT_TOP_P, FLAGS
 
 
 def add_decoding_options(parser, temperature, **defaults):
     """The options `generate` and `chat` share: sampling and `--weights`.
 
     `temperature` and `defaults` (setting: value): what is sent for a flag
-    not given, with the samplers `DEFAULT_FOR` names.
+    not given, with the samplers `decoding_flags.DEFAULT_FOR` names.
     """
     parser.add_argument(
         "--temperature", type=float,
         help=f"with a sampling --sampler (default {temperature})",
     )  # fmt: skip
     parser.add_argument(
-        "--top-p", type=float, help="with --sampler top_p (default 0.9)"
+        "--top-p", type=float, help=f"with --sampler top_p (default {DEFAULT_TOP_P})"
     )
     parser.add_argument("--seed", type=int)
     parser.set_defaults(
-        sampler_defaults={"temperature": temperature, "top_p": 0.9, **defaults}
+        sampler_defaults={
+            "temperature": temperature,
+            "top_p": DEFAULT_TOP_P,
+            **defaults,
+        }
     )
     add_processor_options(parser)
     add_weights_option(parser)
@@ -62,21 +43,6 @@ def add_processor_options(parser):
     parser.add_argument("--repetition-penalty", type=float, help="HF's (1: off)")
     parser.add_argument("--min-p", type=float, help="with a sampling --sampler")
     parser.add_argument("--stop", action="append", help="a stop string (repeatable)")
-
-
-def sampler_settings(sampler, args):
-    """The settings of the flags given, and the defaults of the flags for
-    `sampler` (None: the model's default sampler, no default sent)."""
-    settings = {} if sampler is None else {"sampler": sampler}
-    given = {
-        name: getattr(args, "stop" if name == "stop_strings" else name, None)
-        for name in FLAGS
-    }
-    settings.update({name: value for name, value in given.items() if value is not None})
-    for name, value in getattr(args, "sampler_defaults", {}).items():
-        if sampler in DEFAULT_FOR[name] and name not in settings:
-            settings[name] = value
-    return settings
 
 
 def check_settings(model, settings):

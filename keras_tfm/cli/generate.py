@@ -5,12 +5,9 @@ import inspect
 
 from keras_tfm.cli import loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
-from keras_tfm.cli.decoding import (
-    add_decoding_options,
-    check_settings,
-    sampler_settings,
-)
+from keras_tfm.cli.decoding import add_decoding_options, check_settings
 from keras_tfm.cli.loading import SEQ2SEQ_CLASSES
+from keras_tfm.lite.decoding_flags import sampler_settings
 
 HELP = "continue prompts with a saved model"
 

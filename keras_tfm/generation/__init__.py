@@ -29,20 +29,35 @@ Example:
 0.9
 """
 
-from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
-from keras_tfm.generation.compiled_loops import (
-    CompiledLoops,
-    invalidate_compiled_loops,
-)
-from keras_tfm.generation.decoder_steps import DecoderSteps
-from keras_tfm.generation.generation_config import (
-    SAMPLERS,
-    GenerationConfig,
-    settings_tensors,
-)
-from keras_tfm.generation.generation_utils import make_sampler
-from keras_tfm.generation.kv_cache_dtype import set_kv_cache_dtype
-from keras_tfm.generation.speculative import SpeculativeDecoder
+import importlib
+
+# Each name is imported from its module on first use (PEP 562), so that the
+# Keras-free parts (`generation_config`, `buffers`' Python rules) serve the
+# LiteRT chat, which imports no Keras: the other modules import it.
+_SOURCES = {
+    "BeamSearchSampler": "beam_search_sampler",
+    "CompiledLoops": "compiled_loops",
+    "invalidate_compiled_loops": "compiled_loops",
+    "DecoderSteps": "decoder_steps",
+    "SAMPLERS": "generation_config",
+    "GenerationConfig": "generation_config",
+    "settings_tensors": "generation_config",
+    "make_sampler": "generation_utils",
+    "set_kv_cache_dtype": "kv_cache_dtype",
+    "SpeculativeDecoder": "speculative",
+}
+
+
+def __getattr__(name):
+    if name in _SOURCES:
+        module = importlib.import_module(f"keras_tfm.generation.{_SOURCES[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module 'keras_tfm.generation' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SOURCES))
+
 
 __all__ = [
     "BeamSearchSampler",

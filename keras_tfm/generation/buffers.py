@@ -20,7 +20,8 @@ Example:
 (16, 16)
 """
 
-from keras import ops
+# Keras is imported by the graph forms only: the Python rules serve the LiteRT
+# chat, which runs without it.
 
 SMALLEST_BUFFER = 64
 """The shortest decoding buffer of the built-in samplers' loop."""
@@ -36,10 +37,13 @@ def buffer_length_graph(needed, maximum=None, smallest=SMALLEST_BUFFER):
     """`buffer_length` of a scalar int32 tensor `needed` (`maximum` an int).
 
     Example:
+    >>> from keras import ops
     >>> [int(buffer_length_graph(ops.convert_to_tensor(n, "int32"), 100))
     ...  for n in (1, 64, 65, 99)]
     [64, 64, 100, 100]
     """
+    from keras import ops
+
     powers = ops.convert_to_tensor([1 << i for i in range(31)], "int32")
     at_least = ops.min(ops.where(powers >= needed, powers, 1 << 30))
     length = ops.maximum(at_least, smallest)
@@ -56,9 +60,12 @@ def rounded_length_graph(needed, maximum=None, multiple=8):
     """`rounded_length` of a scalar int32 tensor `needed`.
 
     Example:
+    >>> from keras import ops
     >>> int(rounded_length_graph(ops.convert_to_tensor(13, "int32"), 100))
     16
     """
+    from keras import ops
+
     length = (needed + multiple - 1) // multiple * multiple
     return length if maximum is None else ops.minimum(length, maximum)
 

@@ -347,6 +347,17 @@ def request_base(default, sampler, num_beams, draft):
     return default
 
 
+def _is_sampler_object(sampler):
+    """Whether `sampler` is a `keras_hub.samplers.Sampler` (keras_hub, which
+    imports Keras, is imported only for what is not a name: the LiteRT chat
+    resolves its settings here without Keras)."""
+    if isinstance(sampler, str | None):
+        return False
+    import keras_hub
+
+    return isinstance(sampler, keras_hub.samplers.Sampler)
+
+
 def configs_for(sampler, settings, generation_config, batch_size):
     """`(configs, instance)` for `generate`'s arguments.
 
@@ -357,10 +368,8 @@ def configs_for(sampler, settings, generation_config, batch_size):
     `sampler="greedy"` an error). `instance` is a `keras_hub.samplers.Sampler`
     object passed as `sampler` (which then takes only `seed`), else None.
     """
-    import keras_hub
-
     given = {name: value for name, value in settings.items() if value is not None}
-    if isinstance(sampler, keras_hub.samplers.Sampler):
+    if _is_sampler_object(sampler):
         if given.get("num_beams") is not None:
             _number("num_beams", given["num_beams"], 1, 2**31 - 1, integer=True)
             if given["num_beams"] == 1:
