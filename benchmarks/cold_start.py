@@ -169,7 +169,7 @@ def lite_stages():
     chat = LiteRTChat(*found)
     mark("load the interpreter (the file is mapped)")
     prompt = chat.prompt_ids(QUESTION)
-    ids = chat.greedy_ids(prompt, 256)
+    ids = chat.answer_ids(prompt, 256)
     first = next(ids)
     mark(f"the prompt ({len(prompt)} tokens) and the first new token")
     answer = [first, *ids]

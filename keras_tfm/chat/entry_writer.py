@@ -3,7 +3,8 @@
 After `keras-tfm chat "..."` has answered through TensorFlow, it checks that
 LiteRT would give the same answers (`plan_chat_entry`: float32 weights, a
 byte-level BPE tokenizer whose `tokenizers` pipeline gives the same ids, a
-ChatML template, plain greedy decoding, stop strings allowed) and starts a
+ChatML template, greedy or sampling decoding without logit processors, stop
+strings allowed) and starts a
 background process (`start_chat_entry`, `python -m keras_tfm.chat.entry_writer
 MODEL WEIGHTS`) that loads the model again and writes the entry
 (`build_chat_entry`): the decoding step as LiteRT, the tokenizer pipeline,
@@ -31,6 +32,7 @@ Example:
 >>> plan_chat_entry(model, "gpt_tiny", "float32", {}, tempfile.mkdtemp())
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -41,7 +43,7 @@ from pathlib import Path
 
 from keras_tfm.export.litert_decoder import convert_decoder_step, save_decoder_step
 from keras_tfm.generation.generation_config import configs_for, request_base
-from keras_tfm.lite import chat_entries
+from keras_tfm.lite import chat_entries, sampling
 from keras_tfm.lite.chat_template import parse_chatml_template
 from keras_tfm.lite.user_cache import seal
 from keras_tfm.saving import atomic_directory
@@ -73,15 +75,26 @@ def model_files(reference):
     return files + ([checkpoint_path(source)] if source else [])
 
 
-def _plain_greedy(model, settings):
-    """Whether `model.chat(**settings)` decodes plain greedy (stop strings aside)."""
+def _decodes_on_litert(model, settings):
+    """Whether the LiteRT chat decodes `model.chat(**settings)`: greedy or a
+    built-in sampling (`keras_tfm.lite.sampling`), no logit processor."""
     sampler = settings.get("sampler")
     base = request_base(model.generation_config, sampler, None, None)
-    rest = {k: v for k, v in settings.items() if k not in ("sampler", "stop_strings")}
+    rest = {k: v for k, v in settings.items() if k != "sampler"}
     (config,), instance = configs_for(sampler, rest, base, 1)
     return (
-        instance is None and config.sampler == "greedy" and not config.uses_processors
+        instance is None
+        and config.sampler in ("greedy", *sampling.SAMPLERS)
+        and not config.uses_processors
     )
+
+
+def _config_values(config):
+    """A `GenerationConfig`'s fields that are set, for `entry.json`."""
+    if config is None:
+        return None
+    values = dataclasses.asdict(config)
+    return {name: value for name, value in values.items() if value not in (None, ())}
 
 
 def _pipeline(tokenizer):
@@ -129,7 +142,8 @@ def plan_chat_entry(model, reference, weights, settings, root=None, builder=Fals
     None when caching is off, the entry is there or being built, an earlier
     build failed, or LiteRT would not give `model.chat(**settings)`'s
     answers: `weights` other than "float32", no byte-level BPE tokenizer
-    with a ChatML template, or decoding that is not plain greedy.
+    with a ChatML template, or decoding the LiteRT chat does not do (beam
+    search, logit processors).
     `builder`: asked by the process that builds it (its markers are its own).
     """
     folder = chat_entries.entry_folder(reference, weights, root)
@@ -140,7 +154,7 @@ def plan_chat_entry(model, reference, weights, settings, root=None, builder=Fals
         chat_entries.litert_version() == "absent"
         or (not builder and (failed.exists() or _building(building)))
         or chat_entries.find_entry(reference, weights, root) is not None
-        or not _plain_greedy(model, settings)
+        or not _decodes_on_litert(model, settings)
         or _pipeline(getattr(model, "tokenizer", None)) is None
     ):
         return None
@@ -179,8 +193,7 @@ def prepare_chat_entry(model, reference, weights, root=None):
         "buffer_length": buffer_length,
         "end_token_id": int(tokenizer.end_token_id),
         "default_system_prompt": parse_chatml_template(tokenizer.chat_template),
-        "default_is_greedy": _plain_greedy(model, {}),
-        "greedy_is_plain": _plain_greedy(model, {"sampler": "greedy"}),
+        "generation_config": _config_values(model.generation_config),
         "sources": [chat_entries.file_identity(p) for p in model_files(reference)],
     }
     work = _work_folder(folder)

@@ -49,7 +49,7 @@ def add_arguments(p):
         help="default: the preset's settings (greedy unless its "
         "generation_config.json says otherwise)",
     )
-    add_decoding_options(p, temperature=1.0)
+    add_decoding_options(p, temperature=chat_command.DEFAULT_TEMPERATURE)
 
 
 def chat_model(args):

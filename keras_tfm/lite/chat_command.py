@@ -2,8 +2,9 @@
 
 `keras_tfm.launcher` calls `answer_from_cache(argv)` first for a `chat`
 command; it answers only when the command asks for nothing the entry cannot
-give (greedy decoding, the float32 weights, a buffer long enough), and
-otherwise returns False without printing anything, and the command runs
+give (the float32 weights, greedy decoding or sampling without logit
+processors, a buffer long enough), and otherwise returns False without
+printing anything, and the command runs
 through TensorFlow (`keras_tfm.cli`), which writes the entry for next time
 (`keras_tfm.chat.entry_writer`). Without a message, the conversation
 (`keras_tfm.lite.repl`) runs on the entry, each turn running only what its
@@ -14,18 +15,25 @@ context is the model's own.
 The options are parsed here with a parser of their own because
 `keras_tfm.cli` builds its parser from the commands' modules, which import
 Keras and TensorFlow; the defaults are shared (`DEFAULT_MODEL`,
-`DEFAULT_MAX_NEW_TOKENS`).
+`DEFAULT_MAX_NEW_TOKENS`, `DEFAULT_TEMPERATURE`), and the settings are
+resolved against the model's own (`entry.json`) by the engine's rules
+(`keras_tfm.generation.generation_config`), which import no Keras: a
+setting TensorFlow would refuse is left to TensorFlow to refuse.
 
 Example:
->>> answer_from_cache(["chat", "--sampler", "top_p", "Hi"])  # sampling: no
+>>> answer_from_cache(["chat", "--repetition-penalty", "1.2", "Hi"])  # no
 False
 """
 
 import argparse
 import sys
 
+from keras_tfm.lite.decoding_flags import DEFAULT_TOP_P, sampler_settings
+
 DEFAULT_MODEL = "smollm2_135m_instruct"
 DEFAULT_MAX_NEW_TOKENS = 256
+DEFAULT_TEMPERATURE = 1.0
+"""`keras-tfm chat --sampler top_p`'s temperature unless `--temperature`."""
 
 
 class _QuietParser(argparse.ArgumentParser):
@@ -40,10 +48,17 @@ def _parser():
     parser.add_argument("message", nargs="?")
     parser.add_argument("--model", "--preset", default=DEFAULT_MODEL)
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
-    parser.add_argument("--sampler", choices=["greedy"])
+    parser.add_argument("--sampler", choices=["greedy", "top_p"])
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--min-p", type=float)
+    parser.add_argument("--seed", type=int)
     parser.add_argument("--weights", default="float32", choices=["float32"])
     parser.add_argument("--stop", action="append")
     parser.add_argument("--verbose", action="store_true")
+    parser.set_defaults(
+        sampler_defaults={"temperature": DEFAULT_TEMPERATURE, "top_p": DEFAULT_TOP_P}
+    )
     return parser
 
 
@@ -56,6 +71,31 @@ def _parse(args):
     if unknown or options.max_new_tokens <= 0 or "-h" in args or "--help" in args:
         return None
     return options
+
+
+def decoding_config(options, entry):
+    """The `GenerationConfig` the command decodes with, resolved over the
+    model's default as `CausalLM.chat` resolves it; None if TensorFlow must
+    answer (a setting it refuses, beam search, a logit processor)."""
+    from keras_tfm.generation.generation_config import (
+        GenerationConfig,
+        configs_for,
+        request_base,
+    )
+    from keras_tfm.lite.sampling import SAMPLERS
+
+    settings = sampler_settings(options.sampler, options)
+    sampler = settings.pop("sampler", None)
+    try:
+        default = entry["generation_config"]
+        default = None if default is None else GenerationConfig.from_dict(default)
+        base = request_base(default, sampler, None, None)
+        (config,), _ = configs_for(sampler, settings, base, 1)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if config.sampler not in ("greedy", *SAMPLERS) or config.uses_processors:
+        return None
+    return config
 
 
 OUTGROWN = (
@@ -86,8 +126,8 @@ def answer_from_cache(argv, root=None, continue_with=None):
     if found is None:
         return False
     folder, entry = found
-    greedy = entry["greedy_is_plain" if options.sampler else "default_is_greedy"]
-    if not greedy:
+    config = decoding_config(options, entry)
+    if config is None:
         return False
     try:
         from keras_tfm.lite.litert_chat import LiteRTChat
@@ -100,17 +140,17 @@ def answer_from_cache(argv, root=None, continue_with=None):
             return False  # no answer would fit the entry: TensorFlow throughout
         from keras_tfm.lite.repl import converse_with
 
-        session = _CachedThenTensorFlow(chat, lambda: continue_with(argv))
-        converse_with(session, max_new_tokens=options.max_new_tokens,
-                      stop_strings=options.stop or ())  # fmt: skip
+        session = _CachedThenTensorFlow(chat, config, lambda: continue_with(argv))
+        converse_with(session, max_new_tokens=options.max_new_tokens)
         return True
     if not chat.fits(chat.prompt_ids(options.message), options.max_new_tokens):
         return False
     pieces = chat.chat(
         options.message,
         max_new_tokens=options.max_new_tokens,
-        stop_strings=options.stop or (),
+        stop_strings=config.stop_strings,
         stream=True,
+        config=config,
     )
     for piece in pieces:
         print(piece, end="", flush=True)
@@ -120,16 +160,19 @@ def answer_from_cache(argv, root=None, continue_with=None):
 
 class _CachedThenTensorFlow:
     """A conversation on a LiteRT entry while it fits the entry's buffer, then
-    on the TensorFlow session `load()` returns (for the rest of it)."""
+    on the TensorFlow session `load()` returns (for the rest of it), both
+    decoding with `config` (the TensorFlow session with the same flags)."""
 
-    def __init__(self, chat, load):
-        self.chat, self.load, self.tensorflow = chat, load, None
+    def __init__(self, chat, config, load):
+        self.chat, self.config, self.load, self.tensorflow = chat, config, load, None
 
-    def stream(self, messages, max_new_tokens, stop_strings=()):
+    def stream(self, messages, max_new_tokens):
         if self.tensorflow is None:
             prompt = self.chat.prompt_ids(messages)
             if self.chat.fits(prompt, max_new_tokens):
-                return self.chat.stream(messages, max_new_tokens, stop_strings)
+                return self.chat.stream(
+                    messages, max_new_tokens, self.config.stop_strings, self.config
+                )
             print(OUTGROWN.format(positions=self.chat.buffer_length), file=sys.stderr)
             self.tensorflow = self.load()
         return self.tensorflow(messages, max_new_tokens)

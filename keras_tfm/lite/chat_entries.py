@@ -8,9 +8,9 @@
 - `tokenizer.json`: the tokenizer's `tokenizers` pipeline, the one its
   eager calls run;
 - `entry.json`: the end-of-turn id, the chat template's default system
-  prompt, the buffer length, whether the model's default decoding is plain
-  greedy, and the files the model was read from (path, size, modification
-  time);
+  prompt, the buffer length, the model's default decoding settings (its
+  `generation_config`, or null), and the files the model was read from
+  (path, size, modification time);
 - `MANIFEST`: the size and CRC-32 of each of those, written last.
 
 Safe as the other caches are: `<key>` hashes the model's name (or its
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from keras_tfm.lite.user_cache import cache_directory, cache_key, verify
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Bumped whenever what an entry holds, or how it is read, changes."""
 
 FILES = ("decoder.tflite", "tokenizer.json", "entry.json")

@@ -1,16 +1,18 @@
-"""`LiteRTChat`: greedy chat answers from a cached LiteRT decoding step.
+"""`LiteRTChat`: chat answers from a cached LiteRT decoding step.
 
 What a second `keras-tfm chat` runs: the model's decoding step as a
 `.tflite` file (`keras_tfm.export.export_litert_decoder`, its key/value cache
 inside the interpreter, run by `keras_tfm.lite.litert_decoder.LiteRTDecoder`),
 the tokenizer's `tokenizers` pipeline and the ChatML template, in a process
 that imports neither TensorFlow nor Keras. The prompt goes through the
-file's `prefill` signature in chunks, then each new token through `decode`;
-each new token is the argmax of the float32 logits, as `CausalLM.generate`'s
-greedy sampler takes it (NumPy's argmax and TensorFlow's both take the first
-maximum). Only greedy decoding: sampling runs in TensorFlow. `stream`
-answers a conversation's turns in the REPL (`keras-tfm chat` without a
-message), each running only what the cache does not hold yet.
+file's `prefill` signature in chunks, then each new token through `decode`.
+Greedy decoding takes the argmax of the float32 logits, as `CausalLM.generate`'s
+greedy sampler does (NumPy's argmax and TensorFlow's both take the first
+maximum); a sampling `GenerationConfig` (temperature, top-k, top-p, min-p,
+seed; no logit processor) draws with `keras_tfm.lite.sampling`, the
+engine's sampler in NumPy, so a seed samples the TensorFlow path's tokens.
+`stream` answers a conversation's turns in the REPL (`keras-tfm chat`
+without a message), each running only what the cache does not hold yet.
 
 Example:
 >>> # once `keras-tfm chat "..."` has written SmolLM2's entry
@@ -23,6 +25,8 @@ The capital of France is Paris.
 
 import numpy as np
 
+from keras_tfm.generation.generation_config import settings_tensors
+from keras_tfm.lite import sampling
 from keras_tfm.lite.chat_entries import DECODER, TOKENIZER
 from keras_tfm.lite.chat_template import apply_chatml
 from keras_tfm.lite.litert_decoder import LiteRTDecoder
@@ -66,13 +70,16 @@ class LiteRTChat:
         """Whether the prompt and `max_new_tokens` fit the cached buffer."""
         return len(prompt) + max_new_tokens <= self.buffer_length
 
-    def greedy_ids(self, prompt, max_new_tokens, start=0):
-        """Yields the greedy new ids after `prompt`, up to `max_new_tokens`
-        (the end-of-turn id included, then stops).
+    def answer_ids(self, prompt, max_new_tokens, start=0, config=None):
+        """Yields the new ids after `prompt`, up to `max_new_tokens` (the
+        end-of-turn id included, then stops).
 
         `start`: how many of `prompt`'s first tokens the cache already holds
         (`cached_ids`, a conversation's earlier turns): only the rest is
         prefilled. `cached_ids` then follows what the cache holds.
+        `config`: a `GenerationConfig` without logit processors (None:
+        greedy); each token at position i is drawn as the engine draws the
+        token at i.
         """
         if not prompt or not self.fits(prompt, max_new_tokens):
             raise ValueError(
@@ -85,8 +92,9 @@ class LiteRTChat:
                 "`start` must be at most the tokens the cache holds of the "
                 f"prompt ({self.reusable(prompt)}). Received: start={start}"
             )
+        choose = _chooser(config)
         self.cached_ids = []  # until the prefill has written the prompt
-        token = int(np.argmax(self.decoder.prefill(prompt[start:], start)))
+        token = choose(self.decoder.prefill(prompt[start:], start), len(prompt))
         self.cached_ids = list(prompt)
         for index in range(len(prompt), len(prompt) + max_new_tokens - 1):
             yield token
@@ -94,7 +102,7 @@ class LiteRTChat:
                 return
             logits = self.decoder.decode(token, index)
             self.cached_ids.append(token)
-            token = int(np.argmax(logits))
+            token = choose(logits, index + 1)
         yield token
 
     def reusable(self, prompt):
@@ -107,18 +115,20 @@ class LiteRTChat:
             shared += 1
         return shared
 
-    def stream(self, messages, max_new_tokens=256, stop_strings=()):
-        """Yields the greedy answer to `messages` in pieces, reusing what the
-        cache holds of their prompt: a conversation's next turn runs only
-        its new tokens (as `keras_tfm.chat.ChatSession.stream` does)."""
+    def stream(self, messages, max_new_tokens=256, stop_strings=(), config=None):
+        """Yields the answer to `messages` in pieces, reusing what the cache
+        holds of their prompt: a conversation's next turn runs only its new
+        tokens (as `keras_tfm.chat.ChatSession.stream` does)."""
         prompt = self.prompt_ids(messages)
-        ids = self.greedy_ids(prompt, max_new_tokens, self.reusable(prompt))
+        ids = self.answer_ids(prompt, max_new_tokens, self.reusable(prompt), config)
         return text_pieces(
             self.detokenize, ids, stop_strings, [self.entry["end_token_id"]]
         )
 
-    def chat(self, messages, max_new_tokens=256, stop_strings=(), stream=False):
-        """The greedy answer to `messages`, as `CausalLM.chat` gives it.
+    def chat(
+        self, messages, max_new_tokens=256, stop_strings=(), stream=False, config=None
+    ):
+        """The answer to `messages`, as `CausalLM.chat` gives it.
 
         Args:
             messages: a string (one user message) or a list of {"role",
@@ -126,8 +136,9 @@ class LiteRTChat:
             max_new_tokens: the most tokens the answer may take.
             stop_strings: strings that end the answer (not shown).
             stream: yield the answer's new text as it comes.
+            config: how to decode (`answer_ids`; None: greedy).
         """
-        ids = self.greedy_ids(self.prompt_ids(messages), max_new_tokens)
+        ids = self.answer_ids(self.prompt_ids(messages), max_new_tokens, 0, config)
         pieces = text_pieces(
             self.detokenize, ids, stop_strings, [self.entry["end_token_id"]]
         )
@@ -137,3 +148,21 @@ class LiteRTChat:
         """The text of `ids` (the answer's leading spaces dropped, as
         `CausalLM.chat` drops them)."""
         return self.tokenizer.decode(list(ids), skip_special_tokens=False).lstrip()
+
+
+def _chooser(config):
+    """`choose(logits, position) -> id`: the argmax, or the draw of `config`
+    (new settings, hence a new seed when it has none, per answer)."""
+    if config is None or config.sampler == "greedy":
+        return lambda logits, position: int(np.argmax(logits))
+    if config.uses_processors or config.sampler not in sampling.SAMPLERS:
+        raise ValueError(
+            "The LiteRT chat decodes greedy or samples (temperature, top_k, "
+            f"top_p, min_p, seed), with no logit processor. Received: {config}"
+        )
+    settings = settings_tensors([config])
+
+    def choose(logits, position):
+        return int(sampling.next_tokens(logits[None, :], settings, position)[0])
+
+    return choose

@@ -26,6 +26,7 @@ from keras_tfm.generation import GenerationConfig
 from keras_tfm.lite import (
     chat_command,
     chat_entries,
+    decoding_flags,
     litert_bench,
     litert_chat,
     repl,
@@ -207,13 +208,13 @@ def test_second_command_answers_without_tensorflow(tiny, capsys):
 TURNS = ["Hello", "Why?", "One more."]
 
 
-def _tensorflow_conversation(model, lines, max_new_tokens):
+def _tensorflow_conversation(model, lines, max_new_tokens, **settings):
     """What the TensorFlow REPL (`keras_tfm.chat.converse`) prints for `lines`."""
     from keras_tfm.chat import ChatSession, converse
 
     out = io.StringIO()
     session = ChatSession(model, jit_compile=False)
-    converse(model, iter(lines), out, max_new_tokens, session=session)
+    converse(model, iter(lines), out, max_new_tokens, session=session, **settings)
     return out.getvalue()
 
 
@@ -273,14 +274,36 @@ def test_a_conversation_that_outgrows_the_entry_goes_on_through_tensorflow(
     assert len(loads) == 1 and not capsys.readouterr().err
 
 
-def test_a_conversation_from_the_entry_imports_no_tensorflow(tiny):
+SAMPLED = ["--sampler", "top_p", "--temperature", "0.8", "--seed", "5"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        SAMPLED,
+        ["--sampler", "top_p", "--top-p", "0.95", "--min-p", "0.05", "--seed", "-8"],
+    ],
+)
+def test_a_seed_samples_the_tensorflow_answer(tiny, options, capsys):
+    _, path, root = tiny
+    main(_command(path, *options))  # through TensorFlow (the cache is off)
+    want = capsys.readouterr().out
+    assert chat_command.answer_from_cache(_command(path, *options), root)
+    assert capsys.readouterr().out == want
+    # Sampled, not greedy: another seed, another answer.
+    other = [*options[:-1], "6"]
+    assert chat_command.answer_from_cache(_command(path, *other), root)
+    assert capsys.readouterr().out != want
+
+
+def test_a_sampled_conversation_from_the_entry_imports_no_tensorflow(tiny):
     model, path, root = tiny
     lines = TURNS[:2]
     script = textwrap.dedent(f"""
         import sys
         from keras_tfm import launcher
         launcher.main(["chat", "--model", {path!r}, "--max-new-tokens", "8",
-                       "--sampler", "greedy"])
+                       *{SAMPLED!r}])
         assert not {{"tensorflow", "keras", "keras_hub"}} & set(sys.modules)
     """)
     done = subprocess.run(
@@ -292,7 +315,9 @@ def test_a_conversation_from_the_entry_imports_no_tensorflow(tiny):
         env={**os.environ, "KERAS_TFM_CACHE_DIR": str(root)},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == _tensorflow_conversation(model, lines, 8)
+    assert done.stdout == _tensorflow_conversation(
+        model, lines, 8, sampler="top_p", temperature=0.8, top_p=0.9, seed=5
+    )
 
 
 def test_entry_keys(tiny, monkeypatch):
@@ -414,8 +439,8 @@ def test_cache_clear_removes_the_entries(copied, monkeypatch, capsys):
 @pytest.mark.parametrize(
     "options",
     [
-        ["--sampler", "top_p"],
-        ["--temperature", "0.5"],
+        ["--temperature", "0.5"],  # not read by greedy: TensorFlow refuses it
+        ["--sampler", "top_p", "--min-p", "2"],  # out of range: refused too
         ["--repetition-penalty", "1.2"],
         ["--weights", "int8"],
         ["--max-new-tokens", "1000"],  # past the 128 positions of the buffer
@@ -442,23 +467,39 @@ def test_entries_only_where_litert_agrees(tiny, tmp_path):
     root = tmp_path / "cache"
     assert writer.plan_chat_entry(model, path, "int8", {}, root) is None
     sampled = {"sampler": "top_p", "temperature": 0.7, "top_p": 0.9}
-    assert writer.plan_chat_entry(model, path, "float32", sampled, root) is None
+    assert writer.plan_chat_entry(model, path, "float32", sampled, root) is not None
     penalized = {"repetition_penalty": 1.3}
     assert writer.plan_chat_entry(model, path, "float32", penalized, root) is None
-    # A model whose own default samples: an entry for --sampler greedy only.
+    assert (
+        writer.plan_chat_entry(model, path, "float32", {"num_beams": 2}, root) is None
+    )
+    # A model whose own default samples: the entry holds that default, which
+    # a command without decoding flags samples with.
     sampling = _tiny_chat_model()
     sampling.generation_config = GenerationConfig(sampler="top_p", top_p=0.9)
-    assert writer.plan_chat_entry(sampling, path, "float32", {}, root) is None
     folder = writer.build_chat_entry(sampling, path, "float32", root)
     entry = json.loads((folder / chat_entries.ENTRY).read_text())
-    assert (entry["default_is_greedy"], entry["greedy_is_plain"]) == (False, True)
-    assert not chat_command.answer_from_cache(_command(path), root)
-    assert chat_command.answer_from_cache(_command(path, "--sampler", "greedy"), root)
+    assert entry["generation_config"] == {"sampler": "top_p", "top_p": 0.9}
+    options = chat_command._parse(["Hi"])
+    assert chat_command.decoding_config(options, entry) == GenerationConfig(
+        sampler="top_p", top_p=0.9
+    )
+    options = chat_command._parse(["--sampler", "greedy", "Hi"])
+    assert chat_command.decoding_config(options, entry) == GenerationConfig()
 
 
 @pytest.mark.parametrize(
     "module",
-    [chat_command, chat_entries, litert_bench, litert_chat, repl, stop_text, writer],
+    [
+        chat_command,
+        chat_entries,
+        litert_bench,
+        litert_chat,
+        repl,
+        stop_text,
+        writer,
+        decoding_flags,
+    ],  # fmt: skip
 )
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
