@@ -187,7 +187,9 @@ def test_what_runs_without_keras_imports_nothing_else(module):
     assert not others, f"{module} must not import Keras; it imports {others}"
 
 
-@pytest.mark.parametrize("module", ["keras_tfm/launcher.py", *KERAS_FREE_AT_IMPORT])
+@pytest.mark.parametrize(
+    "module", ["keras_tfm/launcher.py", *sorted(KERAS_FREE_AT_IMPORT)]
+)
 def test_keras_is_imported_only_once_these_run(module):
     imports = imported_modules(PACKAGE.parent / module, module_level_only=True)
     others = [name for name in imports if not keras_free_import(name)]
