@@ -62,3 +62,12 @@ def test_a_row_samples_the_warped_distribution():
 def test_docstring_examples():
     result = doctest.testmod(sampling, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_the_litert_chat_refuses_what_it_does_not_draw():
+    from keras_tfm.lite.litert_chat import _chooser
+
+    with pytest.raises(ValueError, match="no logit processor.*repetition_penalty=1.2"):
+        _chooser(GenerationConfig(sampler="top_p", repetition_penalty=1.2))
+    with pytest.raises(ValueError, match="no logit processor.*sampler='beam'"):
+        _chooser(GenerationConfig(num_beams=2))
