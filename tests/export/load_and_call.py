@@ -22,6 +22,10 @@ for name in BLOCKED:
 
 import tensorflow as tf  # noqa: E402
 
+# Grappler off, as in the tests' own process (tests/conftest.py): it only
+# rewrites each signature's graph for speed at its first call (-13 CPU-s).
+tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
 
 def load_text_ops():
     """Registers tensorflow-text's kernels without importing its package."""
