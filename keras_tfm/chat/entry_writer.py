@@ -45,6 +45,7 @@ from keras_tfm.export.litert_decoder import convert_decoder_step, save_decoder_s
 from keras_tfm.generation.generation_config import configs_for, request_base
 from keras_tfm.lite import chat_entries, sampling
 from keras_tfm.lite.chat_template import parse_chatml_template
+from keras_tfm.lite.litert_decoder import LiteRTDecoder
 from keras_tfm.lite.user_cache import seal
 from keras_tfm.saving import atomic_directory
 from keras_tfm.tokenizers import ByteLevelBPETokenizer
@@ -221,6 +222,10 @@ def finish_chat_entry(folder, work):
         with atomic_directory(folder, overwrite=True) as tmp:
             decoder = convert_decoder_step(work / STEP)
             (tmp / chat_entries.DECODER).write_bytes(decoder)
+            del decoder
+            # XNNPACK packs the weights into decoder.tflite.xnnpack as it
+            # first loads the file: once, here, not in the next chat.
+            LiteRTDecoder(tmp / chat_entries.DECODER)
             for name in (chat_entries.TOKENIZER, chat_entries.ENTRY):
                 shutil.copyfile(work / name, tmp / name)
             seal(tmp, chat_entries.FILES)

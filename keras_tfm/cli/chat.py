@@ -14,7 +14,7 @@ HELP = "ask an instruct model (SmolLM2 by default)"
 
 BACKGROUND_LINE = (
     "keras-tfm: writing {model}'s LiteRT copy in a background process (for "
-    "SmolLM2-135M about half a minute and 5 GB of memory); the next chat "
+    "SmolLM2-135M about a minute and 5 GB of memory); the next chat "
     "answers from it without TensorFlow (`keras-tfm cache info`)."
 )
 """What the command says once it starts the background writer."""

@@ -5,6 +5,8 @@
 
 - `decoder.tflite`: the model's cached decoding step
   (`keras_tfm.export.export_litert_decoder`);
+- `decoder.tflite.xnnpack`: its float32 weights packed for XNNPACK on this
+  CPU (`keras_tfm.lite.litert_decoder`), mapped by each chat;
 - `tokenizer.json`: the tokenizer's `tokenizers` pipeline, the one its
   eager calls run;
 - `entry.json`: the end-of-turn id, the chat template's default system
@@ -37,11 +39,11 @@ from pathlib import Path
 
 from keras_tfm.lite.user_cache import cache_directory, cache_key, verify
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Bumped whenever what an entry holds, or how it is read, changes."""
 
-FILES = ("decoder.tflite", "tokenizer.json", "entry.json")
-DECODER, TOKENIZER, ENTRY = FILES
+FILES = ("decoder.tflite", "decoder.tflite.xnnpack", "tokenizer.json", "entry.json")
+DECODER, PACKED_WEIGHTS, TOKENIZER, ENTRY = FILES
 
 BUFFER_LENGTH = 512
 """Positions of an entry's key/value cache: the prompt and the answer

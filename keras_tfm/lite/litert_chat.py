@@ -41,12 +41,12 @@ class LiteRTChat:
         entry: its `entry.json`, read.
         num_threads: interpreter threads (default: the CPUs this process
             may use).
-        kernels: as `LiteRTDecoder`'s; "builtin" by default: quiet on
-            stderr, and the least memory (a second `keras-tfm chat` stays
-            under 1 GB).
+        kernels: as `LiteRTDecoder`'s (default "xnnpack", with the
+            weights the entry holds packed: a second `keras-tfm chat` maps
+            them and stays under 1 GB).
     """
 
-    def __init__(self, folder, entry, num_threads=None, kernels="builtin"):
+    def __init__(self, folder, entry, num_threads=None, kernels="xnnpack"):
         from tokenizers import Tokenizer
 
         self.entry = entry

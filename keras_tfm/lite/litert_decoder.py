@@ -8,7 +8,9 @@ graph. By default it runs as a LiteRT `CompiledModel` on the CPU
 (XNNPACK) with XNNPACK's weight cache: the float32 weights packed once into
 a file beside the decoder (`<file>.xnnpack`), mapped by every later process
 and shared by both signatures; or through LiteRT's builtin kernels
-(`kernels="builtin"`). Imports neither TensorFlow nor Keras.
+(`kernels="builtin"`). LiteRT's lines about its accelerators (on stderr,
+with no setting to turn them off) are dropped. Imports neither TensorFlow
+nor Keras.
 
 Example:
 >>> # a file written by keras_tfm.export.export_litert_decoder
@@ -17,13 +19,17 @@ Example:
 >>> logits = decoder.decode(int(logits.argmax()), 3)  # doctest: +SKIP
 """
 
+import atexit
+import contextlib
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 WEIGHT_CACHE_SUFFIX = ".xnnpack"
+"""The packed weights' file is the decoder's name with this suffix."""
 KERNELS = ("xnnpack", "builtin")
 
 
@@ -59,6 +65,29 @@ def _interpreter(path, num_threads):
     return interpreter, signatures, int(caches[0][2]) if caches else None
 
 
+@contextlib.contextmanager
+def _stderr_to_devnull():
+    """File descriptor 2 points at /dev/null inside the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def _silence_at_exit():
+    """At exit, after Python's last words: LiteRT's accelerators say goodbye
+    on stderr as the process ends (ai-edge-litert exports no logger setting)."""
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+
+
 def _compiled_model(path, num_threads, weight_cache):
     """`path` as a LiteRT `CompiledModel` on the CPU (XNNPACK)."""
     from ai_edge_litert import compiled_model, cpu_options, environment, options
@@ -87,10 +116,9 @@ class LiteRTDecoder:
         path: the `.tflite` file.
         num_threads: CPU threads (default `available_cpus()`).
         kernels: "xnnpack", a `CompiledModel` through XNNPACK with its
-            weight cache (the fastest; LiteRT logs its accelerators on
-            stderr, which cannot be turned off); "builtin", LiteRT's
-            `Interpreter` with its builtin kernels (quiet, and it reads the
-            weights where the file is mapped: the least memory).
+            weight cache (the fastest, and as little memory once the cache
+            is packed); "builtin", LiteRT's `Interpreter` with its builtin
+            kernels (it reads the weights where the file is mapped).
         weight_cache: with "xnnpack", the packed weights' file, written by
             the first process that runs `path` and mapped by the next
             (default `<path>.xnnpack`; None: each signature packs its own
@@ -127,10 +155,23 @@ class LiteRTDecoder:
             if weight_cache == "":
                 weight_cache = path.with_name(path.name + WEIGHT_CACHE_SUFFIX)
             del interpreter  # only its shapes were needed
-            self.model = _compiled_model(path, num_threads, weight_cache)
-            for name in signatures:
-                self._runs[name] = self._compiled_run(name)
+            # LiteRT logs its environments and accelerators as the model, its
+            # buffers and its first run are made, and as the process ends.
+            with _stderr_to_devnull():
+                self.model = _compiled_model(path, num_threads, weight_cache)
+                for name in signatures:
+                    self._runs[name] = self._compiled_run(name)
+                self.decode(0, 0)
+            atexit.unregister(_silence_at_exit)  # registered once
+            atexit.register(_silence_at_exit)
         self.vocabulary_size = len(self.decode(0, 0))
+
+    def __del__(self):
+        # LiteRT logs its accelerators' teardown as the model is freed.
+        if getattr(self, "model", None) is not None:
+            with _stderr_to_devnull():
+                self._runs.clear()
+                self.model = None
 
     def _compiled_run(self, name):
         """A call of signature `name` on the compiled model's buffers."""

@@ -203,6 +203,7 @@ def test_second_command_answers_without_tensorflow(tiny, capsys):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == want
+    assert done.stderr == ""  # LiteRT's own log lines dropped
 
 
 TURNS = ["Hello", "Why?", "One more."]
