@@ -10,8 +10,9 @@ One run measures, each in fresh processes:
 - batch-1 greedy decoding tokens/s for keras-tfm's float32, weight-only
   int8 and int8-blocks weights (and batch 8), for its LiteRT decoding step
   (`keras_tfm.export.export_litert_decoder`, what a second `keras-tfm chat`
-  runs: float32 through LiteRT's builtin kernels, as the command does, and
-  through XNNPACK; LiteRT's dynamic-range int8 through XNNPACK), and for
+  runs: float32 through XNNPACK with its weight cache, as the command does,
+  and through LiteRT's builtin kernels; LiteRT's dynamic-range int8 through
+  XNNPACK), and for
   llama.cpp on the same file; the logits' drift of each keras-tfm mode
   against float32 and their greedy agreement (tokens equal to float32's
   before the first difference, of 64).
@@ -142,8 +143,8 @@ def _seconds(function):
 
 
 LITERT_MODES = (
-    ("litert float32 (builtin kernels, what a second chat runs)", "float32", False),
-    ("litert float32 (XNNPACK, weight cache)", "float32", True),
+    ("litert float32 (builtin kernels)", "float32", False),
+    ("litert float32 (XNNPACK, weight cache: a second chat's)", "float32", True),
     ("litert int8 dynamic range (XNNPACK)", "int8", True),
 )
 

