@@ -3,14 +3,14 @@
 After `keras-tfm chat "..."` has answered through TensorFlow, it checks that
 LiteRT would give the same answers (`plan_chat_entry`: float32 weights, a
 byte-level BPE tokenizer whose `tokenizers` pipeline gives the same ids, a
-ChatML template, greedy or sampling decoding without logit processors, stop
-strings allowed) and starts a
-background process (`start_chat_entry`, `python -m keras_tfm.chat.entry_writer
-MODEL WEIGHTS`) that loads the model again and writes the entry
-(`build_chat_entry`): the decoding step as LiteRT, the tokenizer pipeline,
-the chat settings (`keras_tfm.lite.chat_entries` describes the layout, keys
-and safety). The command itself returns at once: converting SmolLM2 takes
-about 40 s and 5 GB of memory. The next `keras-tfm chat` with that model
+ChatML template, greedy or sampling decoding without logit processors,
+stop strings allowed) and starts a background process (`start_chat_entry`,
+`python -m keras_tfm.chat.entry_writer MODEL WEIGHTS`) that loads the model
+again and writes the entry (`build_chat_entry`): the decoding step as
+LiteRT, its weights packed for XNNPACK, the tokenizer pipeline, the chat
+settings (`keras_tfm.lite.chat_entries` describes the layout, keys and
+safety). The command itself returns at once: writing SmolLM2's entry takes
+about a minute and 5 GB of memory. The next `keras-tfm chat` with that model
 finds the entry before importing TensorFlow and answers from it
 (`keras_tfm.lite.litert_chat`).
 
