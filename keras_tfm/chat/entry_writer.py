@@ -42,7 +42,7 @@ import traceback
 from pathlib import Path
 
 from keras_tfm.export.litert_decoder import convert_decoder_step, save_decoder_step
-from keras_tfm.generation.generation_config import configs_for, request_base
+from keras_tfm.generation.generation_config import single_config
 from keras_tfm.lite import chat_entries, sampling
 from keras_tfm.lite.chat_template import parse_chatml_template
 from keras_tfm.lite.litert_decoder import LiteRTDecoder
@@ -80,14 +80,9 @@ def _decodes_on_litert(model, settings):
     """Whether the LiteRT chat decodes `model.chat(**settings)`: greedy or a
     built-in sampling (`keras_tfm.lite.sampling`), no logit processor."""
     sampler = settings.get("sampler")
-    base = request_base(model.generation_config, sampler, None, None)
     rest = {k: v for k, v in settings.items() if k != "sampler"}
-    (config,), instance = configs_for(sampler, rest, base, 1)
-    return (
-        instance is None
-        and config.sampler in ("greedy", *sampling.SAMPLERS)
-        and not config.uses_processors
-    )
+    config = single_config(model.generation_config, sampler, rest)
+    return isinstance(sampler, str | None) and sampling.draws(config)
 
 
 def _config_values(config):

@@ -34,9 +34,8 @@ from keras_tfm.generation import generation_utils as gen
 from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.generation.generation_config import (
     GenerationConfig,
-    configs_for,
-    request_base,
     settings_tensors,
+    single_config,
 )
 from keras_tfm.kernels import kv_cache
 from keras_tfm.lite.stop_text import text_pieces
@@ -177,8 +176,7 @@ class ChatSession:
                 "('greedy', 'random', 'top_k', 'top_p'). Received: "
                 f"sampler={sampler!r}"
             )
-        base = request_base(model.generation_config, sampler, None, None)
-        (config,), _ = configs_for(sampler, settings, base, 1)
+        config = single_config(model.generation_config, sampler, settings)
         if config.sampler == "beam":
             raise ValueError(
                 "A `ChatSession` does not run beam search. Received: "

@@ -10,7 +10,7 @@ command (`keras_tfm.lite.decoding_flags`, which the LiteRT chat reads too).
 """
 
 from keras_tfm.cli.loading import add_weights_option
-from keras_tfm.generation.generation_config import configs_for, request_base
+from keras_tfm.generation.generation_config import single_config
 from keras_tfm.lite.decoding_flags import DEFAULT_TOP_P, FLAGS
 
 
@@ -47,15 +47,14 @@ def add_processor_options(parser):
 
 def check_settings(model, settings):
     """Refuses, naming the flags, settings that `model.generate` would
-    refuse: the Python API's own check (`configs_for` over the model's
+    refuse: the Python API's own check (`single_config` over the model's
     `generation_config`), so a flag the sampler does not read is an error
     here too, not a setting silently dropped."""
     sampler = settings.get("sampler")
     rest = {k: v for k, v in settings.items() if k != "sampler"}
     default = getattr(model, "generation_config", None)
-    base = request_base(default, sampler, rest.get("num_beams"), None)
     try:
-        configs_for(sampler, rest, base, 1)
+        single_config(default, sampler, rest)
     except ValueError as error:
         from keras_tfm.cli import in_flags  # the package imports this module
 

@@ -347,6 +347,22 @@ def request_base(default, sampler, num_beams, draft):
     return default
 
 
+def single_config(default, sampler, settings):
+    """The `GenerationConfig` of one request: `settings` (setting: value)
+    and `sampler` (a name, or None for `default`'s) over a model's `default`
+    config, by `request_base` and `configs_for`'s rules; a ValueError for
+    what `generate` refuses.
+
+    Example:
+    >>> single_config(GenerationConfig(sampler="top_p", top_p=0.9), None,
+    ...               {"seed": 3}).top_p
+    0.9
+    """
+    base = request_base(default, sampler, settings.get("num_beams"), None)
+    (config,), _ = configs_for(sampler, settings, base, 1)
+    return config
+
+
 def _is_sampler_object(sampler):
     """Whether `sampler` is a `keras_hub.samplers.Sampler` (keras_hub, which
     imports Keras, is imported only for what is not a name: the LiteRT chat

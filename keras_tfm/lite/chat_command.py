@@ -77,25 +77,18 @@ def decoding_config(options, entry):
     """The `GenerationConfig` the command decodes with, resolved over the
     model's default as `CausalLM.chat` resolves it; None if TensorFlow must
     answer (a setting it refuses, beam search, a logit processor)."""
-    from keras_tfm.generation.generation_config import (
-        GenerationConfig,
-        configs_for,
-        request_base,
-    )
-    from keras_tfm.lite.sampling import SAMPLERS
+    from keras_tfm.generation.generation_config import GenerationConfig, single_config
+    from keras_tfm.lite.sampling import draws
 
     settings = sampler_settings(options.sampler, options)
     sampler = settings.pop("sampler", None)
     try:
         default = entry["generation_config"]
         default = None if default is None else GenerationConfig.from_dict(default)
-        base = request_base(default, sampler, None, None)
-        (config,), _ = configs_for(sampler, settings, base, 1)
+        config = single_config(default, sampler, settings)
     except (KeyError, TypeError, ValueError):
         return None
-    if config.sampler not in ("greedy", *SAMPLERS) or config.uses_processors:
-        return None
-    return config
+    return config if draws(config) else None
 
 
 OUTGROWN = (

@@ -155,7 +155,7 @@ def _chooser(config):
     (new settings, hence a new seed when it has none, per answer)."""
     if config is None or config.sampler == "greedy":
         return lambda logits, position: int(np.argmax(logits))
-    if config.uses_processors or config.sampler not in sampling.SAMPLERS:
+    if not sampling.draws(config):
         raise ValueError(
             "The LiteRT chat decodes greedy or samples (temperature, top_k, "
             f"top_p, min_p, seed), with no logit processor. Received: {config}"

@@ -4,7 +4,7 @@
 `session.stream(history, max_new_tokens, **settings)` as it is generated,
 and keeps the history; it imports neither Keras nor TensorFlow, so the same
 loop runs on a TensorFlow `ChatSession` (`keras_tfm.chat.converse`) and on a
-cached LiteRT copy (`keras_tfm.lite.litert_chat.LiteRTSession`). An empty
+cached LiteRT copy (`keras_tfm.lite.chat_command`). An empty
 line is skipped, `/reset` forgets the conversation, and end of input
 (Ctrl-D) or Ctrl-C ends it. Between turns, a session with a `warm()` method
 runs it in a thread while the user reads and types.

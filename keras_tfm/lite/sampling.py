@@ -24,6 +24,12 @@ SAMPLERS = ("random", "top_k", "top_p")
 _MASK = 0xFFFFFFFF
 
 
+def draws(config):
+    """Whether the LiteRT chat decodes `config` (a `GenerationConfig`) as
+    the engine does: greedy or a sampler here, and no logit processor."""
+    return config.sampler in ("greedy", *SAMPLERS) and not config.uses_processors
+
+
 def _mix(x):
     """murmur3's finalizer on uint64 arrays holding uint32 values."""
     x = x ^ (x >> 16)
