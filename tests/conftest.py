@@ -37,10 +37,7 @@ for _flag, _value in _XLA_TEST_FLAGS.items():
         _XLA_FLAGS = f"{_XLA_FLAGS} {_flag}={_value}".strip()
 os.environ["XLA_FLAGS"] = _XLA_FLAGS
 
-import keras  # noqa: E402
 import pytest  # noqa: E402
-
-import keras_tfm  # noqa: E402, F401  (with TensorFlow, keras-hub, scikit-learn)
 
 
 # TensorFlow's graph optimiser (grappler) off in the tests' processes, as
@@ -51,13 +48,12 @@ import keras_tfm  # noqa: E402, F401  (with TensorFlow, keras-hub, scikit-learn)
 # A test comparing its own training with a fresh process's bit for bit
 # turns it back on around it (`graph_optimizer_as_in_a_fresh_process`).
 def _set_graph_optimizer(on):
+    import keras
+
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not on})
-
-
-_set_graph_optimizer(False)
 
 
 @contextlib.contextmanager
@@ -70,19 +66,32 @@ def graph_optimizer_as_in_a_fresh_process():
         _set_graph_optimizer(False)
 
 
-# Python's full collections walk every object not frozen: the ~400k of the
-# imports above, then whatever earlier tests left alive (models in caches,
-# traced functions). Keras collects once per variable it deletes (40 times in
-# one int8 quantization), so a collection that walked them all made a test
-# twice as slow after 250 others as alone. The imports are frozen here, and
-# what is still alive after each test below.
-gc.collect()
-gc.freeze()
+def pytest_configure(config):
+    """Keras (with TensorFlow) imported and set in each process that runs
+    tests; pytest-xdist's controller, which runs none, imports neither (one
+    TensorFlow import less per half of the README's command)."""
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import keras  # noqa: F401
+
+    import keras_tfm  # noqa: F401  (its runtime settings, as a user's import)
+
+    _set_graph_optimizer(False)
+    # Python's full collections walk every object not frozen: the ~400k of
+    # the imports, then whatever earlier tests left alive (models in caches,
+    # traced functions). Keras collects once per variable it deletes (40
+    # times in one int8 quantization), so a collection that walked them all
+    # made a test twice as slow after 250 others as alone. The imports are
+    # frozen here, and what is still alive after each test below.
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     """Each test starts from float32, a fixed seed and a clean graph."""
+    import keras
+
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(1234)
     yield
@@ -164,18 +173,30 @@ def require_data(debian=(), pip=()):
 # to 11-12 GB over the whole suite), and two such workers outgrew the 23 GB
 # of a 2-core CI machine (the kernel killed one, and xdist then hung).
 # `--part stack` is the model stack (layers to tasks, generation, chat,
-# converters), `--part rest` everything else; no `--part`: the whole suite.
+# converters), `--part rest` everything else, both without the end-to-end
+# tests marked `slow` (an example's quick run, a training to a threshold,
+# fresh processes, the real SmolLM2 through a whole command), which
+# `--part slow` runs (CONTRIBUTING.md); no `--part`: the whole suite.
 STACK_PART = (
     "tests/backends/", "tests/chat/", "tests/convert/", "tests/generation/",
     "tests/kernels/", "tests/layers/", "tests/models/", "tests/tokenizers/",
 )  # fmt: skip
+PARTS = ("stack", "rest", "slow")
 
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--part", choices=("stack", "rest"), default=None,
-        help="run the model stack's tests or all the others (README)",
+        "--part", choices=PARTS, default=None,
+        help="the model stack's tests, all the others (both without the slow "
+             "ones: the README's command), or the slow end-to-end tests",
     )  # fmt: skip
+
+
+def in_part(part, nodeid, slow):
+    """Whether the test `nodeid` (marked slow or not) belongs to `part`."""
+    if part == "slow" or slow:
+        return part == "slow" and slow
+    return nodeid.startswith(STACK_PART) == (part == "stack")
 
 
 def _select_part(config, items):
@@ -184,8 +205,8 @@ def _select_part(config, items):
         return
     keep, drop = [], []
     for item in items:
-        in_stack = item.nodeid.startswith(STACK_PART)
-        (keep if in_stack == (part == "stack") else drop).append(item)
+        slow = item.get_closest_marker("slow") is not None
+        (keep if in_part(part, item.nodeid, slow) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -67,3 +67,15 @@ def test_tests_of_smollm2_are_one_group(request, smollm2):
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("not a pytest-xdist worker under --dist loadgroup")
     assert request.node.nodeid.endswith("@smollm2")
+
+
+@pytest.mark.parametrize("slow", [False, True])
+@pytest.mark.parametrize(
+    "nodeid", ["tests/layers/test_x.py::test_a", "tests/test_cli.py::test_b"]
+)
+def test_each_test_is_in_one_part(nodeid, slow):
+    from tests.conftest import PARTS, in_part
+
+    parts = [part for part in PARTS if in_part(part, nodeid, slow)]
+    expected = ["slow"] if slow else ["stack" if "/layers/" in nodeid else "rest"]
+    assert parts == expected

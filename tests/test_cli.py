@@ -42,6 +42,7 @@ def trained(tmp_path_factory):
     return model, text, printed
 
 
+@pytest.mark.slow  # a training through the command
 def test_train_writes_a_model_and_prints_a_sample_per_prompt(trained):
     model, _, printed = trained
     assert model.is_file() and model.stat().st_size > 0
@@ -189,6 +190,7 @@ def one_kjv_gpt(kjv_gpt, monkeypatch):
     return asked
 
 
+@pytest.mark.slow  # every suggested command in turn
 def test_each_suggested_command_runs(capsys, one_kjv_gpt):
     """The commands `presets` suggests for the trained presets work as shown."""
     cli.main(["generate", "kjv_gpt", "--prompt", "And God said",

@@ -21,6 +21,7 @@ def saved(tmp_path_factory):
 
 # `import keras_tfm` imports no Keras: keras-tfm's classes are registered
 # when Keras is imported after it (keras_tfm._registration), or at once.
+@pytest.mark.slow  # fresh processes
 @pytest.mark.parametrize(
     "imports", ["import keras\nimport keras_tfm", "import keras_tfm\nimport keras"]
 )

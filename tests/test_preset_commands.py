@@ -8,10 +8,13 @@ preset by its name is tests/zoo/test_installed_checkpoints.py's (the
 session's `smollm2` fixture). The other presets load by name, as printed.
 """
 
+import pytest
+
 from keras_tfm import launcher
 from tests import preset_commands, tiny_chat
 
 
+@pytest.mark.slow  # every printed command in turn
 def test_every_command_that_presets_prints_runs(tmp_path, capsys, monkeypatch, smollm2):
     from keras_tfm import zoo
 

@@ -33,12 +33,14 @@ def run_python(code, **env):
     return result
 
 
+@pytest.mark.slow  # a fresh process
 def test_import_prints_no_tensorflow_lines():
     result = run_python(SHOW_LEVEL)
     assert not TF_LOG_LINES.search(result.stderr), result.stderr
     assert result.stdout.strip() == "2"  # the default set, errors still shown
 
 
+@pytest.mark.slow  # fresh processes
 def test_the_users_level_is_kept_and_zero_shows_tensorflows_lines():
     # TensorFlow on a CPU writes start-up lines (oneDNN, CUDA drivers, CPU
     # features) that the pattern finds: the user's 0 lets them through.

@@ -49,6 +49,7 @@ def after_import(tmp_path, xla_flags=""):
     return flags, ir.count("<16 x float>"), ir.count("<8 x float>")
 
 
+@pytest.mark.slow  # a fresh process
 def test_import_widens_xla_vectors_on_this_cpu(tmp_path):
     flags, wide, narrow = after_import(tmp_path)
     assert flags == with_wide_vectors(f"--xla_dump_to={tmp_path}", cpu_flags())
@@ -58,6 +59,7 @@ def test_import_widens_xla_vectors_on_this_cpu(tmp_path):
         assert wide == 0
 
 
+@pytest.mark.slow  # a fresh process
 def test_a_width_the_user_set_is_kept(tmp_path):
     mine = "--xla_cpu_prefer_vector_width=256"
     flags, wide, narrow = after_import(tmp_path, mine)

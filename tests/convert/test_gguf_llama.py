@@ -153,6 +153,7 @@ def generated(smollm2, reference):
     return smollm2.generate(prompts, max_new_tokens=32, stop_token_ids=[])
 
 
+@pytest.mark.slow  # the real SmolLM2 decoding (its logits: the test above)
 def test_smollm2_greedy_continuations_match_transformers(generated, reference):
     text, _ = reference
     for entry, output in zip(text["continuations"], generated, strict=False):
@@ -174,6 +175,7 @@ def test_smollm2_cache_equals_full_pass(smollm2, reference):
     assert relative_gap(stepped, full, span) < 1e-4
 
 
+@pytest.mark.slow  # SmolLM2 decoding (its answer: zoo/test_installed_checkpoints.py)
 def test_smollm2_answers_the_chat_question(smollm2, generated, reference):
     text, _ = reference
     answer = text["chat_answer"]

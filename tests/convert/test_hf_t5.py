@@ -189,6 +189,7 @@ def test_streamed_pieces_join_to_the_whole(v1_1):
     assert joined.strip() == whole.strip()
 
 
+@pytest.mark.slow  # a SavedModel export and its reload
 def test_translate_signatures_give_the_python_texts(reference):
     # A model of this test's own: TensorFlow resources (the SentencePiece
     # op) do not outlive conftest's `clear_session`. On T5's shape only

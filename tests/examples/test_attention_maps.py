@@ -31,6 +31,7 @@ def load_once(loaded, monkeypatch):
     monkeypatch.setattr(keras_tfm.zoo, "from_preset", from_preset)
 
 
+@pytest.mark.slow  # the example's quick run
 def test_quick_run_draws_attention_and_curves_from_the_preset(tmp_path):
     spec = importlib.util.spec_from_file_location("attention_maps", EXAMPLE)
     example = importlib.util.module_from_spec(spec)

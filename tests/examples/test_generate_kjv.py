@@ -97,6 +97,7 @@ def test_quick_run_reports_the_per_byte_metrics_of_the_model_it_saves(tmp_path, 
     )
 
 
+@pytest.mark.slow  # the shipped preset on held-out data
 def test_shipped_preset_is_small_and_reads_like_the_kjv():
     folder = ROOT / "zoo" / "kjv_gpt"
     # 12.2M parameters stored as float16 values (24.4 MB).
@@ -112,6 +113,7 @@ def card_value(name, key):
     return float(row[1])
 
 
+@pytest.mark.slow  # the shipped preset on held-out data
 @requires_debian_package("bible-kjv")
 def test_shipped_preset_codes_held_out_text_in_fewer_nats_than_bzip2():
     """The results page's claim (0.9984 nats/byte against bzip2's 1.2378), checked on

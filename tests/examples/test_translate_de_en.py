@@ -137,6 +137,7 @@ def test_shipped_preset_is_small_and_self_contained():
     assert (folder / "assets" / "tokenizer" / "vocabulary.txt").is_file()
 
 
+@pytest.mark.slow  # the shipped preset on held-out data
 @needs_data
 def test_shipped_preset_translates_held_out_sentences_beyond_the_baselines():
     example = load_example()

@@ -137,6 +137,7 @@ def test_the_shipped_preset_translates_held_out_verses_as_its_card_says(shipped)
     assert 0.8 <= bleu.sys_len / bleu.ref_len <= 1.25
 
 
+@pytest.mark.slow  # a training from the shipped preset
 def test_init_trains_on_with_the_vocabulary_of_the_model_it_starts_from(
     example, tmp_path
 ):

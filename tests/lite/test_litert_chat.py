@@ -103,6 +103,7 @@ def test_litert_step_logits_equal_the_keras_model(tiny, lite):
         decoder.prefill(ids[:6], length - 5)
 
 
+@pytest.mark.slow  # a LiteRT conversion in a second process
 def test_the_background_process_converts_after_replacing_itself(tiny, lite, tmp_path):
     # As `keras-tfm chat` starts it: the step saved, then the process becomes
     # `--convert` (os.execv) to convert it without the model in memory.

@@ -67,6 +67,7 @@ def masked_cross_entropy(logits, labels, weights):
     return -(picked * weights).sum() / weights.sum()
 
 
+@pytest.mark.slow  # a training to a threshold
 def test_learns_to_fill_in_counting_sequences():
     masker = make_masker()
     dataset = (

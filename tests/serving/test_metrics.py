@@ -33,6 +33,7 @@ def requests_total(samples, route, status):
     return samples.get(("keras_tfm_requests_total", labels), 0)
 
 
+@pytest.mark.slow  # a server and a bounded load
 def test_counts_equal_what_was_sent(chat_model, server):
     with ServerThread(
         chat_model, MODEL, port=free_port(), max_batch=2, max_length=MAX_LENGTH,

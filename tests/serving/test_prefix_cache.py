@@ -223,6 +223,7 @@ def cached_total(server):
     return next(float(line[len(name) :]) for line in lines if line.startswith(name))
 
 
+@pytest.mark.slow  # two servers through the openai client
 def test_second_chat_reports_its_cached_system_prompt(server, clients, chat_model):
     cached, plain = clients
     questions = ["hi there", "good day"]
@@ -257,6 +258,7 @@ def test_second_chat_reports_its_cached_system_prompt(server, clients, chat_mode
     assert cached_total(server) - counted == expected + streamed
 
 
+@pytest.mark.slow  # two servers through the openai client
 def test_completions_report_cached_tokens(clients):
     prompt = list(range(40, 80))  # token ids: 2 whole blocks and 8
     reply = clients[0].completions.create(

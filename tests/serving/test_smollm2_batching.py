@@ -21,6 +21,7 @@ def scheduler(smollm2):
     scheduler.stop(TIMEOUT)
 
 
+@pytest.mark.slow  # the real SmolLM2 (test_scheduler.py: the tiny model)
 def test_smollm2_greedy_alone_equals_beside_seven_others(smollm2, scheduler):
     tokenizer = smollm2.tokenizer
     prompts = [
