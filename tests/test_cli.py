@@ -42,7 +42,6 @@ def trained(tmp_path_factory):
     return model, text, printed
 
 
-@pytest.mark.slow  # a training through the command
 def test_train_writes_a_model_and_prints_a_sample_per_prompt(trained):
     model, _, printed = trained
     assert model.is_file() and model.stat().st_size > 0

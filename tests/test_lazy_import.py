@@ -69,8 +69,12 @@ def test_the_cached_chat_and_the_launcher_import_no_keras():
     "statements",
     [
         "import keras_tfm; import keras",
-        "import keras_tfm; import keras_hub",
-        "import keras_tfm; from keras_tfm.models import CausalLM",
+        # A fresh process each (7 CPU-s): the other orders with the slow tests.
+        pytest.param("import keras_tfm; import keras_hub", marks=pytest.mark.slow),
+        pytest.param(
+            "import keras_tfm; from keras_tfm.models import CausalLM",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_keras_saving_knows_the_classes_after(statements):
