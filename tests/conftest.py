@@ -169,9 +169,10 @@ def require_data(debian=(), pip=()):
 
 
 # The README's test command runs the suite in two halves, each with fresh
-# pytest-xdist workers: a worker holds what its tests compiled (its RSS grows
-# to 11-12 GB over the whole suite), and two such workers outgrew the 23 GB
-# of a 2-core CI machine (the kernel killed one, and xdist then hung).
+# pytest-xdist workers: a worker holds what its tests compiled (its RSS grew
+# to 11-12 GB over the whole suite, 8.4 GB over both halves' tests), and two
+# such workers outgrew the 23 GB of a 2-core CI machine (the kernel killed
+# one, and xdist then hung).
 # `--part stack` is the model stack (layers to tasks, generation, chat,
 # converters), `--part rest` everything else, both without the end-to-end
 # tests marked `slow` (an example's quick run, a training to a threshold,
