@@ -145,6 +145,7 @@ class LiteRTDecoder:
             )
         self.prefill_length = int(signatures["prefill"]["token_ids"][1])
         self._runs, self.model = {}, None
+        quiet = contextlib.nullcontext()
         if kernels == "builtin":
             for name in signatures:
                 runner = interpreter.get_signature_runner(name)
@@ -157,14 +158,15 @@ class LiteRTDecoder:
             del interpreter  # only its shapes were needed
             # LiteRT logs its environments and accelerators as the model, its
             # buffers and its first run are made, and as the process ends.
+            quiet = _stderr_to_devnull()
             with _stderr_to_devnull():
                 self.model = _compiled_model(path, num_threads, weight_cache)
                 for name in signatures:
                     self._runs[name] = self._compiled_run(name)
-                self.decode(0, 0)
             atexit.unregister(_silence_at_exit)  # registered once
             atexit.register(_silence_at_exit)
-        self.vocabulary_size = len(self.decode(0, 0))
+        with quiet:  # the first run
+            self.vocabulary_size = len(self.decode(0, 0))
 
     def __del__(self):
         # LiteRT logs its accelerators' teardown as the model is freed.
