@@ -56,6 +56,25 @@ def _set_graph_optimizer(on):
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not on})
 
 
+# Nor does TensorFlow record the Python stack of each graph op it creates in
+# the tests' processes (`--op-stack-traces` turns it back on): walking the
+# stack, ~100 frames deep under pytest, at every op was 7% of tracing the
+# models' programs, and tracing more than half of the model tests' time
+# (tests/models and tests/generation: 166 s -> 144 s, 2-core Intel Xeon). A
+# runtime error then says "<stack traces unavailable>" where it would name
+# the line that made the op; errors raised while tracing keep theirs.
+def _record_op_stack_traces(on):
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return
+    from tensorflow.python.framework import ops
+
+    create = getattr(ops._create_c_op, "__wrapped__", None)  # under TF's filter
+    if create is not None and create.__defaults__ and len(create.__defaults__) == 2:
+        create.__defaults__ = (create.__defaults__[0], on)  # extract_traceback
+
+
 @contextlib.contextmanager
 def graph_optimizer_as_in_a_fresh_process():
     """TensorFlow's graph optimiser on inside the block, as in a new process."""
@@ -77,6 +96,7 @@ def pytest_configure(config):
     import keras_tfm  # noqa: F401  (its runtime settings, as a user's import)
 
     _set_graph_optimizer(False)
+    _record_op_stack_traces(config.getoption("--op-stack-traces"))
     # Python's full collections walk every object not frozen: the ~400k of
     # the imports, then whatever earlier tests left alive (models in caches,
     # traced functions). Keras collects once per variable it deletes (40
@@ -190,6 +210,11 @@ def pytest_addoption(parser):
         "--part", choices=PARTS, default=None,
         help="the model stack's tests, all the others (both without the slow "
              "ones: the README's command), or the slow end-to-end tests",
+    )  # fmt: skip
+    parser.addoption(
+        "--op-stack-traces", action="store_true",
+        help="record where each TensorFlow graph op was made, so that a runtime "
+             "error names the line (off by default: it slows tracing)",
     )  # fmt: skip
 
 

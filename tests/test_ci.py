@@ -4,6 +4,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import keras
 import pytest
 
 from tests import conftest
@@ -79,3 +80,14 @@ def test_each_test_is_in_one_part(nodeid, slow):
     parts = [part for part in PARTS if in_part(part, nodeid, slow)]
     expected = ["slow"] if slow else ["stack" if "/layers/" in nodeid else "rest"]
     assert parts == expected
+
+
+def test_graph_ops_record_their_stack_only_when_asked(request):
+    # conftest turns the recording off through a private TensorFlow default;
+    # were it renamed, the setting would be lost without this test.
+    tf = pytest.importorskip("tensorflow")
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("conftest sets it on the TensorFlow backend only")
+    graph = tf.function(lambda x: x * 2).get_concrete_function(tf.TensorSpec([2]))
+    recorded = [op.traceback is not None for op in graph.graph.get_operations()]
+    assert recorded and set(recorded) == {request.config.getoption("--op-stack-traces")}
