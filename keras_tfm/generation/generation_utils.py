@@ -142,7 +142,9 @@ def bucket_length(length, multiple=8):
     return buffers.rounded_length(length, multiple=multiple)
 
 
-def run_sampler(sampler, next, prompt, cache, index, mask, stop_token_ids, end=None):
+def run_sampler(
+    sampler, next, prompt, cache, index, mask, stop_token_ids, end=None, model=None
+):
     """Decodes `prompt` from `index` to `end` (exclusive) with `sampler`.
 
     keras-hub's `Sampler.__call__` always decodes up to the end of the
@@ -162,6 +164,9 @@ def run_sampler(sampler, next, prompt, cache, index, mask, stop_token_ids, end=N
         mask: bool (batch, length), True where `prompt` is given (kept).
         stop_token_ids: a tuple of ids or None.
         end: the position after the last one to decode; None: `length`.
+        model: the model whose weights `next` reads. A sampler with its own
+            loop (beam search) maps them into it on JAX; without them its
+            loop reads each weight as a constant, copied into the program.
 
     Returns:
         The (batch, length) buffer with positions `index ... end - 1` decoded.
@@ -174,6 +179,7 @@ def run_sampler(sampler, next, prompt, cache, index, mask, stop_token_ids, end=N
             index=index,
             mask=mask,
             stop_token_ids=stop_token_ids,
+            model=model,
         )
     index = ops.cast(index, "int32")
     end = ops.shape(prompt)[1] if end is None else end

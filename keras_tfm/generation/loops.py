@@ -142,8 +142,9 @@ def sampler_loop(model, sampler, stop_token_ids, compile=True):
 
         if not searches:
             return gen.run_sampler(
-                sampler, next, tokens, cache, start, mask, stop_token_ids, end
-            )
+                sampler, next, tokens, cache, start, mask, stop_token_ids, end,
+                model=model,
+            )  # fmt: skip
         repeated = {
             k: v if k == "token_bytes" else ops.repeat(v, beams, axis=0)
             for k, v in settings.items()
@@ -156,7 +157,7 @@ def sampler_loop(model, sampler, stop_token_ids, compile=True):
 
         return sampler(
             next, tokens, cache=cache, index=start, mask=mask,
-            stop_token_ids=stop_token_ids, process_logits=process,
+            stop_token_ids=stop_token_ids, process_logits=process, model=model,
         )  # fmt: skip
 
     # The sampler's seed is a variable the loop advances.
