@@ -154,7 +154,8 @@ def test_old_keras_files_load_with_the_answers_of_the_old_code():
     # Within float32 rounding, not bit for bit: the answers were saved on one
     # CPU, and another's kernels (oneDNN with AMX, say) sum in another order.
     same = functools.partial(np.testing.assert_allclose, rtol=1e-6, atol=1e-7)
-    expected = np.load(LEGACY / "expected.npz")
+    with np.load(LEGACY / "expected.npz") as arrays:
+        expected = dict(arrays)
     model = saving.load_model(LEGACY / "classifier.keras")
     assert isinstance(model.preprocessor, TextClassifierPreprocessor)
     ranked = model.classify(LEGACY_TEXTS, top_k=3)
