@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 assert keras.backend.backend() == "jax", keras.backend.backend()
 
 model = cases.tiny_model()
-weights = np.load(sys.argv[1])
-model.set_weights([weights[f"w{i}"] for i in range(len(weights.files))])
+weights = dict(np.load(sys.argv[1]))
+model.set_weights([weights[f"w{i}"] for i in range(len(weights))])
 with open(sys.argv[2], "w") as file:
     json.dump(cases.generated(model), file)
 

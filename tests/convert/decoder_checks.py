@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def reference(name):
-    return np.load(FIXTURES / f"tiny_{name}_reference.npz")
+    return dict(np.load(FIXTURES / f"tiny_{name}_reference.npz"))  # file closed
 
 
 def check_token_ids(model, ref):

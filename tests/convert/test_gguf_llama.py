@@ -29,7 +29,7 @@ def smollm2_or_skip():
 
 @pytest.fixture(scope="module")
 def reference():
-    arrays = np.load(FIXTURES / "smollm2_reference.npz")
+    arrays = dict(np.load(FIXTURES / "smollm2_reference.npz"))  # file closed
     text = json.loads((FIXTURES / "smollm2_reference.json").read_text("utf-8"))
     return text, arrays
 

@@ -29,7 +29,7 @@ def minilm():
 
 @pytest.fixture(scope="module")
 def reference():
-    return np.load(FIXTURES / "minilm_reference.npz")
+    return dict(np.load(FIXTURES / "minilm_reference.npz"))  # file closed
 
 
 def mean_pool(hidden, mask):
@@ -90,7 +90,7 @@ def test_minilm_matches_transformers_and_sentence_transformers(minilm, reference
 def test_tiny_checkpoint_written_by_save_matches_transformers():
     # tests/fixtures/tiny_bert_hf was written by save_hf_bert and run by
     # transformers (tools/make_minilm_fixture.py): both directions at once.
-    reference = np.load(FIXTURES / "tiny_bert_reference.npz")
+    reference = dict(np.load(FIXTURES / "tiny_bert_reference.npz"))
     backbone, _ = load_hf_bert(TINY)
     hidden = np.asarray(
         backbone(

@@ -28,7 +28,7 @@ SHAPES = {"t5_": "tiny_t5_hf", "v1_1_": "tiny_t5_v1_1_hf"}
 
 @pytest.fixture(scope="module")
 def reference():
-    return np.load(FIXTURES / "tiny_t5_reference.npz")
+    return dict(np.load(FIXTURES / "tiny_t5_reference.npz"))  # file closed
 
 
 @pytest.fixture(scope="module", params=list(SHAPES), ids=["t5", "v1_1"])

@@ -94,7 +94,7 @@ def test_quick_run_probes_then_fine_tunes_fully_and_with_lora(tmp_path, capsys):
 
     # The saved teacher logits are the fine-tuned model's, split by split and
     # in split order: their argmax scores what the table reports.
-    saved = np.load(tmp_path / "teacher_logits.npz")
+    saved = dict(np.load(tmp_path / "teacher_logits.npz"))
     for name, split in (("validation", validation), ("test", test)):
         np.testing.assert_array_equal(saved[f"{name}_labels"], split[1])
     assert accuracy_score(test[1], saved["test_logits"].argmax(-1)) == full["accuracy"]

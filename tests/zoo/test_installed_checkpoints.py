@@ -90,7 +90,7 @@ def minilm():
 
 def test_minilm_embeds_strings_as_sentence_transformers_does(minilm):
     # Embeddings computed by sentence-transformers (tools/make_minilm_fixture.py).
-    reference = np.load(FIXTURES / "minilm_reference.npz")
+    reference = dict(np.load(FIXTURES / "minilm_reference.npz"))
     assert isinstance(minilm, SentenceEncoder) and minilm.max_sequence_length == 256
     embeddings = minilm.encode(list(reference["sentences"]), batch_size=4)
     np.testing.assert_allclose(embeddings, reference["embeddings"], atol=1e-5)
