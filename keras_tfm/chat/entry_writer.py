@@ -1,18 +1,27 @@
 """Writing the LiteRT chat entry that lets the next `keras-tfm chat` skip TensorFlow.
 
-After `keras-tfm chat "..."` has answered through TensorFlow, it checks that
+Once `keras-tfm chat` has loaded its model through TensorFlow, it checks that
 LiteRT would give the same answers (`plan_chat_entry`: float32 weights, a
 byte-level BPE tokenizer whose `tokenizers` pipeline gives the same ids, a
 ChatML template, greedy or sampling decoding without logit processors,
-stop strings allowed) and starts a background process (`start_chat_entry`,
-`python -m keras_tfm.chat.entry_writer MODEL WEIGHTS`) that loads the model
-again and writes the entry (`build_chat_entry`): the decoding step as
-LiteRT, its weights packed for XNNPACK, the tokenizer pipeline, the chat
-settings (`keras_tfm.lite.chat_entries` describes the layout, keys and
-safety). The command itself returns at once: writing SmolLM2's entry takes
-about a minute and 5 GB of memory. The next `keras-tfm chat` with that model
-finds the entry before importing TensorFlow and answers from it
-(`keras_tfm.lite.litert_chat`).
+stop strings allowed) and writes the entry (the layout, keys and safety:
+`keras_tfm.lite.chat_entries`): the decoding step
+as LiteRT, its weights packed for XNNPACK, the tokenizer pipeline, the chat
+settings. The next `keras-tfm chat` with that model finds the entry before
+importing TensorFlow and answers from it (`keras_tfm.lite.litert_chat`).
+
+- A preset that keeps a template of its step (`template_folder`; SmolLM2
+  does: `tools/make_litert_templates.py`) has its entry written by the
+  command itself (`write_chat_entry`), the template filled with the
+  model's weights (`keras_tfm.lite.decoder_template`): about 5 seconds and
+  0.7 GB for SmolLM2. The command then answers from the entry, as the next
+  one will.
+- Any other model's step goes through TensorFlow's converter, in a
+  background process (`start_chat_entry`, `python -m
+  keras_tfm.chat.entry_writer MODEL WEIGHTS`) that loads the model again
+  and writes the entry (`build_chat_entry`), started once the command has
+  answered through TensorFlow; the command says so in one line and returns
+  (SmolLM2 without its template: about a minute and 5 GB).
 
 While a process builds an entry, a marker `.<key>.building` beside it holds
 its process id, so that a second command does not start another; a build
@@ -41,9 +50,13 @@ import sys
 import traceback
 from pathlib import Path
 
-from keras_tfm.export.litert_decoder import convert_decoder_step, save_decoder_step
+from keras_tfm.export.litert_decoder import (
+    PREFILL_LENGTH,
+    convert_decoder_step,
+    save_decoder_step,
+)
 from keras_tfm.generation.generation_config import single_config
-from keras_tfm.lite import chat_entries, sampling
+from keras_tfm.lite import chat_entries, decoder_template, sampling
 from keras_tfm.lite.chat_template import parse_chatml_template
 from keras_tfm.lite.litert_decoder import LiteRTDecoder
 from keras_tfm.lite.user_cache import seal
@@ -183,27 +196,31 @@ def prepare_chat_entry(model, reference, weights, root=None):
     )
     if folder is None:
         return None
+    work = _work_folder(folder)
+    shutil.rmtree(work, ignore_errors=True)  # what a killed build left
+    work.mkdir(parents=True)
+    try:
+        save_decoder_step(model, work / STEP, chat_entries.buffer_length(model))
+        _write_chat_files(model, reference, work)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return folder, work
+
+
+def _write_chat_files(model, reference, folder):
+    """Writes an entry's tokenizer pipeline and chat settings into `folder`."""
     tokenizer = model.tokenizer
-    buffer_length = min(chat_entries.BUFFER_LENGTH, model.backbone.max_sequence_length)
     entry = {
-        "buffer_length": buffer_length,
+        "buffer_length": chat_entries.buffer_length(model),
         "end_token_id": int(tokenizer.end_token_id),
         "default_system_prompt": parse_chatml_template(tokenizer.chat_template),
         "generation_config": _config_values(model.generation_config),
         "sources": [chat_entries.file_identity(p) for p in model_files(reference)],
     }
-    work = _work_folder(folder)
-    shutil.rmtree(work, ignore_errors=True)  # what a killed build left
-    work.mkdir(parents=True)
-    try:
-        save_decoder_step(model, work / STEP, buffer_length)
-        pipeline = _pipeline(tokenizer)
-        (work / chat_entries.TOKENIZER).write_text(pipeline.to_str(), encoding="utf-8")
-        (work / chat_entries.ENTRY).write_text(json.dumps(entry), encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return folder, work
+    pipeline = _pipeline(tokenizer)
+    (folder / chat_entries.TOKENIZER).write_text(pipeline.to_str(), encoding="utf-8")
+    (folder / chat_entries.ENTRY).write_text(json.dumps(entry), encoding="utf-8")
 
 
 def finish_chat_entry(folder, work):
@@ -229,6 +246,61 @@ def finish_chat_entry(folder, work):
     return folder
 
 
+TEMPLATE = "litert_decoder"
+"""A preset's decoding-step template (`keras_tfm.lite.decoder_template`),
+in its zoo folder (`tools/make_litert_templates.py` writes it)."""
+
+
+def template_folder(reference):
+    """Where the preset `reference` keeps its decoding-step template (None
+    for a model file)."""
+    return None if Path(reference).is_file() else preset_dir(reference) / TEMPLATE
+
+
+def _template_for(model, reference):
+    """The template folder that writes `model`'s entry step, or None."""
+    folder = template_folder(reference)
+    description = folder and decoder_template.read_description(folder)
+    if not description:
+        return None
+    buffer_length = chat_entries.buffer_length(model)
+    step = (buffer_length, min(PREFILL_LENGTH, buffer_length))
+    if (description["buffer_length"], description["prefill_length"]) != step:
+        return None
+    weights = {variable.path: variable for variable in model.weights}
+    return folder if decoder_template.fits(description, weights) else None
+
+
+def write_chat_entry(model, reference, weights, settings, root=None):
+    """Writes the entry of `model` in this process from its preset's
+    template, if an entry is due and the preset keeps a template.
+
+    The step's file filled with the model's weights and packed for XNNPACK:
+    about 5 seconds and 0.7 GB for SmolLM2.
+
+    Returns:
+        The entry folder, or None (no entry due, no template, or the
+        template failed: `.<key>.failed` keeps why, and no later command
+        tries again until `keras-tfm cache clear`).
+    """
+    folder = plan_chat_entry(model, reference, weights, settings, root)
+    template = None if folder is None else _template_for(model, reference)
+    if template is None:
+        return None
+    try:
+        with atomic_directory(folder, overwrite=True) as tmp:
+            variables = {variable.path: variable for variable in model.weights}
+            decoder = tmp / chat_entries.DECODER
+            decoder_template.fill_template(template, variables, decoder)
+            LiteRTDecoder(decoder)  # packs decoder.tflite.xnnpack
+            _write_chat_files(model, reference, tmp)
+            seal(tmp, chat_entries.FILES)
+    except Exception:  # the command answers through TensorFlow instead
+        _markers(folder)[1].write_text(traceback.format_exc(), encoding="utf-8")
+        return None
+    return folder
+
+
 def start_chat_entry(model, reference, weights, settings, root=None):
     """Starts the background process that writes the entry, if one is due.
 
@@ -236,8 +308,10 @@ def start_chat_entry(model, reference, weights, settings, root=None):
         The `subprocess.Popen` of that process, or None.
     """
     folder = plan_chat_entry(model, reference, weights, settings, root)
-    if folder is None:
-        return None
+    return None if folder is None else _start_writer(folder, reference, weights, root)
+
+
+def _start_writer(folder, reference, weights, root):
     building, _ = _markers(folder)
     command = [sys.executable, "-m", "keras_tfm.chat.entry_writer", reference, weights]
     environment = dict(os.environ)

@@ -1,7 +1,9 @@
-"""`keras-tfm chat ["MESSAGE"]`: ask an instruct model one message (the
-answer streamed, then a LiteRT entry started for the next time) or, without
-a message, converse."""
+"""`keras-tfm chat ["MESSAGE"]`: ask an instruct model one message or, without
+a message, converse. A preset that keeps a template of its LiteRT step
+writes its LiteRT entry first and answers from it; any other model answers
+through TensorFlow, then starts its entry's writer for the next time."""
 
+import functools
 import sys
 
 from keras_tfm.cli import loading
@@ -64,7 +66,15 @@ def chat_model(args):
 
 
 def run(args):
+    from keras_tfm.chat.entry_writer import start_chat_entry, write_chat_entry
+
     model, settings = chat_model(args)
+    # A preset that keeps a template of its LiteRT step has its entry written
+    # now, in seconds, and answers from it, as the next command will.
+    if write_chat_entry(model, args.model, args.weights, settings) is not None:
+        later = functools.partial(_tensorflow_stream, model, settings, args)
+        if chat_command.answer_from_entry(args, continue_with=later):
+            return
     if args.message is None:  # an interactive conversation
         from keras_tfm.chat import converse
 
@@ -77,25 +87,20 @@ def run(args):
     for piece in pieces:
         print(piece, end="", flush=True)
     print()
-    from keras_tfm.chat.entry_writer import start_chat_entry
-
     # The next `chat` with this model answers from LiteRT, without TensorFlow.
     if start_chat_entry(model, args.model, args.weights, settings) is not None:
         print(BACKGROUND_LINE.format(model=args.model), file=sys.stderr)
 
 
-def continue_conversation(argv):
-    """`stream(messages, max_new_tokens)` of a TensorFlow `ChatSession` for
-    the command `argv` (`["chat", options...]`): what a conversation on a
-    LiteRT copy goes on with once it outgrows the copy's buffer
-    (`keras_tfm.lite.chat_command`); the oldest turns are dropped only
-    where the model's own context ends, as `converse` drops them."""
+def _tensorflow_stream(model, settings, args):
+    """`stream(messages, max_new_tokens)` of a TensorFlow `ChatSession` on
+    `model`: where a conversation on a LiteRT copy goes on once it outgrows
+    the copy's buffer (`keras_tfm.lite.chat_command`); the oldest turns are
+    dropped only where the model's own context ends, as `converse` drops
+    them."""
     from keras_tfm.chat import ChatSession
     from keras_tfm.chat.repl import history_fit
-    from keras_tfm.cli import build_parser
 
-    args = build_parser().parse_args(argv)
-    model, settings = chat_model(args)
     session = ChatSession(model)
     fit = history_fit(model, args.max_new_tokens)
 
@@ -103,3 +108,14 @@ def continue_conversation(argv):
         return session.stream(fit(messages), max_new_tokens, **settings)
 
     return stream
+
+
+def continue_conversation(argv):
+    """`_tensorflow_stream` for the command `argv` (`["chat", options...]`),
+    the model loaded: what the launcher hands a conversation on a LiteRT
+    copy."""
+    from keras_tfm.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    model, settings = chat_model(args)
+    return _tensorflow_stream(model, settings, args)

@@ -113,6 +113,17 @@ def answer_from_cache(argv, root=None, continue_with=None):
     options = _parse(argv[1:])
     if options is None:
         return False
+    later = None if continue_with is None else lambda: continue_with(argv)
+    return answer_from_entry(options, root, later)
+
+
+def answer_from_entry(options, root=None, continue_with=None):
+    """Prints the answer of the chat command `options` (its parsed flags)
+    from the model's entry; whether it did.
+
+    `continue_with`: `() -> stream(messages, max_new_tokens)`, as
+    `answer_from_cache`'s.
+    """
     from keras_tfm.lite.chat_entries import find_entry
 
     found = find_entry(options.model, options.weights, root)
@@ -133,7 +144,7 @@ def answer_from_cache(argv, root=None, continue_with=None):
             return False  # no answer would fit the entry: TensorFlow throughout
         from keras_tfm.lite.repl import converse_with
 
-        session = _CachedThenTensorFlow(chat, config, lambda: continue_with(argv))
+        session = _CachedThenTensorFlow(chat, config, continue_with)
         converse_with(session, max_new_tokens=options.max_new_tokens)
         return True
     if not chat.fits(chat.prompt_ids(options.message), options.max_new_tokens):

@@ -52,6 +52,12 @@ default answer at most 256). A longer conversation takes the TensorFlow
 path."""
 
 
+def buffer_length(model):
+    """The cache positions of `model`'s entry: `BUFFER_LENGTH`, or the
+    model's whole context if it is shorter."""
+    return min(BUFFER_LENGTH, model.backbone.max_sequence_length)
+
+
 @functools.cache
 def litert_version():
     """ai-edge-litert's version ("absent" if it is not installed)."""

@@ -506,3 +506,45 @@ def test_entries_only_where_litert_agrees(tiny, tmp_path):
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+def test_a_template_writes_the_entry_and_the_first_command_answers_from_it(
+    tiny, tmp_path, monkeypatch, capsys
+):
+    # A preset that keeps a template of its step (here the tiny model's, made
+    # here): the command writes the entry itself, in this process, and
+    # answers from it, as the next command does; it starts no process.
+    from keras_tfm.export.litert_template import make_decoder_template
+
+    model, path, built = tiny
+    template = tmp_path / "template"
+    make_decoder_template(model, template, chat_entries.buffer_length(model))
+    monkeypatch.setattr(writer, "template_folder", lambda reference: template)
+    monkeypatch.setattr(writer.subprocess, "Popen", None)  # no process started
+    monkeypatch.setattr("keras_tfm.cli.loading.resolve_model", lambda *args: model)
+
+    def through_tensorflow(*args, **kwargs):
+        pytest.fail("the command answered through TensorFlow")
+
+    monkeypatch.setattr(model, "chat", through_tensorflow)
+    root = tmp_path / "cache"
+    monkeypatch.setenv("KERAS_TFM_CACHE_DIR", str(root))
+    main(_command(path))
+    first = capsys.readouterr()
+    assert first.err == ""
+    assert chat_command.answer_from_cache(_command(path), root)
+    assert capsys.readouterr().out == first.out
+    # The filled step computes what the converted one (the fixture's) does.
+    folder, _ = chat_entries.find_entry(path, "float32", root)
+    ids = [int(i) for i in model.tokenizer(model.tokenizer.apply_chat_template("hi"))]
+    ours = LiteRTChat(*chat_entries.find_entry(path, "float32", root)).decoder
+    theirs = LiteRTChat(*chat_entries.find_entry(path, "float32", built)).decoder
+    for i, token in enumerate(ids):
+        np.testing.assert_array_equal(ours.decode(token, i), theirs.decode(token, i))
+    # A template of another step (its buffer) is not used: TensorFlow answers.
+    shutil.rmtree(folder)
+    description = json.loads((template / "template.json").read_text())
+    description["buffer_length"] = 64
+    (template / "template.json").write_text(json.dumps(description))
+    assert writer.plan_chat_entry(model, path, "float32", {}, root) == folder
+    assert writer.write_chat_entry(model, path, "float32", {}, root) is None

@@ -1,0 +1,169 @@
+"""Decoding-step templates: the converter's LiteRT file, filled without it.
+
+On a one-layer Llama (RMSNorm, whose scales the converter folds into the
+next projections, SwiGLU, rotary positions, grouped queries, tied
+embeddings): a template filled with weights it was not made from is the
+converter's file for those weights, buffer for buffer; a template missing a
+placement is refused. SmolLM2's kept template, filled with its weights,
+answers transformers' greedy answer; the slow test checks it against the
+converter as it is today (`tools/make_litert_templates.py` remakes it).
+"""
+
+import doctest
+import gzip
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from keras_tfm.export import litert_template
+from keras_tfm.export.litert_decoder import export_litert_decoder
+from keras_tfm.lite import decoder_template
+from tests.builders import causal_lm
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _llama():
+    return causal_lm(
+        vocabulary_size=40, num_layers=1, num_heads=2, num_key_value_heads=1,
+        head_dim=8, hidden_dim=16, intermediate_dim=24, max_sequence_length=8,
+        activation="swiglu", normalization="rms_norm", position_encoding="rotary",
+        use_bias=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The model (random weights of its own), its template, its converted file."""
+    model = _llama()
+    generator = np.random.default_rng(7)
+    for variable in model.weights:
+        variable.assign(generator.uniform(0.5, 1.5, variable.shape))
+    folder = tmp_path_factory.mktemp("template") / "litert_decoder"
+    own = {v.path: v.numpy() for v in model.weights}
+    description = litert_template.make_decoder_template(model, folder)
+    assert all(np.array_equal(v.numpy(), own[v.path]) for v in model.weights)
+    converted = tmp_path_factory.mktemp("converted") / "step.tflite"
+    export_litert_decoder(model, converted)
+    return model, folder, description, converted.read_bytes()
+
+
+def _filled(folder, weights):
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "step.tflite"
+        decoder_template.fill_template(folder, weights, path)
+        return path.read_bytes()
+
+
+def _logits(model, path):
+    return litert_template._logits(path, 8, 8, model.backbone.vocabulary_size)
+
+
+def test_a_filled_template_is_the_converters_file(made, tmp_path):
+    model, folder, description, converted = made
+    weights = {v.path: v for v in model.weights}
+    decoder_template.fill_template(folder, weights, tmp_path / "filled.tflite")
+    assert (tmp_path / "filled.tflite").stat().st_size == description["size"]
+    (tmp_path / "converted.tflite").write_bytes(converted)
+    np.testing.assert_array_equal(
+        _logits(model, tmp_path / "filled.tflite"),
+        _logits(model, tmp_path / "converted.tflite"),
+    )
+    # Every weight is placed, the norms' scales folded into the projections.
+    placed = {p[1] for p in description["placements"]}
+    scales = {p[3] for p in description["placements"]} - {None}
+    assert placed | scales == set(weights)
+    assert "transformer_layer_0/self_attention_norm/scale" in scales
+    # The template keeps none of the random weights it was made from.
+    kept = gzip.decompress(Path(folder, decoder_template.BYTES).read_bytes())
+    for path, value in litert_template._random_weights(model, 0).items():
+        assert value.tobytes()[:32] not in kept, path
+
+
+def test_a_template_missing_a_scale_is_refused(made, tmp_path, monkeypatch):
+    model, folder, _, converted = made
+    # A folded scale left out of its placement: other logits.
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    description = json.loads((broken / decoder_template.DESCRIPTION).read_text())
+    scaled = next(p for p in description["placements"] if p[3] is not None)
+    scaled[3] = None
+    (broken / decoder_template.DESCRIPTION).write_text(json.dumps(description))
+    weights = {v.path: v for v in model.weights}
+    decoder_template.fill_template(broken, weights, tmp_path / "broken.tflite")
+    (tmp_path / "converted.tflite").write_bytes(converted)
+    assert not np.array_equal(
+        _logits(model, tmp_path / "broken.tflite"),
+        _logits(model, tmp_path / "converted.tflite"),
+    )
+    # make_decoder_template checks its template so and keeps no folder.
+    real, calls = litert_template._scaled_match, []
+
+    def first_one_missed(*args):
+        calls.append(args)
+        return None if len(calls) == 1 else real(*args)
+
+    monkeypatch.setattr(litert_template, "_scaled_match", first_one_missed)
+    target = tmp_path / "refused"
+    with pytest.raises(ValueError, match="does not hold"):
+        litert_template.make_decoder_template(model, target)
+    assert not target.exists()
+
+
+def test_a_template_filled_with_unit_scales_gives_the_models_logits(made, tmp_path):
+    # Keras' initial weights (RMSNorm scales of ones, which the converter
+    # would fold away) in the template made on random ones: still the model.
+    from keras_tfm.lite.litert_decoder import LiteRTDecoder
+
+    model, folder = _llama(), made[1]
+    weights = {v.path: v for v in model.weights}
+    decoder_template.fill_template(folder, weights, tmp_path / "s.tflite")
+    decoder = LiteRTDecoder(tmp_path / "s.tflite", kernels="builtin")
+    ids = [3, 17, 5, 29, 11, 2, 8, 30]
+    full = np.asarray(model(np.array([ids])), "float64")[0]
+    np.testing.assert_allclose(decoder.prefill(ids[:5], 0), full[4], atol=1e-5)
+    for index in range(5, 8):
+        logits = decoder.decode(ids[index], index)
+        np.testing.assert_allclose(logits, full[index], atol=1e-5)
+
+
+def test_weights_of_other_shapes_are_refused(made, tmp_path):
+    model, folder, _, _ = made
+    weights = {v.path: v.numpy() for v in model.weights}
+    weights["final_norm/scale"] = np.ones(17, "float32")
+    with pytest.raises(ValueError, match="names and shapes differ"):
+        decoder_template.fill_template(folder, weights, tmp_path / "x.tflite")
+    assert not (tmp_path / "x.tflite").exists()
+    assert decoder_template.read_description(tmp_path) is None  # no template
+
+
+def test_smollm2_template_answers_as_transformers(smollm2, tmp_path):
+    from keras_tfm.chat import entry_writer
+    from keras_tfm.lite import chat_entries
+    from keras_tfm.lite.litert_chat import LiteRTChat
+
+    name = "smollm2_135m_instruct"
+    folder = entry_writer.write_chat_entry(smollm2, name, "float32", {}, tmp_path)
+    found = chat_entries.find_entry(name, "float32", tmp_path)
+    assert folder is not None and found[0] == folder
+    chat = LiteRTChat(*found)
+    reference = json.loads((FIXTURES / "smollm2_reference.json").read_text("utf-8"))
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    assert chat.chat(messages, 16) == reference["chat_answer"]["text"]
+
+
+@pytest.mark.slow  # a conversion of SmolLM2's step: ~1 minute, 5 GB
+def test_smollm2_template_holds_for_the_converter_as_it_is(smollm2):
+    from keras_tfm.chat import entry_writer
+
+    kept = entry_writer.template_folder("smollm2_135m_instruct")
+    litert_template.check_decoder_template(smollm2, kept)
+
+
+@pytest.mark.parametrize("module", [litert_template, decoder_template])
+def test_docstring_examples(module):
+    assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
