@@ -7,11 +7,12 @@ per process):
    France?"`, timed from the shell's fork to its exit (wall clock, and the
    peak resident memory of that process from `os.wait4`), run twice: the
    first run after the caches are cleared, the second with what the first
-   left in them (`keras_tfm.lite.user_cache`). The first run answers
-   through TensorFlow and starts a background process that writes the
-   LiteRT entry (`keras_tfm.chat.entry_writer`); the benchmark waits for
-   it (its wall time and peak memory are a row), and the second run answers
-   from that entry without importing TensorFlow.
+   left in them (`keras_tfm.lite.user_cache`). The first run writes the
+   LiteRT entry from the preset's template and answers from it (a model
+   without a template answers through TensorFlow and starts a background
+   process that converts its step: the benchmark waits for it, and its wall
+   time and peak memory are a row; `keras_tfm.chat.entry_writer`), and the
+   second run answers from that entry without importing TensorFlow.
 2. The same path inside one Python process (the launcher's imports,
    `from_preset("smollm2_135m_instruct")`, the streamed `chat`), cut into
    stages: import TensorFlow, Keras, keras_tfm; on a first run, parse the
