@@ -296,7 +296,9 @@ def write_chat_entry(model, reference, weights, settings, root=None):
             _write_chat_files(model, reference, tmp)
             seal(tmp, chat_entries.FILES)
     except Exception:  # the command answers through TensorFlow instead
-        _markers(folder)[1].write_text(traceback.format_exc(), encoding="utf-8")
+        failed = _markers(folder)[1]
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        failed.write_text(traceback.format_exc(), encoding="utf-8")
         return None
     return folder
 

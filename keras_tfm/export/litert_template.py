@@ -10,7 +10,7 @@ matched to a weight, transposed, or to a matrix times a normalisation's
 scale (the converter folds RMSNorm's scale into the next projection). The
 template filled with other random weights must then give, bit for bit, the
 logits of their own conversion (a whole prefill chunk, a padded one, then
-every position of the cache one token at a time), or no template is made.
+a few tokens one at a time), or no template is made.
 (Their files differ in layout: the converter orders the buffers, and names
 the cache's variables, differently from one conversion to the next.)
 

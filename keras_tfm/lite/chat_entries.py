@@ -4,7 +4,8 @@
 `keras-tfm chat` needs to answer without TensorFlow:
 
 - `decoder.tflite`: the model's cached decoding step
-  (`keras_tfm.export.export_litert_decoder`);
+  (`keras_tfm.export.export_litert_decoder`, or the preset's template
+  filled with its weights: `keras_tfm.lite.decoder_template`);
 - `decoder.tflite.xnnpack`: its float32 weights packed for XNNPACK on this
   CPU (`keras_tfm.lite.litert_decoder`), mapped by each chat;
 - `tokenizer.json`: the tokenizer's `tokenizers` pipeline, the one its
