@@ -4,8 +4,9 @@ A template lets the first `keras-tfm chat` with a preset write its LiteRT
 copy in seconds, without the converter (`keras_tfm.lite.decoder_template`):
 `zoo/<preset>/litert_decoder/`. Run it after a change to the decoding step
 (`keras_tfm.export.litert_decoder`, the layers it runs) or to TensorFlow's
-converter; `tests/export/test_litert_template.py` fails while a kept
-template is not what this writes. SmolLM2 takes about 3 minutes and 5 GB.
+converter; the slow test in `tests/export/test_litert_template.py` fails
+while a kept template no longer holds for the converter as it is
+(`check_decoder_template`). SmolLM2 takes about 2 minutes and 10 GB.
 
     python tools/make_litert_templates.py [PRESET ...]
 """

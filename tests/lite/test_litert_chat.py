@@ -541,7 +541,7 @@ def test_a_template_writes_the_entry_and_the_first_command_answers_from_it(
     theirs = LiteRTChat(*chat_entries.find_entry(path, "float32", built)).decoder
     for i, token in enumerate(ids):
         np.testing.assert_array_equal(ours.decode(token, i), theirs.decode(token, i))
-    # A template of another step (its buffer) is not used: TensorFlow answers.
+    # A template of another step (another buffer length) is not used.
     shutil.rmtree(folder)
     description = json.loads((template / "template.json").read_text())
     description["buffer_length"] = 64
