@@ -18,6 +18,7 @@ Example:
 """
 
 import importlib
+import importlib.util
 import sys
 
 from keras_tfm._tensorflow_logs import quiet_tensorflow_import
@@ -45,6 +46,14 @@ def require_tensorflow(feature, module="tensorflow"):
             f"backend without it; for this feature install it: `{INSTALL}` "
             "(keras-tfm's default install includes both)."
         ) from error
+
+
+def tensorflow_installed():
+    """Whether TensorFlow can be found (imports nothing)."""
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except ImportError:  # a finder that refuses it
+        return False
 
 
 def tensorflow_loaded():

@@ -50,15 +50,11 @@ import sys
 import traceback
 from pathlib import Path
 
-from keras_tfm.export.litert_decoder import (
-    PREFILL_LENGTH,
-    convert_decoder_step,
-    save_decoder_step,
-)
+from keras_tfm._optional import tensorflow_installed
 from keras_tfm.generation.generation_config import single_config
 from keras_tfm.lite import chat_entries, decoder_template, sampling
 from keras_tfm.lite.chat_template import parse_chatml_template
-from keras_tfm.lite.litert_decoder import LiteRTDecoder
+from keras_tfm.lite.litert_decoder import LiteRTDecoder, default_prefill_length
 from keras_tfm.lite.user_cache import seal
 from keras_tfm.saving import atomic_directory
 from keras_tfm.tokenizers import ByteLevelBPETokenizer
@@ -200,7 +196,11 @@ def prepare_chat_entry(model, reference, weights, root=None):
     shutil.rmtree(work, ignore_errors=True)  # what a killed build left
     work.mkdir(parents=True)
     try:
-        save_decoder_step(model, work / STEP, chat_entries.buffer_length(model))
+        from keras_tfm.export import litert_decoder  # TensorFlow: only to convert
+
+        litert_decoder.save_decoder_step(
+            model, work / STEP, chat_entries.buffer_length(model)
+        )
         _write_chat_files(model, reference, work)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -232,7 +232,9 @@ def finish_chat_entry(folder, work):
     """
     try:
         with atomic_directory(folder, overwrite=True) as tmp:
-            decoder = convert_decoder_step(work / STEP)
+            from keras_tfm.export import litert_decoder
+
+            decoder = litert_decoder.convert_decoder_step(work / STEP)
             (tmp / chat_entries.DECODER).write_bytes(decoder)
             del decoder
             # XNNPACK packs the weights into decoder.tflite.xnnpack as it
@@ -264,7 +266,7 @@ def _template_for(model, reference):
     if not description:
         return None
     buffer_length = chat_entries.buffer_length(model)
-    step = (buffer_length, min(PREFILL_LENGTH, buffer_length))
+    step = (buffer_length, default_prefill_length(buffer_length))
     if (description["buffer_length"], description["prefill_length"]) != step:
         return None
     weights = {variable.path: variable for variable in model.weights}
@@ -304,11 +306,14 @@ def write_chat_entry(model, reference, weights, settings, root=None):
 
 
 def start_chat_entry(model, reference, weights, settings, root=None):
-    """Starts the background process that writes the entry, if one is due.
+    """Starts the background process that writes the entry, if one is due
+    and TensorFlow, whose converter it runs, is installed.
 
     Returns:
         The `subprocess.Popen` of that process, or None.
     """
+    if not tensorflow_installed():
+        return None
     folder = plan_chat_entry(model, reference, weights, settings, root)
     return None if folder is None else _start_writer(folder, reference, weights, root)
 

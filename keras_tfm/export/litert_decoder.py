@@ -38,14 +38,11 @@ import tensorflow as tf
 from keras_tfm.export.litert import QUANTIZATIONS
 from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.kernels.plain_scope import plain_kernels
+from keras_tfm.lite.litert_decoder import default_prefill_length
 from keras_tfm.models import CausalLM
 from keras_tfm.validation import check_choice, check_positive_int
 
 SIGNATURES = ("prefill", "decode")
-
-PREFILL_LENGTH = 32
-"""Positions of the `prefill` signature: a prompt goes through in chunks of
-this many (the last padded), then one token a `decode` call."""
 
 
 class _CachedStep(tf.Module):
@@ -119,7 +116,7 @@ def save_decoder_step(model, folder, buffer_length=None, prefill_length=None):
             f"`buffer_length` must be at most the model's max_sequence_length "
             f"({limit}). Received: buffer_length={buffer_length}"
         )
-    prefill_length = prefill_length or min(PREFILL_LENGTH, buffer_length)
+    prefill_length = prefill_length or default_prefill_length(buffer_length)
     check_positive_int("prefill_length", prefill_length)
     if prefill_length > buffer_length:
         raise ValueError(
@@ -167,7 +164,8 @@ def export_litert_decoder(
             activations quantized per call; its logits are not keras-tfm's
             weight-only int8 ones).
         prefill_length: positions of a `prefill` call (default
-            `PREFILL_LENGTH`, at most `buffer_length`).
+            `keras_tfm.lite.litert_decoder.PREFILL_LENGTH`, at most
+            `buffer_length`).
 
     Returns:
         The number of bytes written.

@@ -41,12 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_tfm.export.litert_decoder import (
-    PREFILL_LENGTH,
-    convert_decoder_step,
-    save_decoder_step,
-)
+from keras_tfm.export.litert_decoder import convert_decoder_step, save_decoder_step
 from keras_tfm.lite import decoder_template
+from keras_tfm.lite.litert_decoder import LiteRTDecoder, default_prefill_length
 from keras_tfm.saving import atomic_directory
 
 
@@ -101,8 +98,6 @@ def _logits(path, prefill_length, buffer_length, vocabulary_size):
     """A step file's logits for random tokens: a whole prefill chunk, a
     padded one, then a token a call (LiteRT's builtin kernels: the same
     operations on the same values give the same bits)."""
-    from keras_tfm.lite.litert_decoder import LiteRTDecoder
-
     decoder = LiteRTDecoder(path, num_threads=1, kernels="builtin")
     ids = np.random.default_rng(0).integers(0, vocabulary_size, buffer_length)
     ids = [int(i) for i in ids]
@@ -185,7 +180,7 @@ def make_decoder_template(
     """
     limit = model.backbone.max_sequence_length
     buffer_length = limit if buffer_length is None else buffer_length
-    prefill_length = prefill_length or min(PREFILL_LENGTH, buffer_length)
+    prefill_length = prefill_length or default_prefill_length(buffer_length)
     settings = {"buffer_length": buffer_length, "prefill_length": prefill_length}
     with _weights_kept(model), atomic_directory(folder, overwrite=overwrite) as work:
         first = _random_weights(model, seed)

@@ -32,6 +32,16 @@ WEIGHT_CACHE_SUFFIX = ".xnnpack"
 """The packed weights' file is the decoder's name with this suffix."""
 KERNELS = ("xnnpack", "builtin")
 
+PREFILL_LENGTH = 32
+"""Positions of a step file's `prefill` signature: a prompt goes through in
+chunks of this many (the last padded), then one token a `decode` call."""
+
+
+def default_prefill_length(buffer_length):
+    """A step file's `prefill` length when none is asked: `PREFILL_LENGTH`,
+    or the whole buffer if it is shorter."""
+    return min(PREFILL_LENGTH, buffer_length)
+
 
 def available_cpus():
     """The CPUs this process may run on (its affinity, not the machine's)."""

@@ -189,6 +189,13 @@ def load(folder):
         np.load(os.path.join(folder, "classifier.npy")),
         atol=1e-6,
     )
+    # `keras-tfm chat`'s entry writer imports no TensorFlow (a preset's
+    # template is filled without it) and starts no converter process here.
+    from keras_tfm.chat import entry_writer
+
+    block_tensorflow.check_not_imported()
+    assert entry_writer.start_chat_entry(lm, "lm.keras", "float32", {}) is None
+    block_tensorflow.ATTEMPTS.clear()  # its lookup of TensorFlow, refused here
     # A TensorFlow-only feature says what to install.
     block_tensorflow.check_not_imported()
     block_tensorflow.ATTEMPTS.clear()  # the one attempt below

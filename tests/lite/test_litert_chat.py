@@ -414,7 +414,9 @@ def test_the_command_starts_one_background_build_which_rebuilds(
     assert chat_command.answer_from_cache(_command(path), root)
     # A build that failed is not tried again until the cache is cleared.
     shutil.rmtree(folder)
-    monkeypatch.setattr(writer, "save_decoder_step", lambda *args: 1 / 0)
+    monkeypatch.setattr(
+        "keras_tfm.export.litert_decoder.save_decoder_step", lambda *args: 1 / 0
+    )
     with pytest.raises(ZeroDivisionError):
         writer.main([path, "float32"])
     assert writer.plan_chat_entry(model, path, "float32", {}, root) is None
