@@ -68,11 +68,9 @@ def _record_op_stack_traces(on):
 
     if keras.backend.backend() != "tensorflow":
         return
-    from tensorflow.python.framework import ops
+    from keras_tfm._op_stack_traces import record_op_stack_traces
 
-    create = getattr(ops._create_c_op, "__wrapped__", None)  # under TF's filter
-    if create is not None and create.__defaults__ and len(create.__defaults__) == 2:
-        create.__defaults__ = (create.__defaults__[0], on)  # extract_traceback
+    record_op_stack_traces(on)
 
 
 @contextlib.contextmanager
