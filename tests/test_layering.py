@@ -1,7 +1,8 @@
 """The package imports downwards only, with no ring between its parts.
 
     validation, _keras_compat, legacy_files,     shared checks and helpers;
-        _tensorflow_logs                         TensorFlow's start-up lines
+        _tensorflow_logs, _op_stack_traces       TensorFlow's start-up lines
+                                                 and its graph ops' stacks
     generation.buffers,                          the decoding settings and
         generation.generation_config             buffer sizes (no Keras: the
                                                  LiteRT chat resolves its
@@ -62,6 +63,7 @@ RANKS = {
     "_keras_compat": 0,
     "legacy_files": 0,
     "_tensorflow_logs": 0,
+    "_op_stack_traces": 0,
     "_optional": 0.5,
     "generation.buffers": 0.1,
     "generation.generation_config": 0.2,
