@@ -19,6 +19,8 @@ Example:
 [[0.0, 1.0, 3.0]]
 """
 
+import functools
+
 import keras
 
 from keras_tfm._optional import tensorflow as tf
@@ -60,8 +62,6 @@ def _traced_without_op_stacks(function):
     """`function`, whose ops record no Python stack while it is traced:
     XLA would keep each op's stack as strings for as long as the program
     lives (453 MiB for SmolLM2's four loops; `keras_tfm._op_stack_traces`)."""
-    import functools
-
     from keras_tfm._op_stack_traces import without_op_stack_traces
 
     @functools.wraps(function)
@@ -75,8 +75,6 @@ def _traced_without_op_stacks(function):
 def _torch_no_grad(function):
     """PyTorch runs the loop eagerly, as keras-hub does: without autograd's
     records of every step (which cost time and hold every step's tensors)."""
-    import functools
-
     import torch
 
     @functools.wraps(function)
