@@ -52,7 +52,7 @@ from pathlib import Path
 
 from keras_tfm._optional import tensorflow_installed
 from keras_tfm.generation.generation_config import single_config
-from keras_tfm.lite import chat_entries, decoder_template, sampling
+from keras_tfm.lite import chat_entries, decoder_template, quantized_step, sampling
 from keras_tfm.lite.chat_template import parse_chatml_template
 from keras_tfm.lite.litert_decoder import LiteRTDecoder, default_prefill_length
 from keras_tfm.lite.user_cache import seal
@@ -146,14 +146,17 @@ def plan_chat_entry(model, reference, weights, settings, root=None, builder=Fals
 
     None when caching is off, the entry is there or being built, an earlier
     build failed, or LiteRT would not give `model.chat(**settings)`'s
-    answers: `weights` other than "float32", no byte-level BPE tokenizer
-    with a ChatML template, or decoding the LiteRT chat does not do (beam
-    search, logit processors).
+    answers: `weights` not one of `chat_entries.WEIGHTS` (or "int8" for a
+    model without a step template), no byte-level BPE tokenizer with a
+    ChatML template, or decoding the LiteRT chat does not do (beam search,
+    logit processors).
     `builder`: asked by the process that builds it (its markers are its own).
     """
     folder = chat_entries.entry_folder(reference, weights, root)
-    if folder is None or weights != "float32":
+    if folder is None or weights not in chat_entries.WEIGHTS:
         return None
+    if weights != "float32" and not chat_entries.keeps_template(reference):
+        return None  # a quantized step is written from a template only
     building, failed = _markers(folder)
     if (
         chat_entries.litert_version() == "absent"
@@ -248,15 +251,12 @@ def finish_chat_entry(folder, work):
     return folder
 
 
-TEMPLATE = "litert_decoder"
-"""A preset's decoding-step template (`keras_tfm.lite.decoder_template`),
-in its zoo folder (`tools/make_litert_templates.py` writes it)."""
-
-
 def template_folder(reference):
     """Where the preset `reference` keeps its decoding-step template (None
     for a model file)."""
-    return None if Path(reference).is_file() else preset_dir(reference) / TEMPLATE
+    if Path(reference).is_file():
+        return None
+    return preset_dir(reference) / chat_entries.TEMPLATE
 
 
 def _template_for(model, reference):
@@ -277,8 +277,10 @@ def write_chat_entry(model, reference, weights, settings, root=None):
     """Writes the entry of `model` in this process from its preset's
     template, if an entry is due and the preset keeps a template.
 
-    The step's file filled with the model's weights and packed for XNNPACK:
-    about 5 seconds and 0.7 GB for SmolLM2.
+    The step's file filled with the model's weights (`weights="int8"`:
+    rotated and quantized, `keras_tfm.lite.quantized_step`) and packed for
+    XNNPACK: for SmolLM2 about 5 seconds and 0.7 GB in float32, 8 seconds
+    and 1.2 GB in int8.
 
     Returns:
         The entry folder, or None (no entry due, no template, or the
@@ -293,7 +295,12 @@ def write_chat_entry(model, reference, weights, settings, root=None):
         with atomic_directory(folder, overwrite=True) as tmp:
             variables = {variable.path: variable for variable in model.weights}
             decoder = tmp / chat_entries.DECODER
-            decoder_template.fill_template(template, variables, decoder)
+            if weights == "float32":
+                decoder_template.fill_template(template, variables, decoder)
+            else:
+                quantized_step.write_quantized_step(
+                    template, variables, decoder, weights
+                )
             LiteRTDecoder(decoder)  # packs decoder.tflite.xnnpack
             _write_chat_files(model, reference, tmp)
             seal(tmp, chat_entries.FILES)
@@ -312,8 +319,8 @@ def start_chat_entry(model, reference, weights, settings, root=None):
     Returns:
         The `subprocess.Popen` of that process, or None.
     """
-    if not tensorflow_installed():
-        return None
+    if not tensorflow_installed() or weights != "float32":
+        return None  # the converter writes float32 steps; int8 needs a template
     folder = plan_chat_entry(model, reference, weights, settings, root)
     return None if folder is None else _start_writer(folder, reference, weights, root)
 

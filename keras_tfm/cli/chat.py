@@ -10,6 +10,7 @@ from keras_tfm.cli import loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
 from keras_tfm.cli.decoding import add_decoding_options, check_settings
 from keras_tfm.lite import chat_command
+from keras_tfm.lite.chat_entries import default_weights
 from keras_tfm.lite.decoding_flags import sampler_settings
 
 HELP = "ask an instruct model (SmolLM2 by default)"
@@ -51,13 +52,27 @@ def add_arguments(p):
         help="default: the preset's settings (greedy unless its "
         "generation_config.json says otherwise)",
     )
-    add_decoding_options(p, temperature=chat_command.DEFAULT_TEMPERATURE)
+    add_decoding_options(
+        p,
+        temperature=chat_command.DEFAULT_TEMPERATURE,
+        weights={"default": None, "help": chat_command.WEIGHTS_HELP},
+    )
 
 
-def chat_model(args):
-    """The model the options name, ready to chat, and its decoding settings."""
+def chat_model(args, store=True):
+    """The model the options name, ready to chat, and its decoding settings.
+
+    Without `--weights`, `args.weights` becomes the LiteRT entry's default
+    (`chat_entries.default_weights`) and TensorFlow, where it answers, keeps
+    the float32 weights; `args.tensorflow_weights` says which it stores.
+    `store`: with the weights stored so (False: as loaded, float32, what a
+    LiteRT entry is written from; `store_tensorflow_weights` later).
+    """
+    args.tensorflow_weights = args.weights or "float32"
+    args.weights = args.weights or default_weights(args.model)
     model = loading.language_model(args.model, needs="chat", weights=args.weights)
-    model = loading.store_weights(model, args.weights)
+    if store:
+        model = store_tensorflow_weights(model, args)
     settings = sampler_settings(args.sampler, args)
     check_settings(model, settings)  # as `chat` would: a flag not read is refused
     if getattr(model, "is_decoder_only", False):
@@ -68,13 +83,14 @@ def chat_model(args):
 def run(args):
     from keras_tfm.chat.entry_writer import start_chat_entry, write_chat_entry
 
-    model, settings = chat_model(args)
+    model, settings = chat_model(args, store=False)
     # A preset that keeps a template of its LiteRT step has its entry written
     # now, in seconds, and answers from it, as the next command will.
     if write_chat_entry(model, args.model, args.weights, settings) is not None:
         later = functools.partial(_tensorflow_stream, model, settings, args)
         if chat_command.answer_from_entry(args, continue_with=later):
             return
+    model = store_tensorflow_weights(model, args)
     if args.message is None:  # an interactive conversation
         from keras_tfm.chat import converse
 
@@ -90,6 +106,11 @@ def run(args):
     # The next `chat` with this model answers from LiteRT, without TensorFlow.
     if start_chat_entry(model, args.model, args.weights, settings) is not None:
         print(BACKGROUND_LINE.format(model=args.model), file=sys.stderr)
+
+
+def store_tensorflow_weights(model, args):
+    """`model` with its weights stored as TensorFlow answers with them."""
+    return loading.store_weights(model, args.tensorflow_weights)
 
 
 def _tensorflow_stream(model, settings, args):

@@ -14,11 +14,12 @@ from keras_tfm.generation.generation_config import single_config
 from keras_tfm.lite.decoding_flags import DEFAULT_TOP_P, FLAGS
 
 
-def add_decoding_options(parser, temperature, **defaults):
+def add_decoding_options(parser, temperature, weights=None, **defaults):
     """The options `generate` and `chat` share: sampling and `--weights`.
 
     `temperature` and `defaults` (setting: value): what is sent for a flag
     not given, with the samplers `decoding_flags.DEFAULT_FOR` names.
+    `weights`: `add_weights_option`'s arguments, if not its defaults.
     """
     parser.add_argument(
         "--temperature", type=float,
@@ -36,7 +37,7 @@ def add_decoding_options(parser, temperature, **defaults):
         }
     )
     add_processor_options(parser)
-    add_weights_option(parser)
+    add_weights_option(parser, **(weights or {}))
 
 
 def add_processor_options(parser):

@@ -80,13 +80,13 @@ def store_weights(model, weights):
     return model
 
 
-def add_weights_option(parser):
-    parser.add_argument(
-        "--weights",
-        default="float32",
-        choices=WEIGHTS,
-        help="store the weight matrices as weight-only int8 or bfloat16: "
-        "faster decoding on a CPU, logits within a few percent; int8_blocks: "
-        "a GGUF file's Q4/Q8 blocks as they are (its float32 logits, a "
-        "quarter of the memory)",
-    )
+WEIGHTS_HELP = (
+    "store the weight matrices as weight-only int8 or bfloat16: faster "
+    "decoding on a CPU, logits within a few percent; int8_blocks: a GGUF "
+    "file's Q4/Q8 blocks as they are (its float32 logits, a quarter of the "
+    "memory)"
+)
+
+
+def add_weights_option(parser, default="float32", help=WEIGHTS_HELP):
+    parser.add_argument("--weights", default=default, choices=WEIGHTS, help=help)

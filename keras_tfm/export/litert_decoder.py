@@ -79,21 +79,35 @@ class _CachedStep(tf.Module):
         )
 
     def _hidden(self, token_ids, index):
+        """The hidden states before the final norm (`_logits` applies it)."""
         with plain_kernels():  # forward only, short chunks (see plain_scope)
             caches = tuple(variable.read_value() for variable in self.caches)
-            hidden, caches = self.steps.hidden(token_ids, caches, index)
+            hidden, caches = self.steps.hidden(
+                token_ids, caches, index, final_norm=False
+            )
         for variable, cache in zip(self.caches, caches, strict=True):
             variable.assign(cache)
         return hidden
 
+    def _logits(self, last):
+        """Float32 logits (1, vocabulary_size) of one hidden state (1, 1, width).
+
+        The final norm runs here, on the one row, in both signatures: the
+        converter then folds its scale into the output matrix the same way
+        for both, so they read one matrix (a rotation of the residual
+        stream, `keras_tfm.lite.rotation`, needs every norm scale folded).
+        """
+        norm = self.steps.backbone.final_norm
+        last = last if norm is None else norm(last)
+        return tf.cast(self.steps.model.logits(last)[:, 0], tf.float32)
+
     def _prefill(self, token_ids, index, length):
         hidden = self._hidden(token_ids, index)
         last = tf.gather(hidden, [length - 1], axis=1)  # the last real token
-        return {"logits": tf.cast(self.steps.model.logits(last)[:, 0], tf.float32)}
+        return {"logits": self._logits(last)}
 
     def _decode(self, token_ids, index):
-        hidden = self._hidden(token_ids, index)
-        return {"logits": tf.cast(self.steps.model.logits(hidden)[:, 0], tf.float32)}
+        return {"logits": self._logits(self._hidden(token_ids, index))}
 
 
 def save_decoder_step(model, folder, buffer_length=None, prefill_length=None):

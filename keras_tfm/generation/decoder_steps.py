@@ -99,8 +99,9 @@ class DecoderSteps:
             block.empty_cache(batch_size, max_length) for block in self.blocks
         )
 
-    def hidden(self, token_ids, caches, index, padding_mask=None):
-        """`(hidden, caches)`: the final hidden states of `token_ids`."""
+    def hidden(self, token_ids, caches, index, padding_mask=None, final_norm=True):
+        """`(hidden, caches)`: the final hidden states of `token_ids`
+        (before the backbone's final norm if `final_norm` is False)."""
         x = self.backbone.embed(token_ids, start_index=index)
         updated = []
         for block, cache in zip(self.blocks, caches, strict=True):
@@ -108,7 +109,7 @@ class DecoderSteps:
                 x, padding_mask=padding_mask, cache=AttentionCache(cache, index)
             )
             updated.append(cache)
-        if self.backbone.final_norm is not None:
+        if final_norm and self.backbone.final_norm is not None:
             x = self.backbone.final_norm(x)
         return x, tuple(updated)
 

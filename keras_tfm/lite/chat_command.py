@@ -2,7 +2,7 @@
 
 `keras_tfm.launcher` calls `answer_from_cache(argv)` first for a `chat`
 command; it answers only when the command asks for nothing the entry cannot
-give (the float32 weights, greedy decoding or sampling without logit
+give (its int8 or float32 step, greedy decoding or sampling without logit
 processors, a buffer long enough), and otherwise returns False without
 printing anything, and the command runs
 through TensorFlow (`keras_tfm.cli`), which writes the entry for next time
@@ -28,12 +28,19 @@ False
 import argparse
 import sys
 
+from keras_tfm.lite.chat_entries import WEIGHTS, default_weights
 from keras_tfm.lite.decoding_flags import DEFAULT_TOP_P, sampler_settings
 
 DEFAULT_MODEL = "smollm2_135m_instruct"
 DEFAULT_MAX_NEW_TOKENS = 256
 DEFAULT_TEMPERATURE = 1.0
 """`keras-tfm chat --sampler top_p`'s temperature unless `--temperature`."""
+WEIGHTS_HELP = (
+    "the weights the chat decodes with (default: int8 for a preset that "
+    "keeps a LiteRT step template, SmolLM2: its int8 LiteRT step, within "
+    "llama.cpp's quality gate, docs/benchmarks.md; float32 for any other "
+    "model); with TensorFlow, as `generate --weights`"
+)
 
 
 class _QuietParser(argparse.ArgumentParser):
@@ -53,7 +60,7 @@ def _parser():
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--min-p", type=float)
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--weights", default="float32", choices=["float32"])
+    parser.add_argument("--weights", choices=WEIGHTS)
     parser.add_argument("--stop", action="append")
     parser.add_argument("--verbose", action="store_true")
     parser.set_defaults(
@@ -70,6 +77,7 @@ def _parse(args):
         return None
     if unknown or options.max_new_tokens <= 0 or "-h" in args or "--help" in args:
         return None
+    options.weights = options.weights or default_weights(options.model)
     return options
 
 

@@ -40,8 +40,16 @@ from pathlib import Path
 
 from keras_tfm.lite.user_cache import cache_directory, cache_key, verify
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Bumped whenever what an entry holds, or how it is read, changes."""
+
+WEIGHTS = ("int8", "float32")
+"""An entry's decoding step: "int8" (`keras_tfm.lite.quantized_step`, written
+only from a preset's step template) or "float32"."""
+
+TEMPLATE = "litert_decoder"
+"""A preset's decoding-step template (`keras_tfm.lite.decoder_template`),
+in its zoo folder (`tools/make_litert_templates.py` writes it)."""
 
 FILES = ("decoder.tflite", "decoder.tflite.xnnpack", "tokenizer.json", "entry.json")
 DECODER, PACKED_WEIGHTS, TOKENIZER, ENTRY = FILES
@@ -70,6 +78,35 @@ def litert_version():
         return "absent"
 
 
+def keeps_template(reference):
+    """Whether `reference` names a preset that keeps a step template (read
+    without importing Keras: the launcher asks before anything loads)."""
+    from importlib import resources
+
+    if Path(reference).is_file() or Path(reference).name != str(reference):
+        return False
+    folder = resources.files("keras_tfm._catalogue") / str(reference) / TEMPLATE
+    return folder.joinpath("template.json").is_file()
+
+
+def default_weights(reference):
+    """The chat's step when `--weights` is not given: "int8" for a preset
+    that keeps a step template (the int8 step passes the quality gate,
+    docs/benchmarks.md), "float32" for any other model."""
+    return "int8" if keeps_template(reference) else "float32"
+
+
+@functools.cache
+def quantizer_version():
+    """ai-edge-quantizer's version ("absent" if it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("ai-edge-quantizer")
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
 def model_reference(reference):
     """A command's model as an entry is keyed: an existing file's absolute
     path, else the preset name as given."""
@@ -89,6 +126,7 @@ def entry_folder(reference, weights, root=None):
         weights=weights,
         format=FORMAT_VERSION,
         litert=litert_version(),
+        quantizer=quantizer_version() if weights != "float32" else None,
     )
     return root / "litert" / key
 

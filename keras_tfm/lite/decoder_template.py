@@ -48,13 +48,18 @@ FORMAT = 1
 DESCRIPTION, BYTES = "template.json", "template.bin.gz"
 
 
-def placed_bytes(weights, weight, axes, scale):
-    """The bytes a placement writes: `weights[weight]` transposed by `axes`,
-    times `weights[scale]` along the last axis if `scale` is set."""
-    value = np.asarray(weights[weight], dtype=np.float32).transpose(axes)
-    if scale is not None:
-        value = value * np.asarray(weights[scale], dtype=np.float32)
-    return np.ascontiguousarray(value).tobytes()
+def placed_values(weights):
+    """`(weight, axes, scale) -> array`: what a placement writes,
+    `weights[weight]` transposed by `axes`, times `weights[scale]` along the
+    last axis if `scale` is set."""
+
+    def placed(weight, axes, scale):
+        value = np.asarray(weights[weight], dtype=np.float32).transpose(axes)
+        if scale is not None:
+            value = value * np.asarray(weights[scale], dtype=np.float32)
+        return value
+
+    return placed
 
 
 def _spans(placements, shapes):
@@ -120,7 +125,7 @@ def fits(description, weights):
     )
 
 
-def fill_template(folder, weights, path):
+def fill_template(folder, weights, path, values=None):
     """Writes the `.tflite` file of the template in `folder` with `weights`.
 
     Args:
@@ -128,6 +133,9 @@ def fill_template(folder, weights, path):
         weights: weight path -> float32 array (or Keras variable: each is
             read as it is placed), the shapes the template records.
         path: the file to write.
+        values: `(weight, axes, scale) -> array` of each placement
+            (default `placed_values(weights)`; `keras_tfm.lite.rotation`
+            gives the weights with the residual stream rotated).
 
     Returns:
         The number of bytes written.
@@ -141,12 +149,19 @@ def fill_template(folder, weights, path):
             "for (names and shapes differ)"
         )
     placements = {p[0]: p for p in description["placements"]}
+    values = values or placed_values(weights)
     with gzip.open(Path(folder) / BYTES, "rb") as kept, open(path, "wb") as out:
         position = 0
         for offset, size in _spans(placements.values(), description["shapes"]):
             out.write(kept.read(offset - position))
             _, weight, axes, scale = placements[offset]
-            out.write(placed_bytes(weights, weight, axes, scale))
+            value = np.asarray(values(weight, axes, scale), dtype=np.float32)
+            if value.nbytes != size:
+                raise ValueError(
+                    f"A placement of {weight!r} gives {value.nbytes} bytes; "
+                    f"the template in {folder} holds {size} there"
+                )
+            out.write(np.ascontiguousarray(value).tobytes())
             position = offset + size
         out.write(kept.read())
         written = out.tell()
