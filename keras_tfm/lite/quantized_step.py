@@ -38,8 +38,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from keras_tfm.lite import decoder_template, rotation
 
 MODES = ("int8",)
