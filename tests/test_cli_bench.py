@@ -33,7 +33,7 @@ def _table(capsys, *options):
 
 @pytest.mark.parametrize(
     "options, backend, threads",
-    [((), "TensorFlow XLA", None), (("--runtime", "litert", "-t", "1"), "LiteRT", "1")],
+    [(("--runtime", "tensorflow"), "TensorFlow XLA", None), (("-t", "1"), "LiteRT", "1")],
 )
 def test_the_table_has_both_tests_with_positive_figures(
     capsys, options, backend, threads
@@ -79,8 +79,8 @@ def test_bad_flags_are_refused_by_name(capsys, options, message):
         ),
         (
             ["--runtime", "litert", "--weights", "bfloat16"],
-            "--runtime litert takes --weights float32 or int8 (LiteRT's "
-            "dynamic-range int8). Received: --weights bfloat16",
+            "--runtime litert takes --weights float32 or int8. "
+            "Received: --weights bfloat16",
         ),
     ],
 )

@@ -259,13 +259,15 @@ def template_folder(reference):
     return preset_dir(reference) / chat_entries.TEMPLATE
 
 
-def _template_for(model, reference):
-    """The template folder that writes `model`'s entry step, or None."""
+def step_template(model, reference, buffer_length=None):
+    """The template folder that writes `model`'s step with `buffer_length`
+    positions (default: its chat entry's), or None: `reference` keeps no
+    template, or one made for other lengths or weights."""
     folder = template_folder(reference)
     description = folder and decoder_template.read_description(folder)
     if not description:
         return None
-    buffer_length = chat_entries.buffer_length(model)
+    buffer_length = buffer_length or chat_entries.buffer_length(model)
     step = (buffer_length, default_prefill_length(buffer_length))
     if (description["buffer_length"], description["prefill_length"]) != step:
         return None
@@ -288,7 +290,7 @@ def write_chat_entry(model, reference, weights, settings, root=None):
         tries again until `keras-tfm cache clear`).
     """
     folder = plan_chat_entry(model, reference, weights, settings, root)
-    template = None if folder is None else _template_for(model, reference)
+    template = None if folder is None else step_template(model, reference)
     if template is None:
         return None
     try:

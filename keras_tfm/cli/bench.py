@@ -9,12 +9,15 @@ compilation, LiteRT's allocation), printed as llama-bench prints them:
     keras-tfm bench smollm2_135m_instruct
     keras-tfm bench smollm2_135m_instruct --runtime litert -t 2
 
+With no flags it times what `keras-tfm chat` runs: `--runtime litert`,
+the model's decoding step (`keras_tfm.export.export_litert_decoder`,
+filled from the preset's step template where it keeps one) written to a
+temporary folder, or to `--litert-file` to be reused by the next run, and
+timed through XNNPACK (`keras_tfm.lite.litert_decoder`), with the chat's
+default `--weights` (int8 for a preset that keeps a template, float32
+otherwise: `keras_tfm.lite.chat_entries.default_weights`).
 `--runtime tensorflow` times the engine's XLA-compiled functions (the
-prefill that `generate` runs, and `generate`'s whole greedy loop);
-`--runtime litert` exports the model's decoding step
-(`keras_tfm.export.export_litert_decoder`, what a second `keras-tfm chat`
-runs) to a temporary folder, or to `--litert-file` to be reused by the next
-run, and times it through XNNPACK (`keras_tfm.lite.litert_decoder`).
+prefill that `generate` runs, and `generate`'s whole greedy loop).
 """
 
 import json
@@ -35,13 +38,17 @@ from keras_tfm.lite.litert_decoder import available_cpus
 HELP = "time prompt processing and text generation (tokens/s), as llama-bench"
 
 RUNTIMES = ("tensorflow", "litert")
-LITERT_WEIGHTS = {"float32": "float32", "int8": "int8"}
-"""`--weights` on LiteRT: its float32 file, or its dynamic-range int8."""
+LITERT_WEIGHTS = ("float32", "int8")
+"""`--weights` on LiteRT: its float32 step, or its int8 one
+(`keras_tfm.lite.quantized_step`)."""
 
 
 def add_arguments(p):
     p.add_argument("model", help=MODEL_HELP)
-    p.add_argument("--runtime", choices=RUNTIMES, default="tensorflow")
+    p.add_argument(
+        "--runtime", choices=RUNTIMES, default="litert",
+        help="default %(default)s, what `keras-tfm chat` runs",
+    )  # fmt: skip
     p.add_argument(
         "-t", "--threads", type=positive_int,
         help="threads (default: the CPUs this process may use); TensorFlow "
@@ -71,7 +78,12 @@ def add_arguments(p):
         "beside the decoder), or LiteRT's builtin kernels, what a second "
         "`keras-tfm chat` runs (default %(default)s)",
     )  # fmt: skip
-    add_weights_option(p)
+    add_weights_option(
+        p, default=None,
+        help="with --runtime litert: float32 or int8 (default: the chat's, "
+        "int8 for a preset that keeps a step template, else float32); with "
+        "--runtime tensorflow: as `generate --weights` (default float32)",
+    )  # fmt: skip
 
 
 def cpu_name():
@@ -220,10 +232,16 @@ def run(args):
             "keras-tfm: --litert-file goes with --runtime litert. Received: "
             f"--runtime {args.runtime}"
         )
+    if args.runtime == "tensorflow":
+        args.weights = args.weights or "float32"
+    else:
+        from keras_tfm.lite.chat_entries import default_weights
+
+        args.weights = args.weights or default_weights(args.model)
     if args.runtime == "litert" and args.weights not in LITERT_WEIGHTS:
         raise SystemExit(
-            "keras-tfm: --runtime litert takes --weights float32 or int8 "
-            f"(LiteRT's dynamic-range int8). Received: --weights {args.weights}"
+            "keras-tfm: --runtime litert takes --weights float32 or int8. "
+            f"Received: --weights {args.weights}"
         )
     threads = args.threads or available_cpus()
     if args.runtime == "tensorflow" and args.threads:
@@ -239,11 +257,13 @@ def run(args):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(args.litert_file or Path(folder) / "decoder.tflite")
             if not path.is_file():
+                from keras_tfm.chat.entry_writer import step_template
                 from keras_tfm.export import export_litert_decoder
 
+                buffer_length = max(args.n_prompt, args.n_gen)
                 export_litert_decoder(
-                    model, path, max(args.n_prompt, args.n_gen),
-                    LITERT_WEIGHTS[args.weights],
+                    model, path, buffer_length, args.weights,
+                    template=step_template(model, args.model, buffer_length),
                 )  # fmt: skip
             size = path.stat().st_size
             rows = litert_figures(path, args, threads)

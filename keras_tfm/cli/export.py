@@ -26,8 +26,17 @@ def add_arguments(p):
         help="translate's beam length penalty (the translator's card: 1.5)",
     )
     p.add_argument(
-        "--litert", action="store_true", help="an encoder task as model.tflite"
+        "--format",
+        choices=("saved_model", "litert"),
+        default="saved_model",
+        help="litert: an encoder task as model.tflite, a decoder-only causal "
+        "LM as its decoding step, decoder.tflite (signatures `prefill` and "
+        "`decode`, docs/export.md; --weights int8: the chat's int8 step)",
     )
+    p.add_argument(
+        "--litert", action="store_const", const="litert", dest="format",
+        help="the same as --format litert",
+    )  # fmt: skip
     loading.add_weights_option(p)
 
 
@@ -35,7 +44,8 @@ def run(args):
     from keras_tfm.export.command import run_export, saved_model_options
 
     saved_model_options(args)  # a bad flag is reported before the model loads
+    args.litert = args.format == "litert"
     model = loading.resolve_model(args.model)
-    if not args.litert:  # LiteRT quantizes in its converter
+    if not args.litert:  # LiteRT quantizes its own file
         model = loading.store_weights(model, args.weights)
     run_export(model, args)

@@ -37,12 +37,14 @@ def saved_model_options(args):
 def run_export(model, args):
     """Writes `model` as args ask and prints what was written.
 
-    `args`: `directory`, `overwrite`, `max_new_tokens`, `num_beams`,
-    `length_penalty` (`translate`'s defaults), `litert`, `weights`
-    (already applied to `model` for a SavedModel; for LiteRT "int8" is the
-    converter's weight quantization).
+    `args`: `model` (its name or file), `directory`, `overwrite`,
+    `max_new_tokens`, `num_beams`, `length_penalty` (`translate`'s
+    defaults), `litert`, `weights` (already applied to `model` for a
+    SavedModel; for LiteRT "int8" is the file's own quantization).
     """
     directory = Path(args.directory)
+    if args.litert and getattr(model, "is_decoder_only", False):
+        return _export_decoder_step(model, args, directory / "decoder.tflite")
     if args.litert:
         path = directory / "model.tflite"
         if path.exists() and not args.overwrite:
@@ -57,3 +59,33 @@ def run_export(model, args):
     size = export_saved_model(model, directory, **saved_model_options(args))
     names = ", ".join(signatures_of(model, args.max_new_tokens))
     print(f"wrote {directory} ({size / 1e6:.1f} MB; signatures: {names})")
+
+
+def _export_decoder_step(model, args, path):
+    """Writes a decoder-only causal LM's decoding step with the chat entry's
+    buffer (`keras_tfm.lite.chat_entries.buffer_length`), from the preset's
+    step template where it keeps one."""
+    from keras_tfm.chat.entry_writer import step_template
+    from keras_tfm.export.litert_decoder import export_litert_decoder
+    from keras_tfm.lite.chat_entries import buffer_length
+
+    if path.exists() and not args.overwrite:
+        raise ValueError(
+            f"{path} exists; pass --overwrite to replace it. Received: "
+            f"directory={str(path.parent)!r}"
+        )
+    quantization = "int8" if args.weights == "int8" else "float32"
+    if args.weights not in ("int8", "float32"):
+        raise ValueError(
+            "A LiteRT decoding step takes --weights float32 or int8. "
+            f"Received: --weights {args.weights}"
+        )
+    positions = buffer_length(model)
+    template = step_template(model, args.model, positions)
+    size = export_litert_decoder(
+        model, path, positions, quantization, template=template
+    )
+    print(
+        f"wrote {path} ({size / 1e6:.1f} MB, {quantization}; signatures: "
+        f"prefill, decode; {positions} positions)"
+    )

@@ -51,16 +51,15 @@ the query, gate/up and attention-output projections and the output matrix."""
 ROTATION_SEED = 0
 
 
-def quantize_step(float_path, path, mode="int8"):
-    """Writes `float_path` (a float32 step file) with `mode`'s int8 matrices
-    to `path`; returns the bytes written."""
-    if mode not in MODES:
-        raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
+def quantize_step(float_path, path, matrices=INT8_MATRICES):
+    """Writes `float_path` (a float32 step file) to `path` with the
+    `FULLY_CONNECTED` weights whose output names match `matrices` (a
+    regular expression) in int8; returns the bytes written."""
     from ai_edge_quantizer import qtyping, quantizer, recipe_manager
 
     recipe = recipe_manager.RecipeManager()
     recipe.add_dynamic_config(
-        regex=INT8_MATRICES,
+        regex=matrices,
         operation_name=qtyping.TFLOperationName.FULLY_CONNECTED,
         num_bits=8,
     )
@@ -89,6 +88,23 @@ def write_quantized_step(template, weights, path, mode="int8"):
         The number of bytes written. The float32 step goes through a
         temporary file beside `path` (SmolLM2's: 650 MB, for a few seconds).
     """
+    if mode not in MODES:
+        raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, float_path = tempfile.mkstemp(suffix=".tflite", dir=path.parent)
+    os.close(handle)
+    try:
+        write_rotated_step(template, weights, float_path)
+        return quantize_step(float_path, path, INT8_MATRICES)
+    finally:
+        Path(float_path).unlink(missing_ok=True)
+
+
+def write_rotated_step(template, weights, path):
+    """Writes the float32 step of the template in `template` with `weights`'
+    residual stream rotated (`keras_tfm.lite.rotation`): the same logits as
+    the plain step up to float rounding; returns the bytes written."""
     description = decoder_template.read_description(template)
     if description is None:
         raise ValueError(f"{template} holds no decoder template")
@@ -96,12 +112,4 @@ def write_quantized_step(template, weights, path, mode="int8"):
     values = rotation.rotated_values(
         weights, rotation.residual_rotation(width, ROTATION_SEED)
     )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, float_path = tempfile.mkstemp(suffix=".tflite", dir=path.parent)
-    os.close(handle)
-    try:
-        decoder_template.fill_template(template, weights, float_path, values)
-        return quantize_step(float_path, path, mode)
-    finally:
-        Path(float_path).unlink(missing_ok=True)
+    return decoder_template.fill_template(template, weights, path, values)

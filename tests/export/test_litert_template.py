@@ -10,6 +10,7 @@ converter as it is today (`tools/make_litert_templates.py` remakes it).
 """
 
 import doctest
+import re
 import gzip
 import json
 import shutil
@@ -21,7 +22,7 @@ import pytest
 
 from keras_tfm.export import litert_template
 from keras_tfm.export.litert_decoder import export_litert_decoder
-from keras_tfm.lite import decoder_template
+from keras_tfm.lite import decoder_template, rotation
 from tests.builders import causal_lm
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -164,6 +165,56 @@ def test_smollm2_template_holds_for_the_converter_as_it_is(smollm2):
     litert_template.check_decoder_template(smollm2, kept)
 
 
-@pytest.mark.parametrize("module", [litert_template, decoder_template])
+@pytest.mark.parametrize("module", [litert_template, decoder_template, rotation])
 def test_docstring_examples(module):
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_a_rotated_fill_is_exact_and_the_int8_step_stays_close(made, tmp_path):
+    # The rotation changes the weights, not the function: the rotated float
+    # step's logits are the plain one's (to float rounding). The int8 step
+    # then holds int8 matrices only where INT8_MATRICES says, and its
+    # next-token distribution stays near the float one's.
+    from ai_edge_litert import schema_py_generated as schema
+
+    from keras_tfm.lite import quantized_step
+
+    model, folder, _, _ = made
+    weights = {v.path: v for v in model.weights}
+    decoder_template.fill_template(folder, weights, tmp_path / "plain.tflite")
+    quantized_step.write_rotated_step(folder, weights, tmp_path / "rotated.tflite")
+    plain = _logits(model, tmp_path / "plain.tflite")
+    np.testing.assert_allclose(
+        _logits(model, tmp_path / "rotated.tflite"), plain, rtol=1e-5, atol=1e-5
+    )
+    quantized_step.write_quantized_step(folder, weights, tmp_path / "int8.tflite")
+    data = (tmp_path / "int8.tflite").read_bytes()
+    graph = schema.Model.GetRootAsModel(data, 0).Subgraphs(0)
+    kinds = {}
+    for t in range(graph.TensorsLength()):
+        tensor = graph.Tensors(t)
+        if tensor.ShapeLength() == 2 and tensor.Buffer() > 0:  # a constant matrix
+            kinds[tensor.Name().decode()] = tensor.Type() == schema.TensorType.INT8
+    int8 = {name for name, is_int8 in kinds.items() if is_int8}
+    assert int8 and all(
+        re.search(r"query|intermediate|attention_output|token_embedding", n)
+        for n in int8
+    ), int8
+    assert any("key_value" in n for n in set(kinds) - int8)
+    quantized = _logits(model, tmp_path / "int8.tflite")
+    # The float32 reference's distribution against the int8 step's.
+    p = np.exp(plain - plain.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    q = np.exp(quantized - quantized.max(1, keepdims=True))
+    q /= q.sum(1, keepdims=True)
+    assert (p * np.log(p / q)).sum(1).mean() < 0.01
+
+
+def test_a_rotation_refuses_what_it_cannot_rotate_exactly():
+    from keras_tfm.lite import rotation
+
+    q = rotation.residual_rotation(24, seed=3)  # 3 x 8: the Kronecker form
+    np.testing.assert_allclose(q @ q.T, np.eye(24), atol=1e-12)
+    values = rotation.rotated_values({"x/bias": np.ones(24)}, q)
+    with pytest.raises(ValueError, match="'x/bias'"):
+        values("x/bias", [0], None)
