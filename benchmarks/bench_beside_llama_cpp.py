@@ -4,10 +4,11 @@ llama-bench's two figures, each runtime in a process of its own, one after
 the other, 2 threads, mean ± standard deviation of 3 repetitions after a
 warm-up:
 
-- `keras-tfm bench smollm2_135m_instruct --runtime litert` (the LiteRT
+- `keras-tfm bench smollm2_135m_instruct` (its default: the LiteRT int8
   decoding step through XNNPACK with its weight cache, what `keras-tfm
-  chat` runs; float32) and `--runtime tensorflow` (the engine's XLA
-  prefill and `generate` loop; float32 and weight-only int8);
+  chat` runs), the same step in float32 (`--weights float32`), and
+  `--runtime tensorflow` (the engine's XLA prefill and `generate` loop;
+  float32 and weight-only int8);
 - llama.cpp (`llama-cpp-python`, built from PyPI's source package, on the
   same Q4_1 file the preset is read from): `pp512` evaluates 512 random
   tokens into an empty context in one batch, `tg128` evaluates 128 tokens
@@ -61,9 +62,9 @@ print(json.dumps(figures))
 
 def keras_tfm_rows(folder):
     """`keras-tfm bench`'s table rows for each runtime and weights."""
-    litert = os.path.join(folder, "decoder.tflite")
     commands = [
-        ["--runtime", "litert", "--litert-file", litert],
+        ["--litert-file", os.path.join(folder, "int8.tflite")],
+        ["--weights", "float32", "--litert-file", os.path.join(folder, "f32.tflite")],
         ["--runtime", "tensorflow"],
         ["--runtime", "tensorflow", "--weights", "int8"],
     ]
