@@ -7,7 +7,8 @@ tokens decoded one at a time after a one-token prompt), in tokens/s, mean
 compilation, LiteRT's allocation), printed as llama-bench prints them:
 
     keras-tfm bench smollm2_135m_instruct
-    keras-tfm bench smollm2_135m_instruct --runtime litert -t 2
+    keras-tfm bench smollm2_135m_instruct --weights float32 -t 2
+    keras-tfm bench smollm2_135m_instruct --runtime tensorflow
 
 With no flags it times what `keras-tfm chat` runs: `--runtime litert`,
 the model's decoding step (`keras_tfm.export.export_litert_decoder`,

@@ -1,6 +1,6 @@
 """LiteRT's side of `keras-tfm bench`: a decoder file timed without TensorFlow.
 
-`keras-tfm bench --runtime litert` exports the model, then runs
+`keras-tfm bench` (its default `--runtime litert`) writes the model's step, then runs
 
     python -m keras_tfm.lite.litert_bench FILE P N REPETITIONS THREADS KERNELS
 

@@ -218,3 +218,45 @@ def test_a_rotation_refuses_what_it_cannot_rotate_exactly():
     values = rotation.rotated_values({"x/bias": np.ones(24)}, q)
     with pytest.raises(ValueError, match="'x/bias'"):
         values("x/bias", [0], None)
+
+
+def test_smollm2_int8_entry_stays_within_the_quality_gate(smollm2, tmp_path):
+    # The chat's default: SmolLM2's int8 entry, teacher-forced over a text
+    # against the float32 step filled from the same template (the gate of
+    # benchmarks/quantized_quality.py on 128 positions: mean KL <= 0.01 and
+    # top-1 agreement >= 0.9; there, over 1,024 tokens, 0.0035 and 0.958).
+    from tokenizers import Tokenizer
+
+    from keras_tfm.chat import entry_writer
+    from keras_tfm.datasets.default_corpus import load_default_corpus
+    from keras_tfm.lite import chat_entries
+    from keras_tfm.lite.litert_decoder import LiteRTDecoder
+
+    name = "smollm2_135m_instruct"
+    assert chat_entries.default_weights(name) == "int8"
+    folder = entry_writer.write_chat_entry(smollm2, name, "int8", {}, tmp_path)
+    assert chat_entries.find_entry(name, "int8", tmp_path)[0] == folder
+    weights = {v.path: v for v in smollm2.weights}
+    template = entry_writer.template_folder(name)
+    decoder_template.fill_template(template, weights, tmp_path / "f32.tflite")
+    tokenizer = Tokenizer.from_file(str(folder / chat_entries.TOKENIZER))
+    ids = tokenizer.encode(load_default_corpus()[:2000]).ids[:160]
+
+    def log_probs(path):
+        decoder = LiteRTDecoder(path)
+        rows = [decoder.prefill(ids[:32], 0)]
+        rows += [decoder.decode(ids[i], i) for i in range(32, len(ids) - 1)]
+        rows = np.asarray(rows, "float64")
+        rows -= rows.max(1, keepdims=True)
+        return rows - np.log(np.exp(rows).sum(1, keepdims=True))
+
+    reference = log_probs(tmp_path / "f32.tflite")
+    quantized = log_probs(folder / chat_entries.DECODER)
+    kl = (np.exp(reference) * (reference - quantized)).sum(1).mean()
+    top1 = (reference.argmax(1) == quantized.argmax(1)).mean()
+    assert kl <= 0.01 and top1 >= 0.9, (kl, top1)
+    # The quantized matrices are most of what a token reads: the file is
+    # about half the float step's.
+    assert (folder / chat_entries.DECODER).stat().st_size < 0.6 * (
+        tmp_path / "f32.tflite"
+    ).stat().st_size

@@ -469,7 +469,14 @@ def test_other_commands_are_not_answered(tiny, capsys):
 def test_entries_only_where_litert_agrees(tiny, tmp_path):
     model, path, _ = tiny
     root = tmp_path / "cache"
+    # int8 steps are written from a preset's template only: a model file
+    # chats in float32 by default, and an int8 entry is not planned for it.
+    assert chat_entries.default_weights(path) == "float32"
+    assert chat_command._parse(["--model", path, "Hi"]).weights == "float32"
+    assert chat_command._parse(["Hi"]).weights == "int8"  # SmolLM2's default
+    assert chat_command._parse(["--weights", "float32", "Hi"]).weights == "float32"
     assert writer.plan_chat_entry(model, path, "int8", {}, root) is None
+    assert writer.plan_chat_entry(model, path, "bfloat16", {}, root) is None
     sampled = {"sampler": "top_p", "temperature": 0.7, "top_p": 0.9}
     assert writer.plan_chat_entry(model, path, "float32", sampled, root) is not None
     penalized = {"repetition_penalty": 1.3}
