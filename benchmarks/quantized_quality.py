@@ -13,9 +13,10 @@ The text is the first three chapters of Moby-Dick as Debian's
 `r-cran-tokenizers` ships them (`apt-get install r-cran-tokenizers`),
 which nothing was trained or calibrated on (the choice of matrices was
 made on these figures; `--text kjv`, the package's default corpus, a
-slice of the King James Bible, checks it on another text). As `llama-perplexity` does, the tokens are cut in
-windows of 512 (the chat entry's buffer) and the second half of each is
-scored, the first half its context: 1,024 tokens in 4 windows by default.
+slice of the King James Bible, checks it on another text). As
+`llama-perplexity` does, the tokens are cut in windows of 512 (the chat
+entry's buffer) and the second half of each is scored, the first half its
+context: 1,024 tokens in 4 windows by default.
 
 Rows: the chat's `int8` mode (`keras_tfm.lite.quantized_step`); every
 matrix int8 with and without the rotation; each kind of matrix int8 alone

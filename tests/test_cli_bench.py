@@ -33,7 +33,10 @@ def _table(capsys, *options):
 
 @pytest.mark.parametrize(
     "options, backend, threads",
-    [(("--runtime", "tensorflow"), "TensorFlow XLA", None), (("-t", "1"), "LiteRT", "1")],
+    [
+        (("--runtime", "tensorflow"), "TensorFlow XLA", None),
+        (("-t", "1"), "LiteRT", "1"),  # the default runtime, as chat runs
+    ],
 )
 def test_the_table_has_both_tests_with_positive_figures(
     capsys, options, backend, threads

@@ -68,14 +68,20 @@ def buffer_length(model):
 
 
 @functools.cache
-def litert_version():
-    """ai-edge-litert's version ("absent" if it is not installed)."""
+def package_version(name):
+    """The installed version of the distribution `name` ("absent" if it is
+    not installed)."""
     from importlib import metadata
 
     try:
-        return metadata.version("ai-edge-litert")
+        return metadata.version(name)
     except metadata.PackageNotFoundError:
         return "absent"
+
+
+def litert_version():
+    """ai-edge-litert's version ("absent" if it is not installed)."""
+    return package_version("ai-edge-litert")
 
 
 def keeps_template(reference):
@@ -96,17 +102,6 @@ def default_weights(reference):
     return "int8" if keeps_template(reference) else "float32"
 
 
-@functools.cache
-def quantizer_version():
-    """ai-edge-quantizer's version ("absent" if it is not installed)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("ai-edge-quantizer")
-    except metadata.PackageNotFoundError:
-        return "absent"
-
-
 def model_reference(reference):
     """A command's model as an entry is keyed: an existing file's absolute
     path, else the preset name as given."""
@@ -120,13 +115,14 @@ def entry_folder(reference, weights, root=None):
     root = cache_directory() if root is None else Path(root)
     if root is None:
         return None
+    quantized = weights != "float32"
     key = cache_key(
         kind="litert_chat",
         model=model_reference(reference),
         weights=weights,
         format=FORMAT_VERSION,
         litert=litert_version(),
-        quantizer=quantizer_version() if weights != "float32" else None,
+        quantizer=package_version("ai-edge-quantizer") if quantized else None,
     )
     return root / "litert" / key
 

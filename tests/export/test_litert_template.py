@@ -10,9 +10,9 @@ converter as it is today (`tools/make_litert_templates.py` remakes it).
 """
 
 import doctest
-import re
 import gzip
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
