@@ -525,7 +525,7 @@ def test_chat_sends_the_flags_the_sampler_reads(monkeypatch):
     from keras_tfm.chat import entry_writer
     from keras_tfm.generation import GenerationConfig
 
-    monkeypatch.setattr(entry_writer, "write_chat_entry", lambda *args: None)
+    monkeypatch.setattr(entry_writer, "write_chat_entry", lambda *args, **kwargs: None)
     monkeypatch.setattr(entry_writer, "start_chat_entry", lambda *args: None)
     model = _Chatter()
     monkeypatch.setattr(cli.loading, "language_model", lambda *a, **k: model)

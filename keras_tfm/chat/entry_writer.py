@@ -275,7 +275,11 @@ def step_template(model, reference, buffer_length=None):
     return folder if decoder_template.fits(description, weights) else None
 
 
-def write_chat_entry(model, reference, weights, settings, root=None):
+NOTICE_BYTES = 50_000_000
+"""A step file at least this large takes seconds to write: it is announced."""
+
+
+def write_chat_entry(model, reference, weights, settings, root=None, announce=None):
     """Writes the entry of `model` in this process from its preset's
     template, if an entry is due and the preset keeps a template.
 
@@ -283,6 +287,9 @@ def write_chat_entry(model, reference, weights, settings, root=None):
     rotated and quantized, `keras_tfm.lite.quantized_step`) and packed for
     XNNPACK: for SmolLM2 about 5 seconds and 0.7 GB in float32, 8 seconds
     and 1.2 GB in int8.
+
+    `announce`: called with a one-line description before a step of at
+    least `NOTICE_BYTES` is written.
 
     Returns:
         The entry folder, or None (no entry due, no template, or the
@@ -293,6 +300,13 @@ def write_chat_entry(model, reference, weights, settings, root=None):
     template = None if folder is None else step_template(model, reference)
     if template is None:
         return None
+    size = decoder_template.read_description(template)["size"]
+    if announce is not None and size >= NOTICE_BYTES:
+        announce(
+            f"writing {reference}'s {weights} LiteRT step ({size / 1e6:.0f} MB "
+            "of float32 weights; once, a few seconds): later chats answer "
+            "from it without TensorFlow"
+        )
     try:
         with atomic_directory(folder, overwrite=True) as tmp:
             variables = {variable.path: variable for variable in model.weights}

@@ -86,7 +86,7 @@ def run(args):
     model, settings = chat_model(args, store=False)
     # A preset that keeps a template of its LiteRT step has its entry written
     # now, in seconds, and answers from it, as the next command will.
-    if write_chat_entry(model, args.model, args.weights, settings) is not None:
+    if write_chat_entry(model, args.model, args.weights, settings, announce=_say):
         later = functools.partial(_tensorflow_stream, model, settings, args)
         if chat_command.answer_from_entry(args, continue_with=later):
             return
@@ -106,6 +106,11 @@ def run(args):
     # The next `chat` with this model answers from LiteRT, without TensorFlow.
     if start_chat_entry(model, args.model, args.weights, settings) is not None:
         print(BACKGROUND_LINE.format(model=args.model), file=sys.stderr)
+
+
+def _say(line):
+    """One line on stderr, before a wait the user would otherwise not see."""
+    print(f"keras-tfm: {line}", file=sys.stderr, flush=True)
 
 
 def store_tensorflow_weights(model, args):

@@ -234,8 +234,12 @@ def test_smollm2_int8_entry_stays_within_the_quality_gate(smollm2, tmp_path):
 
     name = "smollm2_135m_instruct"
     assert chat_entries.default_weights(name) == "int8"
-    folder = entry_writer.write_chat_entry(smollm2, name, "int8", {}, tmp_path)
+    said = []
+    folder = entry_writer.write_chat_entry(
+        smollm2, name, "int8", {}, tmp_path, announce=said.append
+    )
     assert chat_entries.find_entry(name, "int8", tmp_path)[0] == folder
+    assert len(said) == 1 and "int8 LiteRT step" in said[0]  # seconds: said first
     weights = {v.path: v for v in smollm2.weights}
     template = entry_writer.template_folder(name)
     decoder_template.fill_template(template, weights, tmp_path / "f32.tflite")
