@@ -18,9 +18,12 @@ slice of the King James Bible, checks it on another text). As
 entry's buffer) and the second half of each is scored, the first half its
 context: 1,024 tokens in 4 windows by default.
 
-Rows: the chat's `int8` mode (`keras_tfm.lite.quantized_step`); every
-matrix int8 with and without the rotation; each kind of matrix int8 alone
-(rotated), which is how the mode's matrices were chosen; and, when
+Rows: the chat's `int8` mode (`keras_tfm.lite.quantized_step`: every
+matrix int8 but the key/value projections and, for SmolLM2, four layers'
+down projections, its template's `quantization.json`); that mode with
+every down projection int8, and with none; every matrix int8 with and
+without the rotation; each kind of matrix int8 alone (rotated), which is
+how the mode's matrices were chosen; and, when
 `llama-cpp-python` is installed, llama.cpp on the Q4_1 file itself (its
 logits for every position, `logits_all=True`), whose float32 reference is
 the same dequantized weights.
@@ -50,7 +53,7 @@ KINDS = {
     "key/value": r".*key_value_\d+/.*",
     "gate/up": r".*intermediate_\d+/.*",
     "attention output": r".*attention_output_\d+/.*",
-    "down": r".*feed_forward_\d+/output_\d+/.*",
+    "down": r".*/rotated_output/.*",
     "output matrix": r".*token_embedding.*",
 }
 
@@ -134,9 +137,13 @@ def steps(model, folder):
     decoder_template.fill_template(template, weights, plain)
     quantized_step.write_rotated_step(template, weights, rotated)
     every = "|".join(KINDS.values())
+    float32 = ("down", "key/value")
+    no_down = "|".join(r for kind, r in KINDS.items() if kind not in float32)
     made = {"float32": plain}
     plans = [
-        ("int8 (the chat's mode)", rotated, quantized_step.INT8_MATRICES),
+        ("int8 (the chat's mode)", rotated, quantized_step.int8_matrices(template)),
+        ("int8, every down projection too", rotated, quantized_step.INT8_MATRICES),
+        ("int8, no down projection", rotated, no_down),
         ("int8, every matrix, rotated", rotated, every),
         ("int8, every matrix, not rotated", plain, every),
     ] + [(f"int8 {kind} only, rotated", rotated, r) for kind, r in KINDS.items()]

@@ -38,6 +38,8 @@ import tensorflow as tf
 from keras_tfm.export.litert import QUANTIZATIONS
 from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.kernels.plain_scope import plain_kernels
+from keras_tfm.kernels.rotated_inputs import rotated_down_projections
+from keras_tfm.lite import rotation
 from keras_tfm.lite.litert_decoder import default_prefill_length
 from keras_tfm.models import CausalLM
 from keras_tfm.validation import check_choice, check_positive_int
@@ -64,6 +66,7 @@ class _CachedStep(tf.Module):
             tf.Variable(cache, trainable=False)
             for cache in self.steps.empty_cache(1, buffer_length)
         ]
+        self.down_kernels = _rotated_down_kernels(self.steps.blocks)
         index = tf.TensorSpec([], tf.int32, name="index")
         self.prefill = tf.function(
             self._prefill,
@@ -80,7 +83,10 @@ class _CachedStep(tf.Module):
 
     def _hidden(self, token_ids, index):
         """The hidden states before the final norm (`_logits` applies it)."""
-        with plain_kernels():  # forward only, short chunks (see plain_scope)
+        kernels = {key: (kernel, block) for key, kernel, block in self.down_kernels}
+        # Forward only, short chunks (see plain_scope); the down projections
+        # read their input rotated (see rotated_inputs).
+        with plain_kernels(), rotated_down_projections(kernels):
             caches = tuple(variable.read_value() for variable in self.caches)
             hidden, caches = self.steps.hidden(
                 token_ids, caches, index, final_norm=False
@@ -108,6 +114,26 @@ class _CachedStep(tf.Module):
 
     def _decode(self, token_ids, index):
         return {"logits": self._logits(self._hidden(token_ids, index))}
+
+
+def _rotated_down_kernels(blocks):
+    """`[(id(output dense), variable, block)]`: each feed-forward's down
+    projection kernel rotated for an input rotated in blocks
+    (`keras_tfm.lite.rotation.block_hadamard_rows`, computed in NumPy so
+    that a template fills the same bits); float kernels only. (A list: a
+    `tf.Module` tracks it, and would refuse a dict with integer keys.)"""
+    kernels = []
+    for block in blocks:
+        dense = getattr(getattr(block, "feed_forward", None), "output_dense", None)
+        kernel = getattr(dense, "kernel", None)
+        if kernel is None or not str(kernel.dtype).startswith("float"):
+            continue
+        rows = rotation.rows_block(int(kernel.shape[0]))
+        if rows > 1:
+            value = keras.ops.convert_to_numpy(kernel)
+            value = rotation.block_hadamard_rows(value, rows)
+            kernels.append((id(dense), tf.Variable(value, trainable=False), rows))
+    return kernels
 
 
 def save_decoder_step(model, folder, buffer_length=None, prefill_length=None):

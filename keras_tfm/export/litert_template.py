@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_tfm.export.litert_decoder import convert_decoder_step, save_decoder_step
-from keras_tfm.lite import decoder_template
+from keras_tfm.lite import decoder_template, rotation
 from keras_tfm.lite.litert_decoder import LiteRTDecoder, default_prefill_length
 from keras_tfm.saving import atomic_directory
 
@@ -118,14 +118,21 @@ def _placements(flatbuffer, weights):
     whole = {}
     for path, value in weights.items():
         for axes in itertools.permutations(range(value.ndim)):
-            whole.setdefault(_digest(value.transpose(axes)), (path, list(axes)))
+            whole.setdefault(_digest(value.transpose(axes)), (path, list(axes), None))
+        rows = rotation.rows_block(value.shape[0]) if value.ndim == 2 else 1
+        if path.endswith(rotation.DOWN_PROJECTION) and rows > 1:
+            rotated = rotation.block_hadamard_rows(value, rows)
+            for axes in ([0, 1], [1, 0]):
+                key = _digest(rotated.transpose(axes))
+                whole.setdefault(key, (path, axes, rows))
     vectors = {p: v for p, v in weights.items() if v.ndim == 1}
     placements = []
     for offset, size, shape in _buffers(flatbuffer):
         data = flatbuffer[offset : offset + size]
         match = whole.get(hashlib.sha256(data).digest())
         if match is not None:
-            placements.append([offset, *match, None])
+            path, axes, rows = match
+            placements.append([offset, path, axes, None, rows])
             continue
         if not shape or len(shape) != 2 or size != 4 * np.prod(shape):
             continue
@@ -133,7 +140,7 @@ def _placements(flatbuffer, weights):
             np.frombuffer(data, np.float32).reshape(shape), weights, vectors
         )
         if scaled is not None:
-            placements.append([offset, *scaled])
+            placements.append([offset, *scaled, None])
     return placements
 
 

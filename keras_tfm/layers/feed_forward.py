@@ -7,6 +7,7 @@ from keras_tfm.kernels.chunked_feed_forward import (
     CHUNKED_FEED_FORWARD_MIN_LENGTH,
     chunked_feed_forward,
 )
+from keras_tfm.kernels.rotated_inputs import rotated_output
 from keras_tfm.layers.hyperparameters import (
     config_of,
     store_checked,
@@ -117,7 +118,8 @@ class FeedForward(keras.layers.Layer):
         hidden = ACTIVATION_FUNCTIONS[self.activation].apply(hidden)
         if dropping:
             hidden = self.inner_dropout_layer(hidden, training=True)
-        return self.output_dense(hidden)
+        rotated = rotated_output(self.output_dense, hidden)  # a LiteRT step's
+        return self.output_dense(hidden) if rotated is None else rotated
 
     def _chunked_path(self, inputs):
         """`(chunked, plain_below)`: a known length decides now, an unknown

@@ -7,10 +7,12 @@ bytes left out, and a list of placements saying which weight goes where:
 
 - `template.json`: the format, the step's `buffer_length` and
   `prefill_length`, the total file size, each weight's shape, and the
-  placements `[offset, weight path, axes, scale path or null]`: the bytes
-  of `weight.transpose(axes)`, times the vector `scale` along the last axis
-  when the converter folded a normalisation's scale into a matrix, written
-  at `offset`;
+  placements `[offset, weight path, axes, scale path or null, rows block
+  or null]`: the bytes of `weight.transpose(axes)`, times the vector
+  `scale` along the last axis when the converter folded a normalisation's
+  scale into a matrix, written at `offset`; with a rows block, the weight
+  is first rotated as the step's down projections read it
+  (`keras_tfm.lite.rotation.block_hadamard_rows`);
 - `template.bin.gz`: every byte of the file outside the placements (the
   graph, the cache's initial value, the conversion metadata), gzip-ed.
 
@@ -29,7 +31,7 @@ Example:
 >>> weights = {"w": np.arange(6, dtype="float32").reshape(2, 3),
 ...            "s": np.full(2, 2.0, "float32")}
 >>> write_template(folder, b"head" + bytes(24) + b"tail",
-...                [[4, "w", [1, 0], "s"]], weights, {"buffer_length": 8})
+...                [[4, "w", [1, 0], "s", None]], weights, {"buffer_length": 8})
 >>> size = fill_template(folder, weights, folder / "step.tflite")
 >>> data = (folder / "step.tflite").read_bytes()
 >>> data[:4], np.frombuffer(data[4:28], "float32").tolist(), data[28:]
@@ -42,19 +44,25 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT = 1
+from keras_tfm.lite import rotation
+
+FORMAT = 2
 """Bumped whenever what a template holds, or how it is read, changes."""
 
 DESCRIPTION, BYTES = "template.json", "template.bin.gz"
 
 
 def placed_values(weights):
-    """`(weight, axes, scale) -> array`: what a placement writes,
-    `weights[weight]` transposed by `axes`, times `weights[scale]` along the
-    last axis if `scale` is set."""
+    """`(weight, axes, scale, rows) -> array`: what a placement writes,
+    `weights[weight]` (rotated in blocks of `rows` rows if `rows` is set)
+    transposed by `axes`, times `weights[scale]` along the last axis if
+    `scale` is set."""
 
-    def placed(weight, axes, scale):
-        value = np.asarray(weights[weight], dtype=np.float32).transpose(axes)
+    def placed(weight, axes, scale, rows):
+        value = np.asarray(weights[weight], dtype=np.float32)
+        if rows:
+            value = rotation.block_hadamard_rows(value, rows)
+        value = value.transpose(axes)
         if scale is not None:
             value = value * np.asarray(weights[scale], dtype=np.float32)
         return value
@@ -66,7 +74,7 @@ def _spans(placements, shapes):
     """`(offset, size)` of each placement, in file order."""
     return sorted(
         (offset, 4 * int(np.prod(shapes[weight], dtype=np.int64)))
-        for offset, weight, _, _ in placements
+        for offset, weight, *_ in placements
     )
 
 
@@ -76,8 +84,9 @@ def write_template(folder, flatbuffer, placements, weights, settings):
     Args:
         folder: the template's folder (created if missing).
         flatbuffer: the converted `.tflite` bytes.
-        placements: `[offset, weight path, axes, scale path or None]` for
-            each span of `flatbuffer` that comes from the weights.
+        placements: `[offset, weight path, axes, scale path or None, rows
+            block or None]` for each span of `flatbuffer` that comes from
+            the weights.
         weights: weight path -> array (their shapes are recorded).
         settings: the step's settings (`buffer_length`, `prefill_length`),
             recorded as they are.
@@ -133,7 +142,7 @@ def fill_template(folder, weights, path, values=None):
         weights: weight path -> float32 array (or Keras variable: each is
             read as it is placed), the shapes the template records.
         path: the file to write.
-        values: `(weight, axes, scale) -> array` of each placement
+        values: `(weight, axes, scale, rows) -> array` of each placement
             (default `placed_values(weights)`; `keras_tfm.lite.rotation`
             gives the weights with the residual stream rotated).
 
@@ -154,8 +163,8 @@ def fill_template(folder, weights, path, values=None):
         position = 0
         for offset, size in _spans(placements.values(), description["shapes"]):
             out.write(kept.read(offset - position))
-            _, weight, axes, scale = placements[offset]
-            value = np.asarray(values(weight, axes, scale), dtype=np.float32)
+            _, weight, axes, scale, rows = placements[offset]
+            value = np.asarray(values(weight, axes, scale, rows), dtype=np.float32)
             if value.nbytes != size:
                 raise ValueError(
                     f"A placement of {weight!r} gives {value.nbytes} bytes; "

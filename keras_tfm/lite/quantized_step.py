@@ -11,13 +11,16 @@ XNNPACK runs them on the float activations quantized per row
 
 Which matrices is measured, not guessed (`benchmarks/quantized_quality.py`,
 each kind quantized alone over the same 1,024 tokens of text, mean KL
-against the float32 step): the key/value projection (its errors move
-every attention score) and the feed-forward's down projection (its input,
-the gated activation, has channels hundreds of times larger than the rest,
-which a per-row int8 scale crushes) cost more than all the others
-together, and stay float32. The mode then passes the quality gate
-(mean KL <= 0.01, top-1 agreement >= 0.95), where quantizing every matrix
-does not; docs/benchmarks.md has the table.
+against the float32 step). The feed-forward's down projection reads the
+gated activation, whose few channels a hundred times the median a per-row
+int8 scale crushes; the step rotates that input in blocks of 64 channels
+as it runs (`keras_tfm.kernels.rotated_inputs`, a 64 x 64 Hadamard
+product), which spreads them, and its matrix is int8 too (a preset's
+template may keep a few layers' float32: `QUANTIZATION`). The key/value
+projection (its errors move every attention score, and they come from its
+weights' rounding, not the activations') stays float32. The mode then
+passes the quality gate (mean KL <= 0.01, top-1 agreement >= 0.95), where
+quantizing every matrix does not; docs/benchmarks.md has the table.
 
 Example (SmolLM2's template, its weights converted from the GGUF file):
 >>> from keras_tfm import zoo
@@ -34,6 +37,7 @@ Example (SmolLM2's template, its weights converted from the GGUF file):
 
 import contextlib
 import io
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -43,12 +47,34 @@ from keras_tfm.lite import decoder_template, rotation
 MODES = ("int8",)
 """The quantized steps `write_quantized_step` writes."""
 
-INT8_MATRICES = r".*(query|intermediate|attention_output)_\d+/.*|.*token_embedding.*"
+INT8_MATRICES = (
+    r".*(query|intermediate|attention_output)_\d+/.*|.*/rotated_output/.*"
+    r"|.*token_embedding.*"
+)
 """The `FULLY_CONNECTED` operations whose weights become int8, by their
 output tensors' names (the converter names them after the Keras layers):
 the query, gate/up and attention-output projections and the output matrix."""
 
 ROTATION_SEED = 0
+
+QUANTIZATION = "quantization.json"
+"""A template's own choice, in its folder: `{"float32_matrices": regex}`,
+operations kept float32 beside the key/value projections (measured per
+preset: SmolLM2 keeps the down projections of the four layers whose int8
+costs the most KL)."""
+
+
+def int8_matrices(template):
+    """The regular expression of the int8 matrices of `template`'s step:
+    `INT8_MATRICES`, less the template's `float32_matrices` if it names
+    any (`QUANTIZATION`)."""
+    try:
+        chosen = json.loads((Path(template) / QUANTIZATION).read_text())
+    except FileNotFoundError:
+        return INT8_MATRICES
+    kept = chosen["float32_matrices"]
+    # The quantizer searches (re.search): anchored, the exclusion holds.
+    return f"^(?!.*(?:{kept}))(?:{INT8_MATRICES})"
 
 
 def quantize_step(float_path, path, matrices=INT8_MATRICES):
@@ -96,7 +122,7 @@ def write_quantized_step(template, weights, path, mode="int8"):
     os.close(handle)
     try:
         write_rotated_step(template, weights, float_path)
-        return quantize_step(float_path, path, INT8_MATRICES)
+        return quantize_step(float_path, path, int8_matrices(template))
     finally:
         Path(float_path).unlink(missing_ok=True)
 

@@ -30,10 +30,12 @@ Example:
 True
 >>> weights = {"e": np.ones((3, 12), "float32"), "s": np.full(12, 2.0, "float32")}
 >>> values = rotated_values(weights, q, embedding="e")
->>> head = values("e", [0, 1], "s")          # the output matrix, rotated
+>>> head = values("e", [0, 1], "s", None)    # the output matrix, rotated
 >>> bool(np.allclose(head @ q.T, 2 * weights["e"]))
 True
 """
+
+import math
 
 import numpy as np
 
@@ -57,7 +59,39 @@ def residual_rotation(width, seed=0):
     return np.kron(small, _hadamard(power) * signs)
 
 
-WRITERS = ("attention_output/kernel", "feed_forward/output/kernel")
+DOWN_BLOCK = 64
+"""The feed-forward's down projection reads its input rotated in blocks of
+at most this many channels (`rows_block`): the gated activation's outlier
+channels, which no offline rotation reaches, spread over their block."""
+
+
+def rows_block(rows):
+    """The block of a down projection with `rows` input channels: the
+    largest power of two dividing `rows`, at most `DOWN_BLOCK` (1: none)."""
+    return math.gcd(rows, DOWN_BLOCK)
+
+
+def block_hadamard_rows(matrix, block):
+    """`H^T @ matrix` for the block-diagonal normalized Hadamard matrix `H`
+    with blocks of `block` rows, in float32: what a matrix becomes when its
+    input is multiplied by `H` (`x @ W == (x @ H) @ (H^T @ W)`). Computed in
+    float64 and rounded once, so that every caller gets the same bits."""
+    matrix = np.asarray(matrix, dtype=np.float64)
+    rows = matrix.shape[0]
+    blocks = matrix.reshape(rows // block, block, -1)
+    return (_hadamard(block).T @ blocks).reshape(matrix.shape).astype(np.float32)
+
+
+def block_hadamard(block):
+    """The normalized (block, block) Hadamard matrix as float32 (its entries
+    are +-2**-k for a block of 4**k: exact)."""
+    return _hadamard(block).astype(np.float32)
+
+
+DOWN_PROJECTION = "feed_forward/output/kernel"
+"""A decoder block's down projection (its feed-forward output)."""
+
+WRITERS = ("attention_output/kernel", DOWN_PROJECTION)
 """The kernels whose outputs are added to the residual stream."""
 
 EMBEDDING = "token_embedding/embeddings"
@@ -65,8 +99,8 @@ EMBEDDING = "token_embedding/embeddings"
 
 
 def rotated_values(weights, rotation, embedding=EMBEDDING):
-    """`(weight, axes, scale) -> float32 array`: a template placement's
-    values with the residual stream rotated by `rotation`.
+    """`(weight, axes, scale, rows) -> float32 array`: a template
+    placement's values with the residual stream rotated by `rotation`.
 
     Args:
         weights: weight path -> array (or Keras variable).
@@ -82,8 +116,10 @@ def rotated_values(weights, rotation, embedding=EMBEDDING):
     def value(path):
         return np.asarray(weights[path], dtype=np.float64)
 
-    def placed(weight, axes, scale):
+    def placed(weight, axes, scale, rows=None):
         matrix = value(weight)
+        if rows:  # read by an input rotated in blocks (see block_hadamard_rows)
+            matrix = block_hadamard_rows(matrix, rows).astype(np.float64)
         if weight == embedding:
             if scale is None:  # the lookup table, (vocabulary, width)
                 rotated = matrix @ rotation

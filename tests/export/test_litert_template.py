@@ -22,6 +22,7 @@ import pytest
 
 from keras_tfm.export import litert_template
 from keras_tfm.export.litert_decoder import export_litert_decoder
+from keras_tfm.kernels import rotated_inputs
 from keras_tfm.lite import decoder_template, rotation
 from tests.builders import causal_lm
 
@@ -165,7 +166,9 @@ def test_smollm2_template_holds_for_the_converter_as_it_is(smollm2):
     litert_template.check_decoder_template(smollm2, kept)
 
 
-@pytest.mark.parametrize("module", [litert_template, decoder_template, rotation])
+@pytest.mark.parametrize(
+    "module", [litert_template, decoder_template, rotation, rotated_inputs]
+)
 def test_docstring_examples(module):
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
 
@@ -175,8 +178,6 @@ def test_a_rotated_fill_is_exact_and_the_int8_step_stays_close(made, tmp_path):
     # step's logits are the plain one's (to float rounding). The int8 step
     # then holds int8 matrices only where INT8_MATRICES says, and its
     # next-token distribution stays near the float one's.
-    from ai_edge_litert import schema_py_generated as schema
-
     from keras_tfm.lite import quantized_step
 
     model, folder, _, _ = made
@@ -188,19 +189,22 @@ def test_a_rotated_fill_is_exact_and_the_int8_step_stays_close(made, tmp_path):
         _logits(model, tmp_path / "rotated.tflite"), plain, rtol=1e-5, atol=1e-5
     )
     quantized_step.write_quantized_step(folder, weights, tmp_path / "int8.tflite")
-    data = (tmp_path / "int8.tflite").read_bytes()
-    graph = schema.Model.GetRootAsModel(data, 0).Subgraphs(0)
-    kinds = {}
-    for t in range(graph.TensorsLength()):
-        tensor = graph.Tensors(t)
-        if tensor.ShapeLength() == 2 and tensor.Buffer() > 0:  # a constant matrix
-            kinds[tensor.Name().decode()] = tensor.Type() == schema.TensorType.INT8
-    int8 = {name for name, is_int8 in kinds.items() if is_int8}
+    int8, kept = _int8_matrices(tmp_path / "int8.tflite")
     assert int8 and all(
-        re.search(r"query|intermediate|attention_output|token_embedding", n)
+        re.search(r"query|intermediate|attention_output|rotated_output|embedding", n)
         for n in int8
     ), int8
-    assert any("key_value" in n for n in set(kinds) - int8)
+    assert any("key_value" in n for n in kept)
+    assert any("rotated_output" in n for n in int8)  # down: its input rotated
+    # A template's own choice keeps matrices float32 (quantization.json).
+    chosen = tmp_path / "chosen"
+    shutil.copytree(folder, chosen)
+    (chosen / quantized_step.QUANTIZATION).write_text(
+        json.dumps({"float32_matrices": "feed_forward_1/rotated_output/"})
+    )
+    quantized_step.write_quantized_step(chosen, weights, tmp_path / "some.tflite")
+    some, _ = _int8_matrices(tmp_path / "some.tflite")
+    assert some == {n for n in int8 if "rotated_output" not in n} != int8
     quantized = _logits(model, tmp_path / "int8.tflite")
     # The float32 reference's distribution against the int8 step's.
     p = np.exp(plain - plain.max(1, keepdims=True))
@@ -208,6 +212,20 @@ def test_a_rotated_fill_is_exact_and_the_int8_step_stays_close(made, tmp_path):
     q = np.exp(quantized - quantized.max(1, keepdims=True))
     q /= q.sum(1, keepdims=True)
     assert (p * np.log(p / q)).sum(1).mean() < 0.01
+
+
+def _int8_matrices(path):
+    """The names of a step file's constant matrices: (int8, float32)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    graph = schema.Model.GetRootAsModel(Path(path).read_bytes(), 0).Subgraphs(0)
+    found = ({}, {})
+    for t in range(graph.TensorsLength()):
+        tensor = graph.Tensors(t)
+        if tensor.ShapeLength() == 2 and tensor.Buffer() > 0:  # a constant matrix
+            is_int8 = tensor.Type() == schema.TensorType.INT8
+            found[0 if is_int8 else 1][tensor.Name().decode()] = True
+    return set(found[0]), set(found[1])
 
 
 def test_a_rotation_refuses_what_it_cannot_rotate_exactly():
