@@ -102,6 +102,12 @@ def main(argv=None):
     """The `keras-tfm` command (see `keras_tfm.cli`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     from keras_tfm.lite.chat_command import answer_from_cache
+    from keras_tfm.lite.user_cache import unusable_cache_directory
+
+    unusable = unusable_cache_directory()
+    if unusable is not None:  # refused at once, before anything loads
+        print(f"keras-tfm: {unusable}", file=sys.stderr)
+        return 2
 
     if answer_from_cache(argv, continue_with=_tensorflow_conversation):
         return 0  # a cached chat: Keras imported only if a conversation outgrew it

@@ -270,3 +270,31 @@ def test_chat_without_a_message_converses_from_a_session(tiny_gguf, monkeypatch)
     second = "".join(model.chat(history, max_new_tokens=3, stream=True))
     assert out.getvalue() == f"{first}\n{second}\n"
 
+
+
+def test_cache_info_says_where_its_folder_comes_from(tmp_path, monkeypatch, capsys):
+    from keras_tfm.cli import main
+
+    monkeypatch.delenv("KERAS_TFM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    main(["cache", "info"])
+    assert "(the default)" in capsys.readouterr().out
+    monkeypatch.setenv("KERAS_TFM_CACHE_DIR", str(tmp_path / "mine"))
+    main(["cache", "info"])
+    assert "(set by KERAS_TFM_CACHE_DIR)" in capsys.readouterr().out
+
+
+def test_a_cache_folder_that_is_a_file_is_refused_at_once(
+    tmp_path, monkeypatch, capsys
+):
+    from keras_tfm.launcher import main
+
+    file = tmp_path / "not_a_folder"
+    file.write_text("mine")
+    monkeypatch.setenv("KERAS_TFM_CACHE_DIR", str(file))
+    assert main(["chat", "Hi"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == [f"keras-tfm: {user_cache.unusable_cache_directory()}"]
+    assert str(file) in said[0] and file.read_text() == "mine"  # left as it was
+    monkeypatch.setenv("KERAS_TFM_CACHE_DIR", str(tmp_path / "new"))
+    assert user_cache.unusable_cache_directory() is None

@@ -1,6 +1,8 @@
 """`keras-tfm cache info|clear`: the cache of compiled code and converted
 models (`keras_tfm.lite.user_cache`)."""
 
+import os
+
 HELP = "show or clear the cache of compiled code and converted models"
 
 
@@ -18,6 +20,8 @@ def run(args):
         print(f"removed {folder} ({user_cache.clear() / 1e6:.1f} MB)")
         return
     else:
-        print(f"cache folder: {folder} (set by {user_cache.CACHE_ENV})")
+        chosen = os.environ.get(user_cache.CACHE_ENV)
+        where = f"set by {user_cache.CACHE_ENV}" if chosen else "the default"
+        print(f"cache folder: {folder} ({where})")
     for name, (entries, size) in user_cache.info().items():
         print(f"{name}: {entries} entries, {size / 1e6:.1f} MB")

@@ -60,6 +60,18 @@ def cache_directory():
     return Path(base) / "keras-tfm"
 
 
+def unusable_cache_directory():
+    """Why the cache folder `cache_directory()` names cannot be a folder
+    (one line naming it), or None if it can."""
+    folder = cache_directory()
+    if folder is None or folder.is_dir() or not folder.exists():
+        return None
+    return (
+        f"{CACHE_ENV} names a file, not a folder: {folder} (set it to a folder, "
+        f"or to {OFF} to run without the cache)"
+    )
+
+
 @functools.cache
 def versions():
     """The versions every cache key includes: keras-tfm, TensorFlow, Keras."""
