@@ -45,7 +45,7 @@ KERNELS = {
     "gemm": "matrix products (XNNPACK gemm, Eigen matrix-vector, ruy)",
     "StridedSlice": "strided slices (reference, element by element)",
     "Transpose": "transposes (reference)",
-    "memmove": "copies (variables read and assigned, unstack)",
+    "memmove": "copies (the caches written, unstacked)",
     "BatchMatMul": "attention products (reference BatchMatMul)",
     "packw": "XNNPACK packing the keys (attention's right-hand side)",
 }

@@ -48,4 +48,8 @@ def run(args):
     model = loading.resolve_model(args.model)
     if not args.litert:  # LiteRT quantizes its own file
         model = loading.store_weights(model, args.weights)
+    elif getattr(model, "is_decoder_only", False):
+        from keras_tfm.chat.entry_writer import step_template
+
+        args.template = step_template(model, args.model)  # the chat's buffer
     run_export(model, args)

@@ -37,10 +37,11 @@ def saved_model_options(args):
 def run_export(model, args):
     """Writes `model` as args ask and prints what was written.
 
-    `args`: `model` (its name or file), `directory`, `overwrite`,
-    `max_new_tokens`, `num_beams`, `length_penalty` (`translate`'s
-    defaults), `litert`, `weights` (already applied to `model` for a
-    SavedModel; for LiteRT "int8" is the file's own quantization).
+    `args`: `directory`, `overwrite`, `max_new_tokens`, `num_beams`,
+    `length_penalty` (`translate`'s defaults), `litert`, `weights` (already
+    applied to `model` for a SavedModel; for LiteRT "int8" is the file's own
+    quantization), and for a causal LM's LiteRT step `template`, its step
+    template or None.
     """
     directory = Path(args.directory)
     if args.litert and getattr(model, "is_decoder_only", False):
@@ -63,9 +64,8 @@ def run_export(model, args):
 
 def _export_decoder_step(model, args, path):
     """Writes a decoder-only causal LM's decoding step with the chat entry's
-    buffer (`keras_tfm.lite.chat_entries.buffer_length`), from the preset's
-    step template where it keeps one."""
-    from keras_tfm.chat.entry_writer import step_template
+    buffer (`keras_tfm.lite.chat_entries.buffer_length`), from
+    `args.template` (the preset's step template, or None) where given."""
     from keras_tfm.export.litert_decoder import export_litert_decoder
     from keras_tfm.lite.chat_entries import buffer_length
 
@@ -81,7 +81,7 @@ def _export_decoder_step(model, args, path):
             f"Received: --weights {args.weights}"
         )
     positions = buffer_length(model)
-    template = step_template(model, args.model, positions)
+    template = getattr(args, "template", None)
     size = export_litert_decoder(
         model, path, positions, quantization, template=template
     )

@@ -4,10 +4,13 @@ Two signatures with static shapes over one key/value cache: `prefill`
 takes `token_ids` int32 (1, `prefill_length`) at positions `index ...`,
 of which the first `length` are real (the rest padding), and returns the
 float32 logits (1, vocabulary_size) after the last real one; `decode` takes
-one token (1, 1) at `index` and returns its logits. The cache lives in the
-file as LiteRT resource variables of `buffer_length` positions, so it stays
-inside the runtime between calls (nothing is copied through Python per
-token). Positions past the newest token may hold padding's keys or stale
+one token (1, 1) at `index` and returns its logits. Both also take each
+block's key/value cache, `cache_000`, `cache_001`, ... (1, 2,
+`buffer_length`, kv_heads, head_dim), and return it with the new tokens'
+keys and values written; a runtime binds one buffer to a block's cache
+input and output, so that the update writes in place and nothing is
+copied between calls (`LiteRTDecoder`). Positions past the newest token
+may hold padding's keys or stale
 keys of an earlier conversation; no query reads them (attention is
 causal), and they are overwritten as decoding reaches them. A caller keeps
 `index + prefill_length <= buffer_length` for `prefill` (the cache's
@@ -47,13 +50,22 @@ from keras_tfm.validation import check_choice, check_positive_int
 SIGNATURES = ("prefill", "decode")
 
 
+def cache_name(block):
+    """The name of block `block`'s key/value cache, as an input and an output
+    of both signatures."""
+    return f"cache_{block:03d}"
+
+
 class _CachedStep(tf.Module):
-    """The step functions and their cache, as variables the converter keeps.
+    """The step functions, their caches passed in and returned.
 
     Two signatures with static shapes, so that the converter folds every
     shape computation (a `[1, None]` input left SmolLM2's step with 4,374
     operations, 1,400 of them shape arithmetic run at each call) and
-    XNNPACK can take the whole graph.
+    XNNPACK can take the whole graph. Each block's cache is an input and,
+    written, an output, bound by the runtime to one buffer
+    (`LiteRTDecoder`), where a resource variable would be copied out and
+    back at every call.
     """
 
     def __init__(self, model, buffer_length, prefill_length):
@@ -62,11 +74,11 @@ class _CachedStep(tf.Module):
         # The weights, not the model: tracking the task would bring its
         # tokenizer's lookup tables, which LiteRT's builtin ops cannot hold.
         self.model_variables = list(model.variables)
-        self.caches = [
-            tf.Variable(cache, trainable=False)
-            for cache in self.steps.empty_cache(1, buffer_length)
-        ]
         self.down_kernels = _rotated_down_kernels(self.steps.blocks)
+        caches = [
+            tf.TensorSpec(cache.shape, cache.dtype, name=cache_name(i))
+            for i, cache in enumerate(self.steps.empty_cache(1, buffer_length))
+        ]
         index = tf.TensorSpec([], tf.int32, name="index")
         self.prefill = tf.function(
             self._prefill,
@@ -74,26 +86,26 @@ class _CachedStep(tf.Module):
                 tf.TensorSpec([1, prefill_length], tf.int32, name="token_ids"),
                 index,
                 tf.TensorSpec([], tf.int32, name="length"),
+                *caches,
             ],
         )
         self.decode = tf.function(
             self._decode,
-            input_signature=[tf.TensorSpec([1, 1], tf.int32, name="token_ids"), index],
+            input_signature=[
+                tf.TensorSpec([1, 1], tf.int32, name="token_ids"), index, *caches
+            ],
         )
 
-    def _hidden(self, token_ids, index):
-        """The hidden states before the final norm (`_logits` applies it)."""
+    def _hidden(self, token_ids, index, caches):
+        """`(hidden states before the final norm, {name: written cache})`."""
         kernels = {key: (kernel, block) for key, kernel, block in self.down_kernels}
         # Forward only, short chunks (see plain_scope); the down projections
         # read their input rotated (see rotated_inputs).
         with plain_kernels(), rotated_down_projections(kernels):
-            caches = tuple(variable.read_value() for variable in self.caches)
             hidden, caches = self.steps.hidden(
-                token_ids, caches, index, final_norm=False
+                token_ids, tuple(caches), index, final_norm=False
             )
-        for variable, cache in zip(self.caches, caches, strict=True):
-            variable.assign(cache)
-        return hidden
+        return hidden, {cache_name(i): cache for i, cache in enumerate(caches)}
 
     def _logits(self, last):
         """Float32 logits (1, vocabulary_size) of one hidden state (1, 1, width).
@@ -107,13 +119,14 @@ class _CachedStep(tf.Module):
         last = last if norm is None else norm(last)
         return tf.cast(self.steps.model.logits(last)[:, 0], tf.float32)
 
-    def _prefill(self, token_ids, index, length):
-        hidden = self._hidden(token_ids, index)
+    def _prefill(self, token_ids, index, length, *caches):
+        hidden, caches = self._hidden(token_ids, index, caches)
         last = tf.gather(hidden, [length - 1], axis=1)  # the last real token
-        return {"logits": self._logits(last)}
+        return {"logits": self._logits(last), **caches}
 
-    def _decode(self, token_ids, index):
-        return {"logits": self._logits(self._hidden(token_ids, index))}
+    def _decode(self, token_ids, index, *caches):
+        hidden, caches = self._hidden(token_ids, index, caches)
+        return {"logits": self._logits(hidden), **caches}
 
 
 def _rotated_down_kernels(blocks):
@@ -164,8 +177,7 @@ def save_decoder_step(model, folder, buffer_length=None, prefill_length=None):
             f"({buffer_length}). Received: prefill_length={prefill_length}"
         )
     # Through a SavedModel written by Keras' ExportArchive: the converter
-    # freezes the weights it tracks; the cache variables, assigned in the
-    # graph, stay variables.
+    # freezes the weights it tracks.
     cached = _CachedStep(model, buffer_length, prefill_length)
     archive = keras.export.ExportArchive()
     archive.track(cached)
@@ -178,7 +190,6 @@ def convert_decoder_step(folder):
     """The float32 `.tflite` bytes of a step `save_decoder_step` wrote to
     `folder`."""
     converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), list(SIGNATURES))
-    converter.experimental_enable_resource_variables = True
     # Large constants written after the flatbuffer instead of inside it (a
     # private switch, no public one exists): SmolLM2's conversion peaked at
     # 4.6 GB instead of 5.7 GB and took 15.8 s instead of 22.2 s, the same

@@ -12,7 +12,7 @@ template filled with other random weights must then give, bit for bit, the
 logits of their own conversion (a whole prefill chunk, a padded one, then
 a few tokens one at a time), or no template is made.
 (Their files differ in layout: the converter orders the buffers, and names
-the cache's variables, differently from one conversion to the next.)
+some tensors, differently from one conversion to the next.)
 
 Which steps a template can hold is found out, not assumed: SmolLM2's
 (Llama: RMSNorm, rotary positions, SwiGLU, no biases) can; a GPT-2-style

@@ -21,6 +21,7 @@ Example:
 
 import atexit
 import contextlib
+import functools
 import os
 import sys
 import tempfile
@@ -31,6 +32,10 @@ import numpy as np
 WEIGHT_CACHE_SUFFIX = ".xnnpack"
 """The packed weights' file is the decoder's name with this suffix."""
 KERNELS = ("xnnpack", "builtin")
+
+CACHE_PREFIX = "cache_"
+"""The signatures' cache inputs and outputs: `cache_000`, `cache_001`, ...
+(1, 2, buffer_length, kv_heads, head_dim) each, one a block."""
 
 PREFILL_LENGTH = 32
 """Positions of a step file's `prefill` signature: a prompt goes through in
@@ -67,11 +72,8 @@ def _interpreter(path, num_threads):
         }
         for name in interpreter.get_signature_list()
     }
-    caches = [
-        tensor["shape"]
-        for tensor in interpreter.get_tensor_details()
-        if len(tensor["shape"]) == 5  # a (1, 2, length, heads, dim) cache
-    ]
+    caches = [shape for key, shape in signatures.get("decode", {}).items()
+              if key.startswith(CACHE_PREFIX)]  # fmt: skip
     return interpreter, signatures, int(caches[0][2]) if caches else None
 
 
@@ -147,25 +149,30 @@ class LiteRTDecoder:
             )
         path, num_threads = Path(path), num_threads or available_cpus()
         interpreter, signatures, self.buffer_length = _interpreter(path, num_threads)
-        if set(signatures) != {"prefill", "decode"}:
+        if set(signatures) != {"prefill", "decode"} or self.buffer_length is None:
             raise ValueError(
-                "A LiteRT decoder has the signatures `prefill` and `decode` "
-                "(keras_tfm.export.export_litert_decoder). Received: a file "
-                f"with {sorted(signatures)}"
+                "A LiteRT decoder has the signatures `prefill` and `decode`, "
+                "each taking and returning the caches (keras_tfm.export."
+                "export_litert_decoder; a file of an older keras-tfm holds its "
+                f"cache in variables). Received: a file with {sorted(signatures)}"
             )
         self.prefill_length = int(signatures["prefill"]["token_ids"][1])
         self._runs, self.model = {}, None
         quiet = contextlib.nullcontext()
         if kernels == "builtin":
+            self._caches = {
+                key: np.zeros(shape, np.float32)
+                for key, shape in signatures["decode"].items()
+                if key.startswith(CACHE_PREFIX)
+            }
             for name in signatures:
                 runner = interpreter.get_signature_runner(name)
-                self._runs[name] = lambda runner=runner, **values: runner(
-                    **{k: np.asarray(v, np.int32) for k, v in values.items()}
-                )["logits"][0]
+                self._runs[name] = functools.partial(self._builtin_run, runner)
         else:
             if weight_cache == "":
                 weight_cache = path.with_name(path.name + WEIGHT_CACHE_SUFFIX)
             del interpreter  # only its shapes were needed
+            self._caches = None
             # LiteRT logs its environments and accelerators as the model, its
             # buffers and its first run are made, and as the process ends.
             quiet = _stderr_to_devnull()
@@ -183,22 +190,50 @@ class LiteRTDecoder:
         if getattr(self, "model", None) is not None:
             with _stderr_to_devnull():
                 self._runs.clear()
+                self._caches = None
                 self.model = None
 
+    def _builtin_run(self, runner, **values):
+        """A call through LiteRT's builtin kernels: the caches go in and come
+        back as NumPy arrays."""
+        values = {k: np.asarray(v, np.int32) for k, v in values.items()}
+        outputs = runner(**values, **self._caches)
+        for key in self._caches:
+            self._caches[key] = outputs[key]
+        return outputs["logits"][0]
+
     def _compiled_run(self, name):
-        """A call of signature `name` on the compiled model's buffers."""
+        """A call of signature `name` on the compiled model's buffers.
+
+        The caches are one set of LiteRT's own buffers, shared by both
+        signatures and bound as each call's inputs and its outputs: a block
+        reads its cache only through its own update, so the update writes
+        the new positions in place and no cache is copied between calls
+        (the tests check the logits against the Keras model's).
+        """
         model = self.model
         index = model.get_signature_index(name)
-        names = model.get_signature_list()[name]["inputs"]
+        listed = model.get_signature_list()[name]
+        names = listed["inputs"]
         inputs = dict(zip(names, model.create_input_buffers(index), strict=True))
-        outputs = model.create_output_buffers(index)
-        size = int(np.prod(outputs[0].get_tensor_details()["shape"]))
+        outputs = dict(
+            zip(listed["outputs"], model.create_output_buffers(index), strict=True)
+        )
+        if self._caches is None:  # made by the first signature, shared
+            self._caches = {k: inputs[k] for k in names if k.startswith(CACHE_PREFIX)}
+            for buffer in self._caches.values():
+                shape = buffer.get_tensor_details()["shape"]
+                buffer.write(np.zeros(shape, np.float32))
+        caches, logits = self._caches, outputs["logits"]
+        size = int(np.prod(logits.get_tensor_details()["shape"]))
+        bound_inputs = [caches.get(k, inputs[k]) for k in names]
+        bound_outputs = [caches.get(k, outputs[k]) for k in listed["outputs"]]
 
         def run(**values):
             for key, value in values.items():
                 inputs[key].write(np.asarray(value, np.int32))
-            model.run_by_index(index, list(inputs.values()), outputs)
-            return outputs[0].read(size, np.float32)
+            model.run_by_index(index, bound_inputs, bound_outputs)
+            return logits.read(size, np.float32)
 
         return run
 
