@@ -1,14 +1,16 @@
 """`LiteRTDecoder`: a decoding step written by `export_litert_decoder`, run.
 
-The file holds two signatures over one key/value cache kept inside the
-model (`keras_tfm.export.litert_decoder`): `prefill`, a chunk of
-`prefill_length` tokens (the last chunk padded, its real length given),
-and `decode`, one token. Both shapes are static, so XNNPACK takes the whole
-graph. By default it runs as a LiteRT `CompiledModel` on the CPU
-(XNNPACK) with XNNPACK's weight cache: the float32 weights packed once into
-a file beside the decoder (`<file>.xnnpack`), mapped by every later process
-and shared by both signatures; or through LiteRT's builtin kernels
-(`kernels="builtin"`). LiteRT's lines about its accelerators (on stderr,
+The file holds two signatures (`keras_tfm.export.litert_decoder`):
+`prefill`, a chunk of `prefill_length` tokens (the last chunk padded, its
+real length given), and `decode`, one token; each takes every block's
+key/value cache and returns it written, and the decoder keeps them between
+calls (one LiteRT buffer a block, bound as input and output: written in
+place). Both shapes are static, so XNNPACK takes the whole graph. By
+default it runs as a LiteRT `CompiledModel` on the CPU (XNNPACK) with
+XNNPACK's weight cache: the weights packed once into a file beside the
+decoder (`<file>.xnnpack`), mapped by every later process and shared by
+both signatures; or through LiteRT's builtin kernels (`kernels="builtin"`,
+the caches as NumPy arrays). LiteRT's lines about its accelerators (on stderr,
 with no setting to turn them off) are dropped. Imports neither TensorFlow
 nor Keras.
 

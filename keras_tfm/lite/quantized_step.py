@@ -53,7 +53,9 @@ INT8_MATRICES = (
 )
 """The `FULLY_CONNECTED` operations whose weights become int8, by their
 output tensors' names (the converter names them after the Keras layers):
-the query, gate/up and attention-output projections and the output matrix."""
+the query, gate/up, attention-output and down projections (the down ones
+read their input rotated: `rotated_output`) and the output matrix; not
+the key/value projections."""
 
 ROTATION_SEED = 0
 
