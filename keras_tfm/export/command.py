@@ -69,17 +69,17 @@ def _export_decoder_step(model, args, path):
     from keras_tfm.export.litert_decoder import export_litert_decoder
     from keras_tfm.lite.chat_entries import buffer_length
 
-    if path.exists() and not args.overwrite:
-        raise ValueError(
-            f"{path} exists; pass --overwrite to replace it. Received: "
-            f"directory={str(path.parent)!r}"
-        )
-    quantization = "int8" if args.weights == "int8" else "float32"
     if args.weights not in ("int8", "float32"):
         raise ValueError(
             "A LiteRT decoding step takes --weights float32 or int8. "
             f"Received: --weights {args.weights}"
         )
+    if path.exists() and not args.overwrite:
+        raise ValueError(
+            f"{path} exists; pass --overwrite to replace it. Received: "
+            f"directory={str(path.parent)!r}"
+        )
+    quantization = args.weights
     positions = buffer_length(model)
     template = getattr(args, "template", None)
     size = export_litert_decoder(
