@@ -36,13 +36,14 @@ Example:
 import contextlib
 import hashlib
 import itertools
+import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from keras_tfm.export.litert_decoder import convert_decoder_step, save_decoder_step
-from keras_tfm.lite import decoder_template, rotation
+from keras_tfm.lite import decoder_template, quantized_step, rotation
 from keras_tfm.lite.litert_decoder import LiteRTDecoder, default_prefill_length
 from keras_tfm.saving import atomic_directory
 
@@ -176,7 +177,8 @@ def make_decoder_template(
         buffer_length, prefill_length: as `export_litert_decoder`'s.
         seed: of the random weights (the check's are `seed + 1`).
         overwrite: whether a template already in `folder` may be replaced
-            (`folder` keeps its files if this raises).
+            (`folder` keeps its files if this raises); its int8 choice
+            (`keras_tfm.lite.quantized_step.QUANTIZATION`) is kept.
 
     Returns:
         The template's description (`template.json`).
@@ -195,6 +197,9 @@ def make_decoder_template(
         placements = _placements(flatbuffer, first)
         decoder_template.write_template(work, flatbuffer, placements, first, settings)
         del flatbuffer
+        chosen = Path(folder) / quantized_step.QUANTIZATION
+        if chosen.is_file():  # a measured choice of the folder's, not made here
+            shutil.copy2(chosen, work / chosen.name)
         check_decoder_template(model, work, seed + 1)
     return decoder_template.read_description(folder)
 
