@@ -4,7 +4,11 @@ Two signatures with static shapes over one key/value cache: `prefill`
 takes `token_ids` int32 (1, `prefill_length`) at positions `index ...`,
 of which the first `length` are real (the rest padding), and returns the
 float32 logits (1, vocabulary_size) after the last real one; `decode` takes
-one token (1, 1) at `index` and returns its logits. Both also take each
+one token (1, 1) at `index` and returns its logits, and `decode_<window>`
+(`decode_64`, `decode_128`, ... below the buffer's length) does the same
+for an `index` below `window`, its attention reading the cache's first
+`window` positions only (a short conversation's token reads and packs a
+fraction of the cache). All of them also take each
 block's key/value cache, `cache_000`, `cache_001`, ... (1, 2,
 `buffer_length`, kv_heads, head_dim), and return it with the new tokens'
 keys and values written; a runtime binds one buffer to a block's cache
@@ -32,6 +36,7 @@ Example:
 True
 """
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -40,14 +45,26 @@ import tensorflow as tf
 
 from keras_tfm.export.litert import QUANTIZATIONS
 from keras_tfm.generation.decoder_steps import DecoderSteps
+from keras_tfm.kernels.kv_cache import read_window
 from keras_tfm.kernels.plain_scope import plain_kernels
 from keras_tfm.kernels.rotated_inputs import rotated_down_projections
 from keras_tfm.lite import rotation
-from keras_tfm.lite.litert_decoder import default_prefill_length
+from keras_tfm.lite.litert_decoder import (
+    decode_windows,
+    default_prefill_length,
+    window_signature,
+)
 from keras_tfm.models import CausalLM
 from keras_tfm.validation import check_choice, check_positive_int
 
 SIGNATURES = ("prefill", "decode")
+"""The signatures every step file holds; `decode_<window>` ones beside them
+(`decode_windows`)."""
+
+
+def signature_names(buffer_length):
+    """The signatures of a step file with `buffer_length` cache positions."""
+    return SIGNATURES + tuple(map(window_signature, decode_windows(buffer_length)))
 
 
 def cache_name(block):
@@ -89,19 +106,21 @@ class _CachedStep(tf.Module):
                 *caches,
             ],
         )
-        self.decode = tf.function(
-            self._decode,
-            input_signature=[
-                tf.TensorSpec([1, 1], tf.int32, name="token_ids"), index, *caches
-            ],
-        )
+        decode = [tf.TensorSpec([1, 1], tf.int32, name="token_ids"), index, *caches]
+        self.decode = tf.function(self._decode, input_signature=decode)
+        self.windows = decode_windows(buffer_length)
+        for window in self.windows:
+            step = functools.partial(self._decode, window=window)
+            setattr(self, window_signature(window),
+                    tf.function(step, input_signature=decode))  # fmt: skip
 
-    def _hidden(self, token_ids, index, caches):
-        """`(hidden states before the final norm, {name: written cache})`."""
+    def _hidden(self, token_ids, index, caches, window=None):
+        """`(hidden states before the final norm, {name: written cache})`;
+        attention reads the caches' first `window` positions (None: all)."""
         kernels = {key: (kernel, block) for key, kernel, block in self.down_kernels}
         # Forward only, short chunks (see plain_scope); the down projections
         # read their input rotated (see rotated_inputs).
-        with plain_kernels(), rotated_down_projections(kernels):
+        with plain_kernels(), rotated_down_projections(kernels), read_window(window):
             hidden, caches = self.steps.hidden(
                 token_ids, tuple(caches), index, final_norm=False
             )
@@ -124,8 +143,8 @@ class _CachedStep(tf.Module):
         last = tf.gather(hidden, [length - 1], axis=1)  # the last real token
         return {"logits": self._logits(last), **caches}
 
-    def _decode(self, token_ids, index, *caches):
-        hidden, caches = self._hidden(token_ids, index, caches)
+    def _decode(self, token_ids, index, *caches, window=None):
+        hidden, caches = self._hidden(token_ids, index, caches, window)
         return {"logits": self._logits(hidden), **caches}
 
 
@@ -181,15 +200,29 @@ def save_decoder_step(model, folder, buffer_length=None, prefill_length=None):
     cached = _CachedStep(model, buffer_length, prefill_length)
     archive = keras.export.ExportArchive()
     archive.track(cached)
-    for name in SIGNATURES:
+    for name in signature_names(buffer_length):
         archive.add_endpoint(name, getattr(cached, name))
     archive.write_out(str(folder), verbose=False)
+
+
+def _step_signatures(folder):
+    """The step's signatures in the SavedModel in `folder` (`signature_names`;
+    not the `serving_default` alias the archive adds), read from its proto."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel.FromString(
+        (Path(folder) / "saved_model.pb").read_bytes()
+    )
+    names = saved.meta_graphs[0].signature_def
+    return [n for n in names if n in SIGNATURES or n.startswith("decode_")]
 
 
 def convert_decoder_step(folder):
     """The float32 `.tflite` bytes of a step `save_decoder_step` wrote to
     `folder`."""
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), list(SIGNATURES))
+    converter = tf.lite.TFLiteConverter.from_saved_model(
+        str(folder), _step_signatures(folder)
+    )
     # Large constants written after the flatbuffer instead of inside it (a
     # private switch, no public one exists): SmolLM2's conversion peaked at
     # 4.6 GB instead of 5.7 GB and took 15.8 s instead of 22.2 s, the same

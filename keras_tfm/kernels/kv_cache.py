@@ -23,6 +23,8 @@ Example:
 [1.0079, -2.0]
 """
 
+import contextlib
+import threading
 from collections import namedtuple
 
 from keras import ops
@@ -98,7 +100,7 @@ def write(cache, index, key, value, write_at=slice_write):
     the attention layer passes its writer, which also takes a (batch,)
     vector of indices, one per row.
     """
-    update = ops.stack([key, value], axis=1)  # (B, 2, S, K, H)
+    update = pair(key, value)  # (B, 2, S, K, H)
     if not isinstance(cache, Int8Cache):
         return write_at(cache, update, index)
     q, scale = quantize(update)
@@ -107,15 +109,83 @@ def write(cache, index, key, value, write_at=slice_write):
     )
 
 
+_window = threading.local()
+
+
+@contextlib.contextmanager
+def read_window(length):
+    """A scope in which `read` returns a cache's first `length` positions.
+
+    A step that only ever runs with its newest token below `length` (the
+    positions past it masked anyway) attends over those alone: the LiteRT
+    decoding step's `decode_<length>` signatures
+    (`keras_tfm.export.litert_decoder`), whose attention then reads and
+    packs `length` cached positions rather than the whole buffer.
+
+    Example:
+    >>> cache = empty_cache((1, 2, 8, 1, 2), "float32")
+    >>> with read_window(4):
+    ...     key, value = read(cache, "float32")
+    >>> tuple(key.shape)
+    (1, 4, 1, 2)
+    """
+    previous = getattr(_window, "length", None)
+    _window.length = length
+    try:
+        yield
+    finally:
+        _window.length = previous
+
+
 def read(cache, dtype):
-    """`(key, value)`, each (batch, max_length, kv_heads, head_dim) in `dtype`."""
+    """`(key, value)`, each (batch, max_length, kv_heads, head_dim) in `dtype`
+    (the first `length` positions inside `read_window(length)`)."""
+    length = getattr(_window, "length", None)
+    if length is not None:
+        cache = _first_positions(cache, length)
     if isinstance(cache, Int8Cache):
         cache = dequantize(cache.values, cache.scales, dtype)
-    # One unstack, not two slices: LiteRT runs `cache[:, 0]` through its
-    # element-by-element StridedSlice (21% of SmolLM2's exported decoding
-    # step, benchmarks/litert_step_profile.py), an unstack as two copies.
-    key, value = ops.unstack(cache, 2, axis=1)
-    return key, value
+    return halves(cache, axis=1)
+
+
+def _first_positions(cache, length):
+    """`cache` (B, 2, S, ...) cut to its first `length` positions (one static
+    slice, which XNNPACK takes)."""
+    if isinstance(cache, Int8Cache):
+        return Int8Cache(*(_first_positions(part, length) for part in cache))
+    shape = list(cache.shape)
+    if shape[2] is not None and length >= shape[2]:
+        return cache
+    shape[0] = ops.shape(cache)[0]
+    shape[2] = length
+    return ops.slice(cache, [0] * len(shape), shape)
+
+
+def halves(tensor, axis):
+    """The two halves of `tensor` (size 2 along `axis`), that axis dropped.
+
+    One split, not an unstack or two slices: LiteRT runs an unstack
+    (`UNPACK`) and a stack (`PACK`) through its builtin kernels outside
+    XNNPACK's graph (cutting it in two at each attention layer; 11% of
+    SmolLM2's int8 decoding step was `UNPACK`'s copies), and `cache[:, 0]`
+    through its element-by-element `STRIDED_SLICE`; XNNPACK takes `SPLIT`.
+    Its gradient is one concatenation.
+
+    Example:
+    >>> key, value = halves(np.arange(4.0).reshape(1, 2, 2), axis=1)
+    >>> ops.convert_to_numpy(value).tolist()
+    [[2.0, 3.0]]
+    """
+    first, second = ops.split(tensor, 2, axis=axis)
+    return ops.squeeze(first, axis), ops.squeeze(second, axis)
+
+
+def pair(key, value):
+    """`key` and `value` stacked on a new axis 1, as one concatenation (which
+    XNNPACK takes, unlike LiteRT's `PACK`: see `halves`)."""
+    return ops.concatenate(
+        [ops.expand_dims(key, 1), ops.expand_dims(value, 1)], axis=1
+    )
 
 
 def cache_bytes(caches):

@@ -13,7 +13,7 @@ def grouped_logits(query, key, keep=None, bias=None):
         key: (batch, k_len, kv_heads, head_dim); query head `n` reads key
             head `n // (num_heads // kv_heads)`.
         keep: optional boolean mask broadcastable to the logits; where it is
-            False the logit is `MASKED_LOGIT`.
+            False `MASKED_LOGIT` is added to the logit.
         bias: optional float (batch or 1, num_heads, q_len, k_len) added to
             the logits (in float32) before the mask.
 
@@ -34,7 +34,11 @@ def grouped_logits(query, key, keep=None, bias=None):
         bias = ops.reshape(bias, (ops.shape(bias)[0], kv_heads, groups, q_len, -1))
         logits = logits + bias
     if keep is not None:
-        logits = ops.where(keep, logits, MASKED_LOGIT)
+        # Added on the mask's shape, not selected on the logits': LiteRT runs
+        # SELECT_V2 outside XNNPACK's graph, once a layer (the mask's own
+        # select is computed once for all layers).
+        masked = ops.cast(ops.where(keep, 0.0, MASKED_LOGIT), "float32")
+        logits = logits + masked
     return logits
 
 
@@ -87,7 +91,9 @@ def plain_dot_product_attention(
         weights = ops.softmax(logits, axis=-1)
     if mask is not None:
         # A fully masked row would otherwise spread its weight uniformly.
-        weights = ops.where(ops.any(mask, axis=-1, keepdims=True), weights, 0.0)
+        # (A product rather than a select, as in `grouped_logits`.)
+        attended = ops.any(mask, axis=-1, keepdims=True)
+        weights = weights * ops.cast(attended, weights.dtype)
     returned_weights = ops.reshape(
         weights, (batch, num_heads, q_len, ops.shape(key)[1])
     )

@@ -214,7 +214,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """
         check_rank("context", context, 3, "(batch, seq, dim)")
         check_last_dim("context", context, self.context_dim)
-        return ops.stack(self._keys_and_values(context), axis=1)
+        return kv_cache.pair(*self._keys_and_values(context))
 
     def _keys_and_values(self, source, start_index=0):
         batch, length = ops.shape(source)[0], ops.shape(source)[1]
@@ -228,9 +228,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 self.effective_head_dim,
             ),
         )
-        # Unstacked, not sliced: without XLA the gradient of two slices is two
+        # Split, not sliced: without XLA the gradient of two slices is two
         # full-size zero-padded tensors and a sum (attention was 2x slower).
-        key, value = ops.unstack(key_value, 2, axis=2)  # (B, S, K, H) each
+        key, value = kv_cache.halves(key_value, axis=2)  # (B, S, K, H) each
         if self.rotary_embedding is not None:
             key = self.rotary_embedding(key, start_index=start_index)
         return key, value
@@ -353,8 +353,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Masks, then the kernel (`dot_product_attention` picks plain or tiled).
         key_mask, attention_mask, causal_start = self._attention_masks(
             inputs, context,
+            # A prefill's masks span the cache (then cut below); read keys
+            # are the cache's positions (its first few in a read_window).
             ops.shape(kv_cache.values_of(cache))[2]
-            if cache is not None
+            if prefill
             else ops.shape(key)[1],
             padding_mask, context_padding_mask, attention_mask, use_causal_mask,
             cache_update_index, is_cross,

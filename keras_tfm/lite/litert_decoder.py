@@ -44,6 +44,27 @@ PREFILL_LENGTH = 32
 chunks of this many (the last padded), then one token a `decode` call."""
 
 
+SMALLEST_WINDOW = 64
+"""A step file's smallest `decode_<window>` signature (`decode_windows`)."""
+
+
+def decode_windows(buffer_length):
+    """The windows of a step file's `decode_<window>` signatures: 64, 128,
+    ... each a power of two below `buffer_length` (the whole buffer is
+    `decode`'s)."""
+    windows, window = [], SMALLEST_WINDOW
+    while window < buffer_length:
+        windows.append(window)
+        window *= 2
+    return tuple(windows)
+
+
+def window_signature(window):
+    """The name of the `decode` signature whose attention reads `window`
+    positions."""
+    return f"decode_{window}"
+
+
 def default_prefill_length(buffer_length):
     """A step file's `prefill` length when none is asked: `PREFILL_LENGTH`,
     or the whole buffer if it is shorter."""
@@ -151,7 +172,9 @@ class LiteRTDecoder:
             )
         path, num_threads = Path(path), num_threads or available_cpus()
         interpreter, signatures, self.buffer_length = _interpreter(path, num_threads)
-        if set(signatures) != {"prefill", "decode"} or self.buffer_length is None:
+        windows = decode_windows(self.buffer_length or 0)
+        expected = {"prefill", "decode", *map(window_signature, windows)}
+        if not {"prefill", "decode"} <= set(signatures) or self.buffer_length is None:
             raise ValueError(
                 "A LiteRT decoder has the signatures `prefill` and `decode`, "
                 "each taking and returning the caches (keras_tfm.export."
@@ -159,6 +182,9 @@ class LiteRTDecoder:
                 f"cache in variables). Received: a file with {sorted(signatures)}"
             )
         self.prefill_length = int(signatures["prefill"]["token_ids"][1])
+        # A file without them (written before windows) decodes through `decode`.
+        self._windows = tuple(w for w in windows if window_signature(w) in signatures)
+        signatures = {k: v for k, v in signatures.items() if k in expected}
         self._runs, self.model = {}, None
         quiet = contextlib.nullcontext()
         if kernels == "builtin":
@@ -240,8 +266,12 @@ class LiteRTDecoder:
         return run
 
     def decode(self, token, index):
-        """The float32 logits (vocabulary_size,) after `token` at `index`."""
-        return self._runs["decode"](token_ids=[[token]], index=index)
+        """The float32 logits (vocabulary_size,) after `token` at `index`,
+        through the smallest window that holds `index` (`decode_windows`)."""
+        name = next(
+            (window_signature(w) for w in self._windows if index < w), "decode"
+        )
+        return self._runs[name](token_ids=[[token]], index=index)
 
     def prefill(self, token_ids, start):
         """The logits after the last of `token_ids`, written at `start ...`.

@@ -23,7 +23,7 @@ import pytest
 from keras_tfm.export import litert_template
 from keras_tfm.export.litert_decoder import export_litert_decoder
 from keras_tfm.kernels import rotated_inputs
-from keras_tfm.lite import decoder_template, rotation
+from keras_tfm.lite import decoder_template, quantized_step, rotation
 from tests.builders import causal_lm
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -284,3 +284,36 @@ def test_smollm2_int8_entry_stays_within_the_quality_gate(smollm2, tmp_path):
     assert (folder / chat_entries.DECODER).stat().st_size < 0.6 * (
         tmp_path / "f32.tflite"
     ).stat().st_size
+
+
+def test_a_remade_template_keeps_its_int8_choice(made, tmp_path):
+    model, folder, _, _ = made
+    remade = tmp_path / "litert_decoder"
+    shutil.copytree(folder, remade)
+    choice = remade / quantized_step.QUANTIZATION
+    choice.write_text(json.dumps({"float32_matrices": "rotated_output/"}))
+    litert_template.make_decoder_template(model, remade, overwrite=True)
+    assert json.loads(choice.read_text()) == {"float32_matrices": "rotated_output/"}
+
+
+def test_smollm2_template_keeps_four_down_projections_float32():
+    # The measured choice (quantization.json's "why") names four layers; an
+    # op name the converter changed would silently quantize them all.
+    from ai_edge_litert import schema_py_generated as schema
+
+    folder = FIXTURES.parents[1] / "zoo" / "smollm2_135m_instruct" / "litert_decoder"
+    kept = json.loads((folder / quantized_step.QUANTIZATION).read_text())
+    model = schema.Model.GetRootAsModel(
+        gzip.decompress((folder / "template.bin.gz").read_bytes()), 0
+    )
+    for s in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(s)
+        names = {graph.Tensors(t).Name().decode() for t in range(graph.TensorsLength())}
+        layer = r"transformer_layer_(\d+)_1/feed_forward_1/rotated_output/"
+        downs = {re.search(layer, n)[1] for n in names if re.search(layer, n)}
+        chosen = {
+            re.search(layer, n)[1]
+            for n in names
+            if re.search(layer, n) and re.search(kept["float32_matrices"], n)
+        }
+        assert len(downs) == 30 and len(chosen) == 4, (graph.Name(), chosen)

@@ -94,6 +94,12 @@ def test_litert_step_logits_equal_the_keras_model(tiny, lite):
     for index in range(size + 3, size + 8):
         step = decoder.decode(ids[index], index)
         np.testing.assert_allclose(step, full[index], atol=1e-4)
+    # Across the window: `decode_64` reads 64 positions, `decode` all 128.
+    assert decoder._windows == (64,)
+    decoder.prefill(ids[:60], 0)
+    for index in range(60, 70):
+        step = decoder.decode(ids[index], index)
+        np.testing.assert_allclose(step, full[index], atol=1e-4)
     # The buffer's last positions: no padded chunk fits, one token a call.
     decoder.prefill(ids[: length - 5], 0)
     np.testing.assert_allclose(
