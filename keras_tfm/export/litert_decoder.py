@@ -108,8 +108,7 @@ class _CachedStep(tf.Module):
         )
         decode = [tf.TensorSpec([1, 1], tf.int32, name="token_ids"), index, *caches]
         self.decode = tf.function(self._decode, input_signature=decode)
-        self.windows = decode_windows(buffer_length)
-        for window in self.windows:
+        for window in decode_windows(buffer_length):
             step = functools.partial(self._decode, window=window)
             setattr(self, window_signature(window),
                     tf.function(step, input_signature=decode))  # fmt: skip
@@ -206,15 +205,16 @@ def save_decoder_step(model, folder, buffer_length=None, prefill_length=None):
 
 
 def _step_signatures(folder):
-    """The step's signatures in the SavedModel in `folder` (`signature_names`;
-    not the `serving_default` alias the archive adds), read from its proto."""
+    """The step's signatures in the SavedModel in `folder`, read from its
+    proto: those `save_decoder_step` added (`signature_names`)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved = saved_model_pb2.SavedModel.FromString(
         (Path(folder) / "saved_model.pb").read_bytes()
     )
     names = saved.meta_graphs[0].signature_def
-    return [n for n in names if n in SIGNATURES or n.startswith("decode_")]
+    # Not `serving_default` (an alias) nor `__saved_model_init_op`.
+    return [n for n in names if n in SIGNATURES or n.startswith(window_signature(""))]
 
 
 def convert_decoder_step(folder):

@@ -23,11 +23,11 @@ Example:
 [1.0079, -2.0]
 """
 
-import contextlib
-import threading
 from collections import namedtuple
 
 from keras import ops
+
+from keras_tfm.kernels.trace_setting import TraceSetting
 
 KV_CACHE_DTYPES = (None, "int8")
 """The cache storages: None (the layer's compute dtype) or "int8"."""
@@ -109,10 +109,9 @@ def write(cache, index, key, value, write_at=slice_write):
     )
 
 
-_window = threading.local()
+_window = TraceSetting()
 
 
-@contextlib.contextmanager
 def read_window(length):
     """A scope in which `read` returns a cache's first `length` positions.
 
@@ -129,18 +128,13 @@ def read_window(length):
     >>> tuple(key.shape)
     (1, 4, 1, 2)
     """
-    previous = getattr(_window, "length", None)
-    _window.length = length
-    try:
-        yield
-    finally:
-        _window.length = previous
+    return _window.set(length)
 
 
 def read(cache, dtype):
     """`(key, value)`, each (batch, max_length, kv_heads, head_dim) in `dtype`
     (the first `length` positions inside `read_window(length)`)."""
-    length = getattr(_window, "length", None)
+    length = _window.get()
     if length is not None:
         cache = _first_positions(cache, length)
     if isinstance(cache, Int8Cache):

@@ -34,9 +34,9 @@ def grouped_logits(query, key, keep=None, bias=None):
         bias = ops.reshape(bias, (ops.shape(bias)[0], kv_heads, groups, q_len, -1))
         logits = logits + bias
     if keep is not None:
-        # Added on the mask's shape, not selected on the logits': LiteRT runs
-        # SELECT_V2 outside XNNPACK's graph, once a layer (the mask's own
-        # select is computed once for all layers).
+        # Added, not selected: LiteRT runs SELECT_V2 outside XNNPACK's graph.
+        # The select here is on the mask alone, which every layer shares (the
+        # converter keeps one); each layer adds it.
         masked = ops.cast(ops.where(keep, 0.0, MASKED_LOGIT), "float32")
         logits = logits + masked
     return logits

@@ -31,23 +31,16 @@ Example:
 []
 """
 
-import contextlib
-import threading
+from keras_tfm.kernels.trace_setting import TraceSetting
 
-_state = threading.local()
+_active = TraceSetting(default=False)
 
 
-@contextlib.contextmanager
 def plain_kernels():
     """A scope in which unknown lengths trace the plain kernels (see module)."""
-    previous = active()
-    _state.active = True
-    try:
-        yield
-    finally:
-        _state.active = previous
+    return _active.set(True)
 
 
 def active():
     """Whether the calling thread is inside `plain_kernels()`."""
-    return getattr(_state, "active", False)
+    return _active.get()

@@ -24,32 +24,24 @@ Example:
 True
 """
 
-import contextlib
-import threading
-
 import keras
 from keras import ops
 
+from keras_tfm.kernels.trace_setting import TraceSetting
 from keras_tfm.lite.rotation import block_hadamard
 
-_state = threading.local()
+_kernels = TraceSetting()
 
 
-@contextlib.contextmanager
 def rotated_down_projections(kernels):
     """A scope in which the output projections in `kernels` (`{id(dense):
     (rotated kernel, block)}`) read their input rotated (see module)."""
-    previous = getattr(_state, "kernels", None)
-    _state.kernels = kernels
-    try:
-        yield
-    finally:
-        _state.kernels = previous
+    return _kernels.set(kernels)
 
 
 def rotated_output(dense, hidden):
     """`dense(hidden)` through its rotated kernel inside the scope, else None."""
-    found = (getattr(_state, "kernels", None) or {}).get(id(dense))
+    found = (_kernels.get() or {}).get(id(dense))
     if found is None:
         return None
     kernel, block = found

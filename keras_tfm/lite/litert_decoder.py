@@ -1,8 +1,9 @@
 """`LiteRTDecoder`: a decoding step written by `export_litert_decoder`, run.
 
-The file holds two signatures (`keras_tfm.export.litert_decoder`):
+The file holds the signatures of `keras_tfm.export.litert_decoder`:
 `prefill`, a chunk of `prefill_length` tokens (the last chunk padded, its
-real length given), and `decode`, one token; each takes every block's
+real length given), and `decode`, one token (through `decode_<window>`
+while the token's position is below a window); each takes every block's
 key/value cache and returns it written, and the decoder keeps them between
 calls (one LiteRT buffer a block, bound as input and output: written in
 place). Both shapes are static, so XNNPACK takes the whole graph. By
