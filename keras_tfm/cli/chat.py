@@ -3,6 +3,7 @@ a message, converse. A preset that keeps a template of its LiteRT step
 writes its LiteRT entry first and answers from it; any other model answers
 through TensorFlow, then starts its entry's writer for the next time."""
 
+import contextlib
 import functools
 import sys
 
@@ -10,7 +11,7 @@ from keras_tfm.cli import loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
 from keras_tfm.cli.decoding import add_decoding_options, check_settings
 from keras_tfm.lite import chat_command
-from keras_tfm.lite.chat_entries import default_weights
+from keras_tfm.lite.chat_entries import default_weights, keeps_template
 from keras_tfm.lite.decoding_flags import sampler_settings
 
 HELP = "ask an instruct model (SmolLM2 by default)"
@@ -82,8 +83,15 @@ def chat_model(args, store=True):
 
 def run(args):
     from keras_tfm.chat.entry_writer import start_chat_entry, write_chat_entry
+    from keras_tfm.convert.converted_cache import without_new_entries
 
-    model, settings = chat_model(args, store=False)
+    # A preset with a step template answers from its LiteRT entry from now
+    # on: its converted float32 weights are not kept beside it.
+    kept = contextlib.nullcontext()
+    if keeps_template(args.model):
+        kept = without_new_entries()
+    with kept:
+        model, settings = chat_model(args, store=False)
     # A preset that keeps a template of its LiteRT step has its entry written
     # now, in seconds, and answers from it, as the next command will.
     if write_chat_entry(model, args.model, args.weights, settings, announce=_say):

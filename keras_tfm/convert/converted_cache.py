@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_tfm.kernels.trace_setting import TraceSetting
 from keras_tfm.lite.user_cache import (
     cache_directory,
     cache_key,
@@ -53,6 +54,29 @@ CONVERTER_VERSION = 1
 """Bumped whenever a converter's output for the same file changes."""
 
 ENTRY_FILE = "entry.json"
+
+_writing = TraceSetting(default=True)
+
+
+def without_new_entries():
+    """A block in which `write_entry` writes nothing (entries are still read).
+
+    `keras-tfm chat` loads a preset inside one when it writes its LiteRT
+    entry from a template: every later chat answers from that entry, so a
+    float32 copy of the weights (SmolLM2: 540 MB) would only double what
+    the cache keeps for a model the chat never loads again.
+
+    Example:
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> source = root / "model.bin"
+    >>> _ = source.write_bytes(b"weights")
+    >>> with without_new_entries():
+    ...     write_entry(source, {}, {}, {"w": np.ones(3, "float32")}, root)
+    >>> read_entry(source, {}, root) is None
+    True
+    """
+    return _writing.set(False)
 
 
 def entry_folder(source, settings, root=None):
@@ -102,7 +126,7 @@ def write_entry(source, settings, described, weights, root=None):
     Best effort: a cache that cannot be written (read-only, full disk)
     leaves no entry and raises nothing.
     """
-    folder = entry_folder(source, settings, root)
+    folder = entry_folder(source, settings, root) if _writing.get() else None
     if folder is None:
         return
     files = {name: f"{i}.npy" for i, name in enumerate(weights)}

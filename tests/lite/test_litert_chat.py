@@ -21,7 +21,7 @@ import pytest
 
 from keras_tfm.chat import entry_writer as writer
 from keras_tfm.cli import main
-from keras_tfm.convert import GGUFBytePairTokenizer
+from keras_tfm.convert import GGUFBytePairTokenizer, converted_cache
 from keras_tfm.generation import GenerationConfig
 from keras_tfm.lite import (
     chat_command,
@@ -536,7 +536,13 @@ def test_a_template_writes_the_entry_and_the_first_command_answers_from_it(
     make_decoder_template(model, template, chat_entries.buffer_length(model))
     monkeypatch.setattr(writer, "template_folder", lambda reference: template)
     monkeypatch.setattr(writer.subprocess, "Popen", None)  # no process started
-    monkeypatch.setattr("keras_tfm.cli.loading.resolve_model", lambda *args: model)
+    monkeypatch.setattr("keras_tfm.cli.chat.keeps_template", lambda reference: True)
+
+    def resolve(*args):  # a loader that converts: its weights are not kept
+        converted_cache.write_entry(path, {"probe": 1}, {}, {"w": np.ones(2)})
+        return model
+
+    monkeypatch.setattr("keras_tfm.cli.loading.resolve_model", resolve)
 
     def through_tensorflow(*args, **kwargs):
         pytest.fail("the command answered through TensorFlow")
@@ -549,6 +555,7 @@ def test_a_template_writes_the_entry_and_the_first_command_answers_from_it(
     assert first.err == ""
     assert chat_command.answer_from_cache(_command(path), root)
     assert capsys.readouterr().out == first.out
+    assert converted_cache.read_entry(path, {"probe": 1}, root) is None
     # The filled step computes what the converted one (the fixture's) does.
     folder, _ = chat_entries.find_entry(path, "float32", root)
     ids = [int(i) for i in model.tokenizer(model.tokenizer.apply_chat_template("hi"))]
