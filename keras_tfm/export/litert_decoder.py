@@ -135,7 +135,9 @@ class _CachedStep(tf.Module):
         """
         norm = self.steps.backbone.final_norm
         last = last if norm is None else norm(last)
-        return tf.cast(self.steps.model.logits(last)[:, 0], tf.float32)
+        # A squeeze is a RESHAPE; `[:, 0]` was LiteRT's element-by-element
+        # STRIDED_SLICE over the whole vocabulary, outside XNNPACK.
+        return tf.cast(tf.squeeze(self.steps.model.logits(last), 1), tf.float32)
 
     def _prefill(self, token_ids, index, length, *caches):
         hidden, caches = self._hidden(token_ids, index, caches)

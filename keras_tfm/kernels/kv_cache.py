@@ -135,24 +135,28 @@ def read(cache, dtype):
     """`(key, value)`, each (batch, max_length, kv_heads, head_dim) in `dtype`
     (the first `length` positions inside `read_window(length)`)."""
     length = _window.get()
+    if length is not None and not isinstance(cache, Int8Cache):
+        return _window_halves(cache, length)
     if length is not None:
-        cache = _first_positions(cache, length)
+        cache = Int8Cache(*(_window_halves(part, length) for part in cache))
+        return tuple(map(dequantize, cache.values, cache.scales, (dtype,) * 2))
     if isinstance(cache, Int8Cache):
         cache = dequantize(cache.values, cache.scales, dtype)
     return halves(cache, axis=1)
 
 
-def _first_positions(cache, length):
-    """`cache` (B, 2, S, ...) cut to its first `length` positions (one static
-    slice, which XNNPACK takes)."""
-    if isinstance(cache, Int8Cache):
-        return Int8Cache(*(_first_positions(part, length) for part in cache))
+def _window_halves(cache, length):
+    """The key and value halves of `cache` (B, 2, S, ...), each cut to its
+    first `length` positions: two static slices, which XNNPACK takes (a
+    slice of both then a split copied the window twice)."""
     shape = list(cache.shape)
-    if shape[2] is not None and length >= shape[2]:
-        return cache
     shape[0] = ops.shape(cache)[0]
-    shape[2] = length
-    return ops.slice(cache, [0] * len(shape), shape)
+    shape[1] = 1
+    shape[2] = length if shape[2] is None else min(length, shape[2])
+    starts = [0] * len(shape)
+    key = ops.slice(cache, starts, shape)
+    value = ops.slice(cache, [0, 1] + starts[2:], shape)
+    return ops.squeeze(key, 1), ops.squeeze(value, 1)
 
 
 def halves(tensor, axis):

@@ -53,6 +53,21 @@ def test_write_then_read_round_trips_at_the_index():
     assert not keys[:, :3].any() and not keys[:, 5:].any()
 
 
+@pytest.mark.parametrize("storage", [None, "int8"])
+def test_a_window_reads_the_first_positions_of_keys_and_values(storage):
+    rng = np.random.default_rng(1)
+    cache = kv_cache.empty_cache((1, 2, 8, 2, 4), "float32", storage)
+    key, value = (rng.normal(size=(1, 8, 2, 4)).astype("float32") for _ in "kv")
+    cache = kv_cache.write(cache, 0, key, value)
+    whole = [ops.convert_to_numpy(t) for t in kv_cache.read(cache, "float32")]
+    with kv_cache.read_window(3):
+        cut = [ops.convert_to_numpy(t) for t in kv_cache.read(cache, "float32")]
+    for part, full in zip(cut, whole, strict=True):
+        np.testing.assert_array_equal(part, full[:, :3])
+    # Keys and values are not swapped (read back against what was written).
+    np.testing.assert_allclose(cut[1], value[:, :3], atol=0.05 if storage else 0)
+
+
 def test_int8_cache_bytes_are_over_3_5x_smaller():
     shape = (1, 2, 8192, 3, 64)  # one SmolLM2 block at 8k tokens
     full = kv_cache.cache_bytes(kv_cache.empty_cache(shape, "float32"))
