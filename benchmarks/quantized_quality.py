@@ -30,7 +30,7 @@ the same dequantized weights.
 
     apt-get install r-cran-tokenizers
     pip install llama-cpp-python==0.3.36   # optional: llama.cpp's row
-    python benchmarks/quantized_quality.py [--windows 4] [--json out.json]
+    python benchmarks/quantized_quality.py [--windows 4] [--json out.json] [--chat-only]
 """
 
 import argparse
@@ -126,8 +126,9 @@ def figures(reference, quantized, targets):
     }
 
 
-def steps(model, folder):
-    """`{row name: step file}`: the float32 step, then each quantized one."""
+def steps(model, folder, chat_only=False):
+    """`{row name: step file}`: the float32 step, then each quantized one
+    (`chat_only`: the chat's mode alone)."""
     from keras_tfm.chat.entry_writer import template_folder
     from keras_tfm.lite import decoder_template, quantized_step
 
@@ -147,6 +148,8 @@ def steps(model, folder):
         ("int8, every matrix, rotated", rotated, every),
         ("int8, every matrix, not rotated", plain, every),
     ] + [(f"int8 {kind} only, rotated", rotated, r) for kind, r in KINDS.items()]
+    if chat_only:
+        plans = plans[:1]
     for name, source, matrices in plans:
         path = folder / f"{len(made)}.tflite"
         quantized_step.quantize_step(source, path, matrices)
@@ -159,6 +162,10 @@ def main():
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--text", choices=("moby", "kjv"), default="moby")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument(
+        "--chat-only", action="store_true",
+        help="the chat's mode and llama.cpp's rows only",
+    )  # fmt: skip
     args = parser.parse_args()
 
     from tokenizers import Tokenizer
@@ -176,7 +183,7 @@ def main():
     targets = np.concatenate([w[WINDOW // 2 :] for w in windows])
     rows = {}
     with tempfile.TemporaryDirectory() as folder:
-        made = steps(model, Path(folder))
+        made = steps(model, Path(folder), args.chat_only)
         del model
         reference = litert_log_probs(made.pop("float32"), windows)
         for name, path in made.items():
