@@ -612,15 +612,96 @@ def test_api_errors_name_the_flags_that_set_them(tmp_path):
     )
 
 
-def test_a_translator_answers_as_long_as_it_can_by_default():
-    class Seq2SeqLM:  # the class name is what the command reads
-        class backbone:
-            max_sequence_length = 128
+@pytest.fixture(scope="module")
+def learned_positions(tmp_path_factory):
+    """A saved one-layer byte-level GPT whose learned positions stop at 16."""
+    import keras_hub
 
-    args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
-    assert cli.generate.max_new_tokens(Seq2SeqLM(), args) == 127
-    assert cli.generate.max_new_tokens(object(), args) == cli.generate.MAX_NEW_TOKENS
-    args = cli.build_parser().parse_args(
-        ["generate", "m", "--prompt", "x", "--max-new-tokens", "5"]
+    from tests.builders import causal_lm
+
+    model = causal_lm(
+        vocabulary_size=256, num_layers=1, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=16,
+        tokenizer=keras_hub.tokenizers.ByteTokenizer(),
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("learned") / "tiny.keras"
+    model.save(path)
+    return path
+
+
+def test_generate_caps_its_default_by_the_positions_left(learned_positions, capsys):
+    # "abcd" is 4 bytes, one token each: 16 - 4 = 12 positions are left.
+    cli.main(["generate", str(learned_positions), "--prompt", "abcd",
+              "--prompt", "ab", "--sampler", "greedy"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert err == (
+        "keras-tfm: --max-new-tokens 12: the positions left of the model's 16 "
+        "(the default is 200).\n"
     )
-    assert cli.generate.max_new_tokens(Seq2SeqLM(), args) == 5
+    # The longest prompt sets the cap; each answer is at most 12 bytes more.
+    assert out.startswith("abcd") and "\nab" in out
+    assert len(out) <= 16 + 1 + 14 + 1  # a character per byte at most
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [(["--prompt", "abcd", "--max-new-tokens", "13"],
+      "--max-new-tokens 13 does not fit: 12 of the model's 16 positions are "
+      "left after the prompt; pass at most 12."),
+     (["--prompt", "a" * 16], "the prompt fills the model's 16 positions")],
+)  # fmt: skip
+def test_generate_refuses_what_does_not_fit_in_one_line(
+    learned_positions, arguments, message
+):
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["generate", str(learned_positions), *arguments])
+    assert str(refused.value).startswith("keras-tfm: ")
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_evaluate_refuses_windows_longer_than_the_model(learned_positions):
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["evaluate", str(learned_positions), "--sequence-length", "17"])
+    assert str(refused.value) == (
+        "keras-tfm: --sequence-length 17 exceeds the model's 16 positions; "
+        "pass at most 16."
+    )
+
+
+def test_a_translator_answers_as_long_as_it_can_by_default(capsys):
+    from tests.builders import seq2seq_lm
+
+    model = seq2seq_lm(
+        vocabulary_size=32, num_encoder_layers=1, num_decoder_layers=1,
+        num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=128, start_token_id=1,
+    )  # fmt: skip
+    args = cli.build_parser().parse_args(["generate", "m", "--prompt", "x"])
+    args.prompt = [[5, 6, 7]]  # ids: this translator has no tokenizer
+    # Its start token takes one of the 128 decoder positions.
+    assert cli.generate.max_new_tokens(model, args) == 127
+    assert "--max-new-tokens 127" in capsys.readouterr().err
+    assert cli.generate.max_new_tokens(object(), args) == cli.generate.MAX_NEW_TOKENS
+    args.max_new_tokens = 5
+    assert cli.generate.max_new_tokens(model, args) == 5
+
+
+def test_chat_caps_its_default_by_the_positions_the_prompt_leaves(smollm2, capsys):
+    from tests.builders import causal_lm
+
+    tokenizer = smollm2.preprocessor.tokenizer
+    model = causal_lm(
+        vocabulary_size=tokenizer.vocabulary_size(), num_layers=1, num_heads=2,
+        hidden_dim=16, intermediate_dim=32, max_sequence_length=64,
+        tokenizer=tokenizer,
+    )  # fmt: skip
+    message = [{"role": "user", "content": "Hi"}]
+    left = 64 - len(tokenizer(tokenizer.apply_chat_template(message)))
+    assert 0 < left < 64
+    args = cli.build_parser().parse_args(["chat", "Hi"])
+    assert cli.chat.answer_length(model, args) == left
+    assert f"--max-new-tokens {left}: " in capsys.readouterr().err
+    args = cli.build_parser().parse_args(["chat", "Hi", "--max-new-tokens", "64"])
+    with pytest.raises(SystemExit, match=f"pass at most {left}"):
+        cli.chat.answer_length(model, args)
+    assert cli.chat.answer_length(smollm2, args) == 64  # rotary: no limit

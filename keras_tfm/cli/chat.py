@@ -7,7 +7,7 @@ import contextlib
 import functools
 import sys
 
-from keras_tfm.cli import loading
+from keras_tfm.cli import budget, loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
 from keras_tfm.cli.decoding import add_decoding_options, check_settings
 from keras_tfm.lite import chat_command
@@ -45,7 +45,8 @@ def add_arguments(p):
     p.add_argument(
         "--max-new-tokens",
         type=positive_int,
-        default=chat_command.DEFAULT_MAX_NEW_TOKENS,
+        help=f"default: {chat_command.DEFAULT_MAX_NEW_TOKENS}, or the positions "
+        "the model has left after the prompt where fewer (learned positions)",
     )
     p.add_argument(
         "--sampler",
@@ -74,11 +75,25 @@ def chat_model(args, store=True):
     model = loading.language_model(args.model, needs="chat", weights=args.weights)
     if store:
         model = store_tensorflow_weights(model, args)
+    args.max_new_tokens = answer_length(model, args)
     settings = sampler_settings(args.sampler, args)
     check_settings(model, settings)  # as `chat` would: a flag not read is refused
     if getattr(model, "is_decoder_only", False):
         model.prompt_through_step = PROMPT_THROUGH_STEP
     return model, settings
+
+
+def answer_length(model, args):
+    """`--max-new-tokens` fitted to what the prompt leaves of the model's
+    positions (`budget.fit_to_model`): the message's, or in a
+    conversation an empty first message's (the longest any answer can be)."""
+    from keras_tfm.chat.conversation import prompt_ids
+
+    default = chat_command.DEFAULT_MAX_NEW_TOKENS
+    if not hasattr(model, "new_token_room"):  # a model with no limit to say
+        return args.max_new_tokens or default
+    prompt = prompt_ids(model.tokenizer, args.message or "")
+    return budget.fit_to_model(model, prompt, args.max_new_tokens, default)
 
 
 def run(args):

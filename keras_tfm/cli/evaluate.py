@@ -12,7 +12,10 @@ HELP = "validation loss and perplexity"
 def add_arguments(p):
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--data", help="a UTF-8 text file (default: the shipped KJV text)")
-    p.add_argument("--sequence-length", type=positive_int)
+    p.add_argument(
+        "--sequence-length", type=positive_int,
+        help="tokens per window, at most the model's (default: the model's)",
+    )  # fmt: skip
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--seed", type=int, default=0)
 
@@ -24,6 +27,12 @@ def run(args):
     model = loading.language_model(args.model, needs="evaluate")
     text, source, _ = read_corpus(args.data)
     length = args.sequence_length or model.max_sequence_length
+    if length > model.max_sequence_length:
+        raise SystemExit(
+            f"keras-tfm: --sequence-length {length} exceeds the model's "
+            f"{model.max_sequence_length} positions; pass at most "
+            f"{model.max_sequence_length}."
+        )
     validation = held_out_batches(model, text, length, args.batch_size, args.seed)
     model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
     loss = model.evaluate(validation, return_dict=True, verbose=0)["loss"]

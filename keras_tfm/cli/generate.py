@@ -3,7 +3,7 @@ or translate them (a translator), streamed where the sampler allows."""
 
 import inspect
 
-from keras_tfm.cli import loading
+from keras_tfm.cli import budget, loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int
 from keras_tfm.cli.decoding import add_decoding_options, check_settings
 from keras_tfm.cli.loading import SEQ2SEQ_CLASSES
@@ -21,8 +21,8 @@ def add_arguments(p):
     p.add_argument(
         "--max-new-tokens",
         type=positive_int,
-        help=f"default: {MAX_NEW_TOKENS}, or what a translator's "
-        "max_sequence_length leaves after the start token",
+        help=f"default: {MAX_NEW_TOKENS}, or the positions the model has left "
+        "after the prompt where fewer (learned positions, a translator)",
     )
     p.add_argument(
         "--sampler",
@@ -61,14 +61,11 @@ def generate_settings(model, args):
 
 
 def max_new_tokens(model, args):
-    """`--max-new-tokens`, else `MAX_NEW_TOKENS` or, for a translator, at
-    most what its `max_sequence_length` leaves after the start token (a
-    causal LM slides its window past the end)."""
-    if args.max_new_tokens is not None:
-        return args.max_new_tokens
-    if type(model).__name__ in SEQ2SEQ_CLASSES:
-        return min(MAX_NEW_TOKENS, model.backbone.max_sequence_length - 1)
-    return MAX_NEW_TOKENS
+    """`--max-new-tokens` if it fits, else a one-line error; without it
+    `MAX_NEW_TOKENS`, capped by what the longest prompt leaves of the
+    model's positions (learned positions; a translator's after its start
+    token), said on stderr (`budget.fit_to_model`)."""
+    return budget.fit_to_model(model, args.prompt, args.max_new_tokens, MAX_NEW_TOKENS)
 
 
 def run(args):

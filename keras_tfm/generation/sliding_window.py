@@ -44,6 +44,20 @@ def check_window_shift(window_shift, max_sequence_length):
     return int(window_shift)
 
 
+def room(position_encoding, max_sequence_length, longest):
+    """How many new tokens fit after a prompt of `longest` tokens: what
+    learned positions leave of `max_sequence_length` (0 or less: none), or
+    None where the window slides (no limit).
+
+    Example:
+    >>> room("learned", 128, 6), room("rotary", 128, 6)
+    (122, None)
+    """
+    if position_encoding != "learned":
+        return None
+    return max_sequence_length - longest
+
+
 def check_room(position_encoding, max_sequence_length, longest, max_new_tokens):
     """Whether decoding must slide; raises if learned positions cannot.
 
@@ -52,14 +66,14 @@ def check_room(position_encoding, max_sequence_length, longest, max_new_tokens):
     """
     if longest + max_new_tokens <= max_sequence_length:
         return False
-    if position_encoding != "learned":
+    room_left = room(position_encoding, max_sequence_length, longest)
+    if room_left is None:
         return True
-    room = max_sequence_length - longest
     limit = (
         f"This model's learned positions stop at max_sequence_length="
         f"{max_sequence_length} tokens (prompt plus new tokens)"
     )
-    if room <= 0:
+    if room_left <= 0:
         raise ValueError(
             f"{limit}, and the longest prompt already has {longest} tokens: no "
             f"new token fits. Shorten the prompt to at most "
@@ -67,8 +81,9 @@ def check_room(position_encoding, max_sequence_length, longest, max_new_tokens):
             f"{longest}, max_new_tokens={max_new_tokens}"
         )
     raise ValueError(
-        f"{limit}: after the longest prompt ({longest} tokens) at most {room} "
-        f"new tokens can be generated. Pass max_new_tokens <= {room}, or "
+        f"{limit}: after the longest prompt ({longest} tokens) at most "
+        f"{room_left} new tokens can be generated. Pass max_new_tokens <= "
+        f"{room_left}, or "
         "shorten the prompt (each token cut allows one more new token); models "
         "with rotary or sinusoidal positions slide their window instead. "
         f"Received: max_new_tokens={max_new_tokens}"

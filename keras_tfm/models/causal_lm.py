@@ -195,6 +195,38 @@ class CausalLM(QuantizationMixin, Task):
         """
         return (), rows, 0
 
+    def room_after(self, rows):
+        """How many new tokens fit after the checked input rows: what learned
+        positions leave after the longest, or None (the window slides)."""
+        backbone, longest = self.backbone, max(len(row) for row in rows)
+        return sliding_window.room(
+            backbone.position_encoding, backbone.max_sequence_length, longest
+        )
+
+    def new_token_room(self, inputs):
+        """The most `max_new_tokens` that `generate(inputs)` takes, or None
+        where it has no limit (rotary or sinusoidal positions slide the
+        window past its end).
+
+        Example:
+        >>> backbone = keras_tfm.models.DecoderBackbone(
+        ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
+        ...     intermediate_dim=32, max_sequence_length=16)
+        >>> keras_tfm.models.CausalLM(backbone).new_token_room([[5, 6, 7], [8]])
+        13
+        """
+        return self.room_after(self._generation_rows(inputs)[0])
+
+    def _generation_rows(self, inputs):
+        """`(rows, kind)` of `generate`'s inputs (`gen.normalize_token_batch`)."""
+        tokenize = None
+        if self.preprocessor is not None:
+            tokenize = self.preprocessor.generate_preprocess
+        backbone = self.backbone
+        return gen.normalize_token_batch(
+            "inputs", inputs, backbone.vocabulary_size, backbone.padding_id, tokenize
+        )
+
     def check_generation_length(self, rows, max_new_tokens):
         """Whether decoding must slide its window (raises if it cannot)."""
         backbone, longest = self.backbone, max(len(row) for row in rows)
@@ -290,13 +322,7 @@ class CausalLM(QuantizationMixin, Task):
             list with one piece per input ("" or None where nothing is new);
             joined, the pieces are what the non-streamed call adds.
         """
-        tokenize = None
-        if self.preprocessor is not None:
-            tokenize = self.preprocessor.generate_preprocess
-        backbone = self.backbone
-        rows, kind = gen.normalize_token_batch(
-            "inputs", inputs, backbone.vocabulary_size, backbone.padding_id, tokenize
-        )
+        rows, kind = self._generation_rows(inputs)
         request = GenerationRequest.build(
             self, rows, max_new_tokens, generation_config, stream, **settings
         )

@@ -196,6 +196,10 @@ class Seq2SeqLM(CausalLM):
             source_mask &= source != self.backbone.padding_id
         return (source, source_mask), [np.array([start])] * len(rows), 1
 
+    def room_after(self, rows):
+        """What the decoder's positions leave after its start token."""
+        return self.backbone.max_sequence_length - 1
+
     def check_generation_length(self, rows, max_new_tokens):
         maximum = self.backbone.max_sequence_length
         longest = max(len(row) for row in rows)
@@ -204,7 +208,7 @@ class Seq2SeqLM(CausalLM):
                 f"A source is longer than max_sequence_length={maximum}. "
                 f"Received: source length {longest}"
             )
-        if max_new_tokens + 1 > self.backbone.max_sequence_length:
+        if max_new_tokens > self.room_after(rows):
             raise ValueError(
                 "The start token plus `max_new_tokens` exceeds max_sequence_length="
                 f"{self.backbone.max_sequence_length}. Received: max_new_tokens="
