@@ -27,6 +27,10 @@ TensorFlow, Keras and keras_tfm are imported, both look absent
 (`_deferred_imports`), as Keras allows (it then leaves those two features
 out); afterwards they import normally.
 
+The arguments are parsed before Keras is imported, so `--help` and a
+refused argument answer at once (`keras_tfm.cli` imports no Keras at module
+level; tests/test_lazy_import.py holds it to that).
+
 `python -m keras_tfm ...` runs it too.
 """
 
@@ -111,6 +115,11 @@ def main(argv=None):
 
     if answer_from_cache(argv, continue_with=_tensorflow_conversation):
         return 0  # a cached chat: Keras imported only if a conversation outgrew it
+    from keras_tfm.cli import build_parser
+
+    # `--help` and refused arguments exit here, in a fraction of a second:
+    # the parser imports neither Keras nor TensorFlow.
+    build_parser().parse_args(argv)
     if "--verbose" in argv:
         # TensorFlow's own level (0) unless set: keras-tfm would quiet it.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")

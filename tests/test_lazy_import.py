@@ -61,6 +61,26 @@ def test_the_cached_chat_and_the_launcher_import_no_keras():
     assert out.strip() == "[]"
 
 
+
+def test_help_and_refused_arguments_import_no_keras():
+    # The launcher parses before it imports Keras: `--help` and a refused
+    # argument exit with argparse's status, nothing heavy imported.
+    out = run_python(
+        f"""
+        import sys
+        from keras_tfm.launcher import main
+        refused = ["chat", "m", "--weights", "int5"]
+        for argv in (["--help"], ["serve", "--help"], refused):
+            try:
+                main(argv)
+            except SystemExit as exit:
+                print(exit.code, file=sys.stderr)
+        print(sorted(set({HEAVY!r}) & set(sys.modules)))
+        """
+    )
+    assert out.splitlines()[-1] == "[]"
+    assert "usage: keras-tfm" in out and "--max-batch" in out
+
 # After which statements keras.saving must know keras-tfm's classes: Keras
 # imported after keras_tfm; by a package that imports it (keras_hub, whose
 # import must end before keras-tfm's modules use it); inside a keras_tfm
