@@ -30,7 +30,8 @@ class PresetMixin:
         """Builds preset `name` (see `keras_tfm.zoo.list_presets`) as this class.
 
         Args:
-            name: a preset name.
+            name: a preset name, or the path of a preset folder
+                ("./my_preset", as `keras_tfm.zoo.save_preset` writes it).
             **overrides: constructor arguments replacing the stored ones
                 (e.g. `dropout=0.0`); see `keras_tfm.zoo.from_preset`.
 

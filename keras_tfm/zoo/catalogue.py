@@ -24,6 +24,7 @@ import difflib
 import importlib.resources
 import inspect
 import json
+import os
 import re
 from pathlib import Path
 
@@ -136,6 +137,28 @@ def _folded(name):
     return re.sub(r"[-_.]", "", name.lower())
 
 
+def did_you_mean(name, available):
+    """The hint naming the presets of `available` close to `name` ("" if none).
+
+    Example:
+    >>> did_you_mean("kjvgpt", ["kjv_gpt", "gpt_tiny"])
+    " Did you mean 'kjv_gpt'?"
+    """
+    close = difflib.get_close_matches(name, available, n=3, cutoff=0.6)
+    # "kjv-gpt" for "kjv_gpt" (the separators are the usual slip), and
+    # "smollm2" for "smollm2_135m_instruct".
+    close += [
+        other
+        for other in available
+        if other not in close
+        and (
+            _folded(other) == _folded(name)
+            or (len(name) >= 4 and _folded(other).startswith(_folded(name)))
+        )
+    ]
+    return f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
 def preset_dir(name, root=None):
     """The folder of preset `name`, e.g. to read its tokenizer files.
 
@@ -146,19 +169,9 @@ def preset_dir(name, root=None):
     root = _root(root)
     available = list_presets(root)
     if name not in available:
-        close = difflib.get_close_matches(name, available, n=3, cutoff=0.6)
-        # "kjv-gpt" for "kjv_gpt" (the separators are the usual slip), and
-        # "smollm2" for "smollm2_135m_instruct".
-        close += [
-            other
-            for other in available
-            if other not in close
-            and (
-                _folded(other) == _folded(name)
-                or (len(name) >= 4 and _folded(other).startswith(_folded(name)))
-            )
-        ]
-        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        hint = did_you_mean(name, available)
+        if (Path(name) / CONFIG_FILE).is_file() or (Path(name) / SOURCE_FILE).is_file():
+            hint += f" The preset folder {name!r} here loads by its path: './{name}'."
         raise ValueError(
             f"Unknown preset.{hint}{_file_hint(name)} Received: name={name!r}. "
             f"Available presets in {root}: {available}"
@@ -169,6 +182,38 @@ def preset_dir(name, root=None):
             f"Preset {name!r} resolves outside the catalogue {root}: {directory}"
         )
     return directory
+
+
+def is_folder_path(name):
+    """Whether `name` is a path ("./my_preset", a `pathlib.Path`), not a
+    catalogue name."""
+    if isinstance(name, os.PathLike):
+        return True
+    if not isinstance(name, str):
+        return False
+    return "/" in name or "\\" in name or name in (".", "..") or name.startswith("~")
+
+
+def preset_folder(path):
+    """The preset folder at `path` (a `save_preset` folder, outside any
+    catalogue), resolved.
+
+    Raises:
+        ValueError: if `path` is no folder with a config.json or source.json.
+    """
+    directory = Path(path).expanduser()
+    if directory.is_dir() and any(
+        (directory / spec).is_file() for spec in (CONFIG_FILE, SOURCE_FILE)
+    ):
+        return directory.resolve()
+    what = "holds no config.json" if directory.is_dir() else "does not exist"
+    a_file = directory.is_file() or str(path).endswith(MODEL_FILE_SUFFIXES)
+    raise ValueError(
+        f"No preset folder at {str(path)!r}: it {what}. A preset folder is "
+        "what `keras_tfm.zoo.save_preset(model, path, ...)` writes; a "
+        "catalogue preset is named without a path (`keras_tfm.zoo."
+        f"list_presets()`).{_file_hint(str(path)) if a_file else ''}"
+    )
 
 
 def preset_card(name, root=None):
@@ -315,8 +360,11 @@ def from_preset(name, root=None, load_weights=True, **overrides):
     """Builds preset `name`, with weights if it has them.
 
     Args:
-        name: a preset name, from `list_presets()`.
-        root: the catalogue folder (default: the installed zoo).
+        name: a preset name, from `list_presets()`, or the path of a preset
+            folder (one with a separator, e.g. "./my_preset", or a
+            `pathlib.Path`), as `save_preset` writes it.
+        root: the catalogue folder (default: the installed zoo) where
+            `name` is a name.
         load_weights: whether to load `model.weights.h5` when present.
         **overrides: constructor arguments replacing the stored ones, e.g.
             `dropout=0.0`. Unknown arguments raise a ValueError; ones that
@@ -332,7 +380,9 @@ def from_preset(name, root=None, load_weights=True, **overrides):
     Example:
     >>> model = keras_tfm.zoo.from_preset("gpt_tiny")
     """
-    directory = preset_dir(name, root)
+    directory = preset_folder(name) if is_folder_path(name) else None
+    if directory is None:
+        directory = preset_dir(name, root)
     source = read_source(directory)
     if source is not None:
         if not load_weights:

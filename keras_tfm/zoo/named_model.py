@@ -8,15 +8,23 @@ Example:
 from pathlib import Path
 
 from keras_tfm.saving import load_model
-from keras_tfm.zoo.catalogue import from_preset, list_presets, preset_dir, read_source
+from keras_tfm.zoo.catalogue import (
+    did_you_mean,
+    from_preset,
+    is_folder_path,
+    list_presets,
+    preset_dir,
+    read_source,
+)
 
 
 def load_named_model(reference, weights=None):
     """A `.keras` file if `reference` is a path that exists (loaded through
-    `keras_tfm.saving.load_model`), else a preset of the zoo.
+    `keras_tfm.saving.load_model`), a preset folder if it is the path of one
+    ("./my_preset"), else a preset of the zoo.
 
     Args:
-        reference: a file path or a preset name.
+        reference: a file path, a preset folder's path or a preset name.
         weights: "int8_blocks" loads a GGUF preset's blocks as they are;
             otherwise the preset's own weights.
 
@@ -25,7 +33,10 @@ def load_named_model(reference, weights=None):
     """
     if Path(reference).is_file():
         return load_model(reference)
-    if reference in list_presets():
+    if is_folder_path(reference) and Path(reference).is_dir():
+        return from_preset(reference)  # its own error if it is no preset folder
+    available = list_presets()
+    if reference in available:
         source = read_source(preset_dir(reference))
         if weights == "int8_blocks" and (source or {}).get("loader") == "gguf_llama":
             return from_preset(reference, weights=weights)
@@ -33,4 +44,5 @@ def load_named_model(reference, weights=None):
     raise ValueError(
         f"{reference!r} is neither a model file (no such model file: "
         f"{reference}) nor a preset (`keras-tfm presets` lists them)."
+        + did_you_mean(reference, available)
     )

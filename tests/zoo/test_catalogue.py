@@ -195,11 +195,34 @@ def test_unknown_name_lists_the_available_presets(root):
     "name",
     ["../mlp-small", "..", "a/b", "a\\b", "/etc", ".hidden", "", "x..y", None, 3],
 )
-def test_refuses_names_that_are_paths(root, name):
-    with pytest.raises(ValueError, match="plain preset name"):
-        zoo.from_preset(name, root=root)
+def test_catalogue_lookups_refuse_names_that_are_paths(root, name):
     with pytest.raises(ValueError, match="plain preset name"):
         zoo.preset_card(name, root=root)
+    with pytest.raises(ValueError, match="plain preset name"):
+        zoo.preset_dir(name, root=root)
+
+
+@pytest.mark.parametrize(
+    "name", [".hidden", "", "x..y", None, 3]
+)
+def test_from_preset_refuses_what_is_neither_a_name_nor_a_path(root, name):
+    with pytest.raises(ValueError, match="plain preset name"):
+        zoo.from_preset(name, root=root)
+
+
+def test_from_preset_loads_a_saved_folder_by_its_path(root, monkeypatch):
+    # A path is a folder, relative to the working directory, never an entry
+    # of `root`: "../mlp-small" from inside `root` is no preset.
+    expected = zoo.from_preset("mlp-small", root=root)(X)
+    monkeypatch.chdir(root)
+    for path in ("./mlp-small", root / "mlp-small", f"{root}/mlp-small"):
+        np.testing.assert_allclose(zoo.from_preset(path)(X), expected, atol=0)
+    for path in ("../mlp-small", "./not-a-preset", "./notes.txt", "."):
+        with pytest.raises(ValueError, match="No preset folder at"):
+            zoo.from_preset(path, root=root)
+    # A plain name that is a folder here, not in the catalogue: say how.
+    with pytest.raises(ValueError, match=r"loads by its path: './mlp-small'"):
+        zoo.from_preset("mlp-small", root=root / "missing")
 
 
 def test_refuses_a_symlink_leading_out_of_the_catalogue(root, tmp_path_factory):
@@ -361,3 +384,15 @@ def test_an_existing_folder_given_as_a_preset_points_to_the_loaders(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=r"keras_tfm\.convert\.load_hf_\*"):
         zoo.from_preset("my_checkpoint")
+
+
+def test_a_command_takes_a_preset_folder_and_suggests_close_names(root, monkeypatch):
+    from keras_tfm.zoo.named_model import load_named_model
+
+    monkeypatch.chdir(root)
+    expected = zoo.from_preset("mlp-small", root=root)(X)
+    np.testing.assert_allclose(load_named_model("./mlp-small")(X), expected, atol=0)
+    with pytest.raises(ValueError, match=r"Did you mean 'kjv_gpt'\?"):
+        load_named_model("kjvgpt")  # what `keras-tfm generate kjvgpt` says
+    with pytest.raises(ValueError, match="No preset folder at './not-a-preset'"):
+        load_named_model("./not-a-preset")
