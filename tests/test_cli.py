@@ -122,9 +122,14 @@ def test_evaluate_prints_the_validation_cross_entropy(trained, capsys):
     model, text, _ = trained
     cli.main(["evaluate", str(model), "--data", str(text)])
     out = capsys.readouterr().out
-    match = re.search(r"loss ([\d.]+), perplexity ([\d.]+)", out)
+    match = re.search(r"loss ([\d.]+) nats/token, perplexity ([\d.]+)", out)
     loss, perplexity = float(match[1]), float(match[2])
     assert perplexity == pytest.approx(math.exp(loss), rel=1e-3)
+    # A byte-level model: a byte a token, so per byte is per token, as
+    # `train` prints it; and bzip2's figure on the same bytes beside it.
+    per_byte = re.search(r"; ([\d.]+) nats/byte \(1.00 bytes a token\)", out)
+    assert float(per_byte[1]) == pytest.approx(loss, abs=1e-4)
+    assert 0.5 < float(re.search(r"bzip2 -9 .* ([\d.]+)$", out.strip())[1]) < 5
     # The mean next-byte cross-entropy over the validation windows, in float64.
     loaded = keras.models.load_model(model)
     # The held-out part (every tenth block), in disjoint windows of L + 1 bytes.

@@ -1,12 +1,13 @@
 """`keras-tfm evaluate MODEL`: a causal LM's loss and perplexity on the
-validation split of a text."""
+validation split of a text, per token and per byte (what `keras-tfm train`
+prints), beside `bzip2 -9` coding the same bytes."""
 
 import math
 
 from keras_tfm.cli import loading
 from keras_tfm.cli.arguments import MODEL_HELP, positive_int, read_corpus
 
-HELP = "validation loss and perplexity"
+HELP = "validation loss per token and per byte, beside bzip2 -9"
 
 
 def add_arguments(p):
@@ -22,7 +23,10 @@ def add_arguments(p):
 
 def run(args):
     from keras_tfm import training
-    from keras_tfm.training.language_model_recipe import held_out_batches
+    from keras_tfm.training.language_model_recipe import (
+        held_out_batches,
+        held_out_comparison,
+    )
 
     model = loading.language_model(args.model, needs="evaluate")
     text, source, _ = read_corpus(args.data)
@@ -36,6 +40,10 @@ def run(args):
     validation = held_out_batches(model, text, length, args.batch_size, args.seed)
     model.compile(loss=training.TokenCrossEntropy(ignore_class=None))
     loss = model.evaluate(validation, return_dict=True, verbose=0)["loss"]
+    bytes_per_token, bzip2 = held_out_comparison(model, text, length)
     print(
-        f"{source}, validation split: loss {loss:.4f}, perplexity {math.exp(loss):.3f}"
+        f"{source}, validation split: loss {loss:.4f} nats/token, perplexity "
+        f"{math.exp(loss):.3f}; {loss / bytes_per_token:.4f} nats/byte "
+        f"({bytes_per_token:.2f} bytes a token), bzip2 -9 given the training "
+        f"text {bzip2:.4f}"
     )
