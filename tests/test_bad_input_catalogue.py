@@ -125,6 +125,17 @@ def fit_classifier_with_label(label):
 
 
 @functools.cache
+def strings_lm():
+    """A causal LM that reads strings: its byte tokenizer adds no start token."""
+    return models.CausalLM(
+        lm(vocabulary_size=256).backbone,
+        preprocessor=models.CausalLMPreprocessor(
+            keras_hub.tokenizers.ByteTokenizer(), sequence_length=16
+        ),
+    )
+
+
+@functools.cache
 def fortunes():
     return models.EncoderClassifier.from_preset("fortunes_classifier")
 
@@ -288,6 +299,14 @@ CATALOGUE = [
     Row("model", "prompt + `max_new_tokens` > learned positions' length",
         "ValueError", "at most 14 new tokens can be generated",
         lambda d: lm().generate([[1, 2]], max_new_tokens=100)),
+    Row("model", "an empty prompt (`generate(\"\")`, `--prompt \"\"`)", "ValueError",
+        "holds an empty prompt: '' is no tokens",
+        lambda d: strings_lm().generate(["In", ""], max_new_tokens=2),
+        before="\"an empty sequence ... inputs[0]=[]\""),
+    Row("model", "a classifier asked to `.generate`", "AttributeError",
+        "`generate` is a method of CausalLM, Seq2SeqLM; this EncoderClassifier "
+        "answers with `classify`", lambda d: fortunes().generate("Moses"),
+        before="a bare \"no attribute 'generate'\""),
     Row("model", "unknown sampler", "ValueError", "Received: sampler='bogus'",
         lambda d: lm().generate([[1, 2]], max_new_tokens=2, sampler="bogus")),
     Row("model", "`generate(sampler=\"random\", temperature=nan)`", "ValueError",

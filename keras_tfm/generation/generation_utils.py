@@ -271,6 +271,14 @@ def normalize_token_batch(name, inputs, vocabulary_size, padding_id, tokenize):
         kind = "string" if isinstance(inputs, str) else "strings"
         texts = [inputs] if kind == "string" else list(inputs)
         rows = tokenize(texts)
+        for i, (text, row) in enumerate(zip(texts, rows, strict=True)):
+            if len(row) == 0:  # said as text: the ids ([]) would not say why
+                where = name if kind == "string" else f"{name}[{i}]"
+                raise ValueError(
+                    f"`{name}` holds an empty prompt: {text!r} is no tokens, and "
+                    "generation continues at least one; pass some text. "
+                    f"Received: {where}={text!r:.40}"
+                )
     elif isinstance(inputs, (list, tuple)) and all(
         isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in inputs
     ):

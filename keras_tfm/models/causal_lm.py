@@ -88,20 +88,12 @@ class CausalLM(QuantizationMixin, Task):
         # The backbone's configuration reads through the task
         # (`llm.max_sequence_length`, `llm.num_layers`): only its constructor
         # arguments, nothing else of it.
-        parent = getattr(super(), "__getattr__", None)
-        if parent is not None:  # PyTorch: torch.nn.Module keeps sublayers in _modules
-            try:
-                return parent(name)
-            except AttributeError:
-                pass
         if not name.startswith("_") and name != "backbone":
             own = vars(self)  # torch keeps the backbone in `_modules`
             backbone = own.get("backbone") or own.get("_modules", {}).get("backbone")
             if backbone is not None and name in constructor_arguments(type(backbone)):
                 return getattr(backbone, name)
-        raise AttributeError(
-            f"{type(self).__name__!r} object has no attribute {name!r}"
-        )
+        return super().__getattr__(name)  # torch's sublayers, else the task's error
 
     # === The family's parts: the head, and the cached step of generation ===
 

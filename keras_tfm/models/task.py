@@ -32,6 +32,16 @@ from keras_tfm.models.preset_loading import PresetMixin
 from keras_tfm.models.text_batches import TextBatches
 from keras_tfm.models.tokenizer_attachment import is_text
 
+# The answering methods of the tasks and the tasks that have them, for the
+# error of a task asked for another's (a classifier's `.generate`).
+ANSWERING_METHODS = {
+    "generate": "CausalLM, Seq2SeqLM",
+    "chat": "CausalLM (an instruct preset)",
+    "classify": "EncoderClassifier",
+    "encode": "SentenceEncoder",
+    "fill_mask": "MaskedLanguageModel",
+}
+
 
 def restore_preprocessor(preprocessor):
     """`None`, a `Preprocessor`, or its serialized dict."""
@@ -97,6 +107,29 @@ class Task(PresetMixin, keras.Model):
 
     # "class" or "token": how a label error names the ids `label_range` bounds.
     label_kind = None
+
+    def __getattr__(self, name):
+        # Only for names that normal lookup did not find: Keras' own
+        # attributes are untouched, and `hasattr` still answers False.
+        parent = getattr(super(), "__getattr__", None)
+        if parent is not None:  # PyTorch: torch.nn.Module keeps sublayers in _modules
+            try:
+                return parent(name)
+            except AttributeError:
+                pass
+        message = f"{type(self).__name__!r} object has no attribute {name!r}"
+        if name in ANSWERING_METHODS:
+            own = [
+                f"`{method}`"
+                for method in ANSWERING_METHODS
+                if callable(getattr(type(self), method, None))
+            ]
+            message += (
+                f": `{name}` is a method of {ANSWERING_METHODS[name]}; this "
+                f"{type(self).__name__} answers with {', '.join(own) or 'its call'}."
+                ' `keras-tfm presets` lists each preset\'s task.'
+            )
+        raise AttributeError(message)
 
     @property
     def tokenizer(self):
