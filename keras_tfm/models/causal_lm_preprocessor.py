@@ -4,8 +4,24 @@ import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
 from keras_tfm._optional import use_tf_graph
-from keras_tfm.models.preprocessor import Preprocessor, as_backend_tensors, is_text
-from keras_tfm.validation import check_positive_int
+from keras_tfm.models.preprocessor import (
+    PackedLength,
+    Preprocessor,
+    as_backend_tensors,
+    is_text,
+)
+from keras_tfm.validation import check_choice
+
+PADDINGS = ("longest", "max_length")
+
+
+def _bucket(needed, sequence_length, xp):
+    """The smallest power of two >= `needed` (at least 1), at most
+    `sequence_length`; `xp` is NumPy or TensorFlow (inside `tf.data`)."""
+    powers = [2**k for k in range(max(sequence_length - 1, 1).bit_length() + 1)]
+    powers = xp.constant(powers) if xp is not np else np.asarray(powers)
+    fits = powers[powers >= xp.maximum(needed, 1)]
+    return xp.minimum(fits[0], sequence_length)
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -14,12 +30,16 @@ class CausalLMPreprocessor(Preprocessor):
 
     Called on a batch of strings `x` (inside `tf.data` too) it returns
     `(token_ids, labels, sample_weight)`: each text tokenized, followed by
-    the end token, cut or padded to `sequence_length + 1` ids `t`, then
+    the end token, cut to `sequence_length + 1` ids and padded to the
+    length `L + 1` that `padding` chooses, giving ids `t`; then
     `token_ids = t[:, :-1]`, `labels = t[:, 1:]` and `sample_weight` 1
-    where the label is a real token. Integer `x` (ids already) passes
-    through unchanged, with `y` and `sample_weight`. Inside `tf.data` it is
-    TensorFlow ops; eagerly it is Python (no TensorFlow needed), with the
-    same ids.
+    where the label is a real token. With `padding="longest"` (the default)
+    `L` is the batch's longest row rounded up to a power of two, at most
+    `sequence_length`: short chats train on short rows, not on the
+    context's length, and shapes come in few sizes (one compile each).
+    Integer `x` (ids already) passes through unchanged, with `y` and
+    `sample_weight`. Inside `tf.data` it is TensorFlow ops; eagerly it is
+    Python (no TensorFlow needed), with the same ids.
 
     For `CausalLM.generate`, `generate_preprocess` turns prompts into id
     lists and `generate_postprocess` turns ids back into clean text.
@@ -31,15 +51,22 @@ class CausalLMPreprocessor(Preprocessor):
             (when it has one).
         padding_id: the id written into padded slots (the backbone's
             `padding_id`).
+        padding: "longest" (the batch's longest row, bucketed as above) or
+            "max_length" (every row `sequence_length`: one shape).
 
     Example:
     >>> tokenizer = keras_hub.tokenizers.ByteTokenizer()
     >>> preprocessor = keras_tfm.models.CausalLMPreprocessor(
     ...     tokenizer, sequence_length=4)
-    >>> x, y, weight = preprocessor(["abc"])
+    >>> x, y, weight = preprocessor(["abc", "a"])
     >>> x.numpy().tolist(), y.numpy().tolist(), weight.numpy().tolist()
-    ([[97, 98, 99, 0]], [[98, 99, 0, 0]], [[1, 1, 0, 0]])
+    ([[97, 98], [97, 0]], [[98, 99], [0, 0]], [[1, 1], [0, 0]])
+    >>> preprocessor.padding = "max_length"
+    >>> preprocessor(["abc"])[0].numpy().tolist()
+    [[97, 98, 99, 0]]
     """
+
+    sequence_length = PackedLength("packer", extra=1)
 
     def __init__(
         self,
@@ -47,12 +74,14 @@ class CausalLMPreprocessor(Preprocessor):
         sequence_length=128,
         add_end_token=True,
         padding_id=0,
+        padding="longest",
         **kwargs,
     ):
         super().__init__(tokenizer, **kwargs)
-        self.sequence_length = check_positive_int("sequence_length", sequence_length)
+        self.sequence_length = sequence_length
         self.add_end_token = bool(add_end_token)
         self.padding_id = padding_id
+        self.padding = check_choice("padding", padding, PADDINGS)
         end = self.end_token_id if self.add_end_token else None
         self.packer = keras_hub.layers.StartEndPacker(
             sequence_length=self.sequence_length + 1,
@@ -70,6 +99,10 @@ class CausalLMPreprocessor(Preprocessor):
             return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
         ids, mask = self.packer(self.tokenizer(x))
         ids = tf.cast(ids, "int32")
+        if self.padding == "longest":
+            real = tf.reduce_sum(tf.cast(mask, "int32"), axis=-1)
+            length = _bucket(tf.reduce_max(real) - 1, self.sequence_length, tf)
+            ids, mask = ids[..., : length + 1], mask[..., : length + 1]
         return keras.utils.pack_x_y_sample_weight(
             ids[..., :-1], ids[..., 1:], tf.cast(mask[..., 1:], "int32")
         )
@@ -82,6 +115,9 @@ class CausalLMPreprocessor(Preprocessor):
             for t in self.packer(self.tokenizer(x))
         )
         ids = ids.astype("int32")
+        if self.padding == "longest":
+            length = _bucket(int(mask.sum(-1).max()) - 1, self.sequence_length, np)
+            ids, mask = ids[..., : length + 1], mask[..., : length + 1]
         return as_backend_tensors(
             ids[..., :-1], ids[..., 1:], mask[..., 1:].astype("int32")
         )
@@ -93,6 +129,7 @@ class CausalLMPreprocessor(Preprocessor):
                 "sequence_length": self.sequence_length,
                 "add_end_token": self.add_end_token,
                 "padding_id": self.padding_id,
+                "padding": self.padding,
             }
         )
         return config

@@ -3,9 +3,8 @@ import keras_hub
 import numpy as np
 
 from keras_tfm.data.masked_lm_masker import MaskedLMMasker
-from keras_tfm.models.preprocessor import Preprocessor
+from keras_tfm.models.preprocessor import PackedLength, Preprocessor
 from keras_tfm.models.tokenizer_attachment import named_token_id
-from keras_tfm.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -56,6 +55,8 @@ class MaskedLMPreprocessor(Preprocessor):
     ([2, 5, 4, 8, 11, 3], [2])
     """
 
+    sequence_length = PackedLength("packer")
+
     def __init__(
         self,
         tokenizer,
@@ -67,7 +68,7 @@ class MaskedLMPreprocessor(Preprocessor):
         **kwargs,
     ):
         super().__init__(tokenizer, **kwargs)
-        self.sequence_length = check_positive_int("sequence_length", sequence_length)
+        self.sequence_length = sequence_length
         self.masker_config = {
             "mask_selection_rate": mask_selection_rate,
             "mask_selection_length": mask_selection_length,

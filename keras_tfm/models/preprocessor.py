@@ -30,6 +30,47 @@ from keras_tfm.models.tokenizer_attachment import (
     tokenizer_end_id,
     tokenizer_start_id,
 )
+from keras_tfm.validation import check_positive_int
+
+
+class PackedLength:
+    """A preprocessor's length argument, settable after construction: setting
+    it checks the value and re-sizes the packer that reads it (the packer's
+    length is the value plus `extra`), so that `preprocessor.sequence_length
+    = 64` is what the next batch is packed to.
+
+    Example:
+    >>> import keras_hub
+    >>> tokenizer = keras_hub.tokenizers.ByteTokenizer()
+    >>> preprocessor = keras_tfm.models.CausalLMPreprocessor(
+    ...     tokenizer, 8192, padding="max_length")
+    >>> preprocessor.sequence_length = 4
+    >>> preprocessor(["abcdefgh"])[0].shape
+    TensorShape([1, 4])
+    """
+
+    def __init__(self, packer, extra=0, minimum=1, why=""):
+        self.packer, self.extra, self.minimum, self.why = packer, extra, minimum, why
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, preprocessor, owner=None):
+        if preprocessor is None:
+            return self
+        return object.__getattribute__(preprocessor, f"_{self.name}")
+
+    def __set__(self, preprocessor, value):
+        check_positive_int(self.name, value)
+        if value < self.minimum:
+            raise ValueError(
+                f"`{self.name}` must be at least {self.minimum}{self.why}. "
+                f"Received: {self.name}={value}"
+            )
+        object.__setattr__(preprocessor, f"_{self.name}", value)  # untracked
+        packer = getattr(preprocessor, self.packer, None)
+        if packer is not None:  # else made later, from the value set here
+            packer.sequence_length = value + self.extra
 
 
 class Preprocessor(keras.layers.Layer):

@@ -4,8 +4,12 @@ import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
 from keras_tfm._optional import use_tf_graph
-from keras_tfm.models.preprocessor import Preprocessor, as_backend_tensors, is_text
-from keras_tfm.validation import check_positive_int
+from keras_tfm.models.preprocessor import (
+    PackedLength,
+    Preprocessor,
+    as_backend_tensors,
+    is_text,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -39,6 +43,9 @@ class Seq2SeqLMPreprocessor(Preprocessor):
     (TensorShape([1, 6]), TensorShape([1, 6]))
     """
 
+    encoder_sequence_length = PackedLength("encoder_packer")
+    decoder_sequence_length = PackedLength("decoder_packer", extra=1)
+
     def __init__(
         self,
         tokenizer,
@@ -48,12 +55,8 @@ class Seq2SeqLMPreprocessor(Preprocessor):
         **kwargs,
     ):
         super().__init__(tokenizer, **kwargs)
-        self.encoder_sequence_length = check_positive_int(
-            "encoder_sequence_length", encoder_sequence_length
-        )
-        self.decoder_sequence_length = check_positive_int(
-            "decoder_sequence_length", decoder_sequence_length
-        )
+        self.encoder_sequence_length = encoder_sequence_length
+        self.decoder_sequence_length = decoder_sequence_length
         self.padding_id = padding_id
         pad = 0 if padding_id is None else padding_id
         self.encoder_packer = keras_hub.layers.StartEndPacker(

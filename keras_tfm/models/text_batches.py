@@ -75,8 +75,8 @@ class TextBatches(keras.utils.PyDataset):
     >>> tokenizer = keras_hub.tokenizers.ByteTokenizer()
     >>> preprocessor = keras_tfm.models.CausalLMPreprocessor(tokenizer, 4)
     >>> x, y, w = TextBatches(preprocessor, ["abc", "de"], batch_size=2)[0]
-    >>> x.tolist()
-    [[97, 98, 99, 0], [100, 101, 0, 0]]
+    >>> x.tolist()  # padded to the batch's longest row (`padding`)
+    [[97, 98], [100, 101]]
     """
 
     def __init__(

@@ -3,9 +3,8 @@ import keras_hub
 import numpy as np
 from keras import ops
 
-from keras_tfm.models.preprocessor import Preprocessor
+from keras_tfm.models.preprocessor import PackedLength, Preprocessor
 from keras_tfm.models.tokenizer_attachment import named_token_id
-from keras_tfm.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
@@ -62,14 +61,13 @@ class TextClassifierPreprocessor(Preprocessor):
     (TensorShape([1, 6]), [1])
     """
 
+    sequence_length = PackedLength(
+        "packer", minimum=3, why=" (room for [CLS], a token and [SEP])"
+    )
+
     def __init__(self, tokenizer, sequence_length=512, **kwargs):
         super().__init__(tokenizer, **kwargs)
-        self.sequence_length = check_positive_int("sequence_length", sequence_length)
-        if sequence_length < 3:
-            raise ValueError(
-                "`sequence_length` must be at least 3 (room for [CLS], a token "
-                f"and [SEP]). Received: sequence_length={sequence_length}"
-            )
+        self.sequence_length = sequence_length
         self.packer = None
         # The packer is made in `build`, once the tokenizer has its
         # vocabulary (a loaded `.keras` file restores it after construction).
