@@ -14,6 +14,7 @@ from keras_tfm.chat.conversation import (
     detokenize_answer,
     prompt_ids,
 )
+from keras_tfm.generation.outputs import warn_if_cut
 from keras_tfm.lite.stop_text import text_pieces
 from keras_tfm.validation import check_positive_int
 
@@ -52,6 +53,8 @@ def chat(model, messages, max_new_tokens=256, stream=False, **generate_kwargs):
     rest = ()
     if generate_kwargs.get("return_scores"):
         output, *rest = output
+    if (generate_kwargs.get("response_format") or {}).get("type", "text") != "text":
+        warn_if_cut([output[len(prompt) :]], stops, max_new_tokens)
     ids = answer_ids(output[len(prompt) :], stops)
     text = answer_text(tokenizer, ids, stop_strings)
     return (text, *rest) if rest else text

@@ -7,8 +7,41 @@ same shape (`stream_pieces`, on the one streamed-text helper
 `keras_tfm.lite.stop_text.TextStream`).
 """
 
+import warnings
+
 from keras_tfm.generation import generation_utils as gen
 from keras_tfm.lite.stop_text import TextStream, cut_at_stop_strings
+
+
+class TruncatedAnswerWarning(UserWarning):
+    """A structured answer (`response_format`) that `max_new_tokens` cut
+    before its format closed: its text does not parse."""
+
+
+def warn_if_cut(new_rows, stop_token_ids, max_new_tokens):
+    """Warns (`TruncatedAnswerWarning`) when a structured answer's new ids
+    hold no stop token: `max_new_tokens` ended it, not the format. Text
+    answers hide the stop token, so this is their finish reason; id rows
+    show it (the server reads `finish_reason` from them).
+
+    Example:
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_if_cut([[5, 6, 0], [5, 6]], stop_token_ids=(0,), max_new_tokens=2)
+    >>> print(caught[0].message)  # doctest: +ELLIPSIS
+    1 of 2 structured answers reached max_new_tokens=2 before the format...
+    """
+    stops = set(stop_token_ids or ())
+    cut = [i for i, row in enumerate(new_rows) if not stops & {int(t) for t in row}]
+    if cut:
+        warnings.warn(
+            f"{len(cut)} of {len(new_rows)} structured answers reached "
+            f"max_new_tokens={max_new_tokens} before the format closed (rows "
+            f"{cut}): their text does not parse. Pass a larger max_new_tokens.",
+            TruncatedAnswerWarning,
+            stacklevel=4,
+        )
 
 
 def format_rows(model, rows, kind, stop_token_ids, strings=None, prompts=None):
@@ -42,6 +75,9 @@ def format_results(model, request, inputs, kind, results):
     rows = [row[skip:] for row in rows]
     prompts = [[int(t) for t in row[skip:]] for row in inputs.rows]
     outputs = format_rows(model, rows, kind, stops, request.stop_strings, prompts)
+    if request.regex is not None and kind in ("string", "strings"):
+        new = [row[len(prompt) :] for row, prompt in zip(rows, prompts, strict=True)]
+        warn_if_cut(new, stops, request.max_new_tokens)
     if not request.return_scores:
         return outputs
     one = kind in ("string", "ids")

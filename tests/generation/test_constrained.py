@@ -11,6 +11,7 @@ logits with outlines-core's own `Index` (the reference does not read
 
 import json
 import re
+import warnings
 
 import keras
 import numpy as np
@@ -18,6 +19,7 @@ import outlines_core
 import pytest
 
 from keras_tfm.generation import grammar
+from keras_tfm.generation.outputs import TruncatedAnswerWarning
 from keras_tfm.generation.request import GenerationRequest
 from keras_tfm.generation.strategies import constrained, strategy_for
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
@@ -278,6 +280,22 @@ def test_json_object_answers_are_objects(model, tokenizer):
             ended += 1
             assert isinstance(json.loads(text_of(tokenizer, row[1:])), dict)
     assert ended >= 3
+
+
+def test_a_text_answer_cut_by_max_new_tokens_says_so(model, tokenizer):
+    # Text hides the stop token, so a cut answer warns, naming the budget;
+    # ids show it (no warning: the server reads its finish reason from them).
+    json_object = {"type": "json_object"}
+    with pytest.warns(TruncatedAnswerWarning, match=r"2 of 2 .*max_new_tokens=3"):
+        texts = model.generate(["a", "b"], max_new_tokens=3,
+                               response_format=json_object)  # fmt: skip
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(texts[0][1:])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.generate([[2]], max_new_tokens=3, response_format=json_object)
+        text = model.generate("a", max_new_tokens=120, response_format=schema_format())
+    check_valid(text[1:])  # it ended: nothing said
 
 
 @pytest.mark.parametrize("fields, match", [
