@@ -380,9 +380,7 @@ def from_preset(name, root=None, load_weights=True, **overrides):
     Example:
     >>> model = keras_tfm.zoo.from_preset("gpt_tiny")
     """
-    directory = preset_folder(name) if is_folder_path(name) else None
-    if directory is None:
-        directory = preset_dir(name, root)
+    directory = preset_folder(name) if is_folder_path(name) else preset_dir(name, root)
     source = read_source(directory)
     if source is not None:
         if not load_weights:
