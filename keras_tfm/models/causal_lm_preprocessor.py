@@ -4,6 +4,11 @@ import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
 from keras_tfm._optional import use_tf_graph
+from keras_tfm.models.chat_examples import (
+    as_chat_examples,
+    chat_example_ids,
+    is_chat_examples,
+)
 from keras_tfm.models.preprocessor import (
     PackedLength,
     Preprocessor,
@@ -37,6 +42,10 @@ class CausalLMPreprocessor(Preprocessor):
     `L` is the batch's longest row rounded up to a power of two, at most
     `sequence_length`: short chats train on short rows, not on the
     context's length, and shapes come in few sizes (one compile each).
+    A list of chat examples (`{"messages": [...]}` dicts or `(prompt,
+    answer)` pairs, `keras_tfm.models.chat_examples`) is packed the same
+    way, with `sample_weight` 1 only where the label is an answer's token
+    (the Python path, on every backend): the loss of supervised fine-tuning.
     Integer `x` (ids already) passes through unchanged, with `y` and
     `sample_weight`. Inside `tf.data` it is TensorFlow ops; eagerly it is
     Python (no TensorFlow needed), with the same ids.
@@ -108,6 +117,8 @@ class CausalLMPreprocessor(Preprocessor):
         )
 
     def _call_python(self, x, y, sample_weight):
+        if is_chat_examples(x):
+            return self._pack_chats(as_chat_examples(x), sample_weight)
         if not is_text(x):
             return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
         ids, mask = (
@@ -121,6 +132,26 @@ class CausalLMPreprocessor(Preprocessor):
         return as_backend_tensors(
             ids[..., :-1], ids[..., 1:], mask[..., 1:].astype("int32")
         )
+
+    def _pack_chats(self, examples, sample_weight=None):
+        """Chat examples to `(token_ids, labels, sample_weight)`, the weight 1
+        where the label is an answer's token (`chat_examples`), times the
+        example's own weight when `sample_weight` gives one per example."""
+        rows = [chat_example_ids(self, example) for example in examples]
+        longest = max(len(ids) for ids, _ in rows)
+        length = self.sequence_length
+        if self.padding == "longest":
+            length = _bucket(min(longest, length + 1) - 1, length, np)
+        ids = np.full((len(rows), length + 1), self.packer.pad_value, "int32")
+        answer = np.zeros((len(rows), length + 1), "int32")
+        for i, (row_ids, row_answer) in enumerate(rows):
+            n = min(len(row_ids), length + 1)  # longer chats are cut at the end
+            ids[i, :n], answer[i, :n] = row_ids[:n], row_answer[:n]
+        weight = answer[:, 1:]
+        if sample_weight is not None:
+            given = np.asarray(keras.ops.convert_to_numpy(sample_weight), "float32")
+            weight = weight * given.reshape(len(rows), 1)
+        return as_backend_tensors(ids[:, :-1], ids[:, 1:], weight)
 
     def get_config(self):
         config = super().get_config()

@@ -21,6 +21,7 @@ import numpy as np
 
 from keras_tfm._optional import is_dataset
 from keras_tfm._optional import tensorflow as tf
+from keras_tfm.models.chat_examples import as_chat_examples, is_chat_examples
 from keras_tfm.models.class_labels import (
     check_class_labels,
     label_errors,
@@ -127,7 +128,7 @@ class Task(PresetMixin, keras.Model):
             message += (
                 f": `{name}` is a method of {ANSWERING_METHODS[name]}; this "
                 f"{type(self).__name__} answers with {', '.join(own) or 'its call'}."
-                ' `keras-tfm presets` lists each preset\'s task.'
+                " `keras-tfm presets` lists each preset's task."
             )
         raise AttributeError(message)
 
@@ -157,6 +158,24 @@ class Task(PresetMixin, keras.Model):
             if limit is not None:
                 x = with_checked_labels(x, limit, name)
             return x, y, sample_weight
+        if is_chat_examples(x):
+            if not callable(getattr(self.preprocessor, "_pack_chats", None)):
+                raise ValueError(
+                    f"`x` holds chat examples, which a CausalLM with a "
+                    f"preprocessor trains on; this {type(self).__name__} "
+                    f"reads {'token ids' if self.preprocessor is None else 'strings'}. "
+                    f"Received: x={str(x)[:80]}"
+                )
+            if y is not None:
+                raise ValueError(
+                    "Chat examples hold their answers, so `y` must be None. "
+                    f"Received: y={str(y)[:80]}"
+                )
+            batches = TextBatches(
+                self.preprocessor, as_chat_examples(x), None, sample_weight,
+                batch_size, shuffle,
+            )  # fmt: skip
+            return batches, None, None
         if is_text(x):
             if self.preprocessor is None:
                 raise ValueError(
@@ -196,7 +215,10 @@ class Task(PresetMixin, keras.Model):
         strings (with `y` the labels), read by the preprocessor in a
         `tf.data` pipeline on TensorFlow and in Python batches
         (`TextBatches`) on the other backends, or a `tf.data.Dataset` of
-        strings, which the preprocessor maps inside the pipeline.
+        strings, which the preprocessor maps inside the pipeline. A
+        `CausalLM` also takes a list of chat examples (`{"messages": [...]}`
+        dicts or `(prompt, answer)` pairs) and learns their answers only
+        (`keras_tfm.models.chat_examples`).
         """
         shuffle = kwargs.pop("shuffle", True)
         x, y, sample_weight = self._pipeline(
