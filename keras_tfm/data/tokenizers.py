@@ -61,8 +61,7 @@ def train_word_piece_tokenizer(
     )  # fmt: skip
     if learner not in ("bert", "huggingface"):
         raise ValueError(
-            '`learner` must be "bert" or "huggingface". '
-            f"Received: learner={learner!r}"
+            f'`learner` must be "bert" or "huggingface". Received: learner={learner!r}'
         )
     if "[UNK]" not in reserved_tokens:
         raise ValueError(

@@ -263,3 +263,38 @@ def fortune_sentences(root=None, min_words=3, max_words=20):
             for sentence in split_sentences(entry, min_words, max_words):
                 sentences.setdefault(sentence, None)
     return list(sentences)
+
+
+# "zeal, n.: Quality seen in new graduates": a term, its part of speech, a
+# colon, the definition (whitespace already collapsed).
+_DEFINITION = re.compile(
+    r"^([^:,]{1,40}), ?(?:n|v|vt|vi|adj|adv|pp|prep|interj|pron|conj)\.?:\s+(.+)$"
+)
+
+
+def fortune_definitions(root=None, max_chars=300):
+    """The dictionary entries of the `definitions` fortune file, as
+    (term, definition) pairs: "zeal, n.: Quality seen in new graduates"
+    gives ("zeal", "Quality seen in new graduates"). Each term once (its
+    first entry), the `-- Author` line removed, definitions longer than
+    `max_chars` dropped; Ambrose Bierce's, Rich Hall's "Sniglets" and
+    others', about 350 in all.
+
+    Example:
+    >>> pairs = fortune_definitions()
+    >>> len(pairs) > 300, dict(pairs)["zeal"]
+    (True, 'Quality seen in new graduates')
+    """
+    check_positive_int("max_chars", max_chars)
+    path = Path(DEFAULT_ROOT if root is None else root) / "definitions"
+    if not path.is_file():
+        raise _missing(path.parent, "it has no `definitions` file")
+    pairs = {}
+    for entry in read_fortune_file(path):
+        found = _DEFINITION.match(entry)
+        if found is None:
+            continue
+        definition = _ATTRIBUTION.sub("", found[2]).strip()
+        if 8 <= len(definition) <= max_chars:
+            pairs.setdefault(found[1].strip().lower(), (found[1].strip(), definition))
+    return list(pairs.values())

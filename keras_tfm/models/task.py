@@ -175,6 +175,8 @@ class Task(PresetMixin, keras.Model):
                 self.preprocessor, as_chat_examples(x), None, sample_weight,
                 batch_size, shuffle,
             )  # fmt: skip
+            if keras.backend.backend() == "tensorflow":
+                return batches.as_tf_dataset(), None, None
             return batches, None, None
         if is_text(x):
             if self.preprocessor is None:

@@ -121,6 +121,30 @@ class TextBatches(keras.utils.PyDataset):
     def __len__(self):
         return self.num_batches
 
+    def as_tf_dataset(self):
+        """The batches as a `tf.data.Dataset` of any length per batch, in a
+        new order at each epoch (each pass over the dataset).
+
+        Keras reads a `PyDataset` on TensorFlow through a signature fixed by
+        its first two batches, which refuses a later batch of another
+        length; this one leaves every axis free.
+        """
+        from keras_tfm._optional import tensorflow as tf
+
+        def spec(value):
+            value = np.asarray(value)
+            return tf.TensorSpec([None] * value.ndim, tf.as_dtype(value.dtype))
+
+        def epoch():
+            self.on_epoch_begin()
+            for index in range(self.num_batches):
+                yield self[index]
+
+        signature = keras.tree.map_structure(spec, self[0])
+        dataset = tf.data.Dataset.from_generator(epoch, output_signature=signature)
+        # Its length known, Keras neither guesses the steps nor warns.
+        return dataset.apply(tf.data.experimental.assert_cardinality(self.num_batches))
+
     def __getitem__(self, index):
         if not 0 <= index < self.num_batches:
             raise IndexError(

@@ -4,6 +4,7 @@ import pytest
 from keras_tfm.data.classification import classification_dataset
 from keras_tfm.data.tokenizers import train_word_piece_tokenizer
 from keras_tfm.datasets.fortunes import (
+    fortune_definitions,
     fortune_sentences,
     fortune_splits,
     load_fortunes,
@@ -192,3 +193,24 @@ def test_docstring_examples():
         encoder_classifier, extraglobs={"keras_tfm": keras_tfm, "np": np}
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_definitions_are_term_and_text_once_each_without_author(tmp_path):
+    write_category(
+        tmp_path,
+        "definitions",
+        [
+            "zeal, n.:\n\tQuality seen in new graduates.",
+            "Cynic, n:\n\tOne who looks through rose-colored glasses with a\n"
+            "\tjaundiced eye.\n\t\t-- Someone",
+            "ZEAL, n.:\n\tA second entry for a term already read.",
+            "Murphy's Law:\n\tNot a dictionary entry.",
+            "long, adj.:\n\t" + "word " * 80,
+        ],
+    )
+    assert fortune_definitions(tmp_path) == [
+        ("zeal", "Quality seen in new graduates."),
+        ("Cynic", "One who looks through rose-colored glasses with a jaundiced eye."),
+    ]
+    with pytest.raises(ValueError, match="no `definitions` file"):
+        fortune_definitions(tmp_path / "alpha")

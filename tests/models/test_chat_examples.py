@@ -83,6 +83,18 @@ def test_evaluate_on_chats_is_the_mean_loss_over_answer_tokens(smollm2):
     np.testing.assert_allclose(got, np.mean(losses), rtol=2e-5)
 
 
+def test_fit_reads_batches_of_different_lengths(smollm2):
+    model = tiny_chat_model(smollm2.tokenizer)
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # Keras fixes a PyDataset's shapes on TensorFlow from its first two
+    # batches: here two of one padded length, then a longer one.
+    chats = [("Hi", "Yo"), CHATS[1], ("Why? " * 20, "Because.")]
+    widths = [smollm2.preprocessor([chat])[0].shape[1] for chat in chats]
+    assert widths[0] == widths[1] < widths[2]
+    history = model.fit(chats, batch_size=1, epochs=2, shuffle=False, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+
+
 def test_a_batch_of_short_chats_pads_to_theirs_not_the_context(smollm2):
     preprocessor = smollm2.preprocessor
     assert preprocessor.sequence_length == 8192
