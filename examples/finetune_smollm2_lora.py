@@ -163,7 +163,8 @@ def main(argv=None, base_model=None):
     print(
         f"LoRA rank {config['lora_rank']}, alpha {config['lora_alpha']} on "
         f"{len(adapted)} projections: {trainable:,} trainable parameters of "
-        f"{total:,} ({100 * trainable / total:.2f}%)"
+        f"{total:,} ({100 * trainable / total:.2f}%); peak memory so far "
+        f"{peak_memory_gb():.2f} GB"
     )
 
     steps = config["epochs"] * -(-len(train) // config["batch_size"])
@@ -179,7 +180,10 @@ def main(argv=None, base_model=None):
     batch = config["batch_size"]
     print("held-out loss before (compiling the evaluation step) ...", flush=True)
     before = model.evaluate(heldout, batch_size=batch, verbose=0)
-    print(f"held-out loss before: {before:.4f} nats per answer token")
+    print(
+        f"held-out loss before: {before:.4f} nats per answer token (peak memory "
+        f"so far {peak_memory_gb():.2f} GB)"
+    )
     shown = heldout[: config["samples"]]
     answers_before = answers(model, shown, config["answer_tokens"])
 
@@ -187,7 +191,10 @@ def main(argv=None, base_model=None):
     print(f"training: {steps} steps (compiling the train step first) ...", flush=True)
     history = model.fit(train, batch_size=batch, epochs=config["epochs"], verbose=2)
     train_seconds = time.time() - tick
-    print(f"training: {steps} steps in {train_seconds:.0f} s")
+    print(
+        f"training: {steps} steps in {train_seconds:.0f} s (peak memory so far "
+        f"{peak_memory_gb():.2f} GB)"
+    )
 
     after = model.evaluate(heldout, batch_size=batch, verbose=0)
     print(f"held-out loss before: {before:.4f} nats per answer token")

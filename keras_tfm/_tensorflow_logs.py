@@ -53,8 +53,9 @@ def _dropped(line, level):
 
 
 @contextlib.contextmanager
-def drop_absl_lines_from_stderr(level=3):
-    """Within the block, lines absl writes to fd 2 below `level` are dropped.
+def drop_absl_lines_from_stderr(level=3, quiet_cuda_probe=False):
+    """Within the block, lines absl writes to fd 2 below `level` are dropped
+    (and, with `quiet_cuda_probe`, the ERROR line of a failed CUDA probe).
 
     `level` is on `TF_CPP_MIN_LOG_LEVEL`'s scale (see `_dropped`); every
     other line passes on. Where fd 2 cannot be redirected, nothing is dropped.
@@ -72,7 +73,8 @@ def drop_absl_lines_from_stderr(level=3):
     def pump():
         with os.fdopen(read, "rb") as pipe:
             for line in pipe:
-                if not _dropped(line, level):
+                probe = quiet_cuda_probe and CUDA_PROBE in line
+                if not (probe or _dropped(line, level)):
                     os.write(saved, line)
 
     thread = threading.Thread(target=pump, name="keras-tfm-stderr", daemon=True)
@@ -104,4 +106,24 @@ def quiet_tensorflow_import():
         level = 0
     if level <= 0:
         return contextlib.nullcontext()
-    return drop_absl_lines_from_stderr(level)
+    return _quiet_import(level)
+
+
+# TensorFlow's CUDA build probes the driver at its first device listing and
+# logs an ERROR where there is none; on a machine without NVIDIA's driver it
+# says nothing the user can act on.
+CUDA_PROBE = b"failed call to cuInit"
+NVIDIA_DRIVER = "/proc/driver/nvidia"
+
+
+@contextlib.contextmanager
+def _quiet_import(level):
+    """`drop_absl_lines_from_stderr(level)`, and on a machine without NVIDIA's
+    driver TensorFlow's devices listed inside it, so that its CUDA probe
+    (`CUDA_PROBE`, an ERROR line) is dropped there rather than printed at
+    the first operation. Listing physical devices leaves them configurable."""
+    with drop_absl_lines_from_stderr(level, quiet_cuda_probe=level >= 2):
+        yield
+        tensorflow = sys.modules.get("tensorflow")
+        if not os.path.exists(NVIDIA_DRIVER) and hasattr(tensorflow, "config"):
+            tensorflow.config.list_physical_devices("GPU")
