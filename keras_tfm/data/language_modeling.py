@@ -165,10 +165,8 @@ def interleaved_split(text, num_blocks=100, held_out_every=10):
     if not isinstance(text, str) or not text.strip():
         raise ValueError("`text` must be a non-empty string. Received an empty corpus.")
     check_positive_int("num_blocks", num_blocks)
-    if (
-        isinstance(held_out_every, bool)
-        or not isinstance(held_out_every, int)
-        or (not 2 <= held_out_every <= num_blocks)
+    if isinstance(held_out_every, bool) or not isinstance(held_out_every, int) or (
+        not 2 <= held_out_every <= num_blocks
     ):
         raise ValueError(
             f"`held_out_every` must be an integer in [2, num_blocks={num_blocks}]. "

@@ -61,7 +61,8 @@ def train_word_piece_tokenizer(
     )  # fmt: skip
     if learner not in ("bert", "huggingface"):
         raise ValueError(
-            f'`learner` must be "bert" or "huggingface". Received: learner={learner!r}'
+            '`learner` must be "bert" or "huggingface". '
+            f"Received: learner={learner!r}"
         )
     if "[UNK]" not in reserved_tokens:
         raise ValueError(

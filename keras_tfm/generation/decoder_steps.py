@@ -95,7 +95,9 @@ class DecoderSteps:
 
     def empty_cache(self, batch_size, max_length):
         """One zero cache (batch, 2, max_length, kv_heads, head_dim) per block."""
-        return tuple(block.empty_cache(batch_size, max_length) for block in self.blocks)
+        return tuple(
+            block.empty_cache(batch_size, max_length) for block in self.blocks
+        )
 
     def hidden(self, token_ids, caches, index, padding_mask=None, final_norm=True):
         """`(hidden, caches)`: the final hidden states of `token_ids`

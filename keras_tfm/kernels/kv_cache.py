@@ -181,7 +181,9 @@ def halves(tensor, axis):
 def pair(key, value):
     """`key` and `value` stacked on a new axis 1, as one concatenation (which
     XNNPACK takes, unlike LiteRT's `PACK`: see `halves`)."""
-    return ops.concatenate([ops.expand_dims(key, 1), ops.expand_dims(value, 1)], axis=1)
+    return ops.concatenate(
+        [ops.expand_dims(key, 1), ops.expand_dims(value, 1)], axis=1
+    )
 
 
 def cache_bytes(caches):

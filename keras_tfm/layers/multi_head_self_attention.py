@@ -415,7 +415,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             check_last_dim("context", context, self.context_dim)
         if cache is not None:
             values = kv_cache.values_of(cache.cache)
-            check_rank("cache", values, 5, "(batch, 2, max_length, kv_heads, head_dim)")
+            check_rank(
+                "cache", values, 5, "(batch, 2, max_length, kv_heads, head_dim)"
+            )
             check_mask_shape(
                 "cache",
                 values,

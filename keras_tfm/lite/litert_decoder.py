@@ -269,7 +269,9 @@ class LiteRTDecoder:
     def decode(self, token, index):
         """The float32 logits (vocabulary_size,) after `token` at `index`,
         through the smallest window that holds `index` (`decode_windows`)."""
-        name = next((window_signature(w) for w in self._windows if index < w), "decode")
+        name = next(
+            (window_signature(w) for w in self._windows if index < w), "decode"
+        )
         return self._runs[name](token_ids=[[token]], index=index)
 
     def prefill(self, token_ids, start):

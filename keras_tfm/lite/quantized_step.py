@@ -92,9 +92,8 @@ def quantize_step(float_path, path, matrices=INT8_MATRICES):
         num_bits=8,
     )
     # The quantizer prints its progress bars and timings on stdout/stderr.
-    with (
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()),
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
+        io.StringIO()
     ):
         result = quantizer.Quantizer(
             str(float_path), recipe.get_quantization_recipe()

@@ -39,6 +39,12 @@ def _as_example(example, index):
         return example
     if isinstance(example, dict) and set(example) == {"messages"}:
         messages = check_messages(example["messages"])
+        if messages[0]["role"] == "assistant":
+            raise ValueError(
+                f"Chat example {index} starts with an assistant message; a "
+                "conversation starts with a system or user message. Received: "
+                f"{str(example)[:120]}"
+            )
         if not any(m["role"] == "assistant" for m in messages):
             raise ValueError(
                 f"Chat example {index} has no assistant message, so nothing to "
@@ -101,7 +107,7 @@ def _pieces(example, template):
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        before = template(messages[:i], add_generation_prompt=True) if i else ""
+        before = template(messages[:i], add_generation_prompt=True)
         through = template(messages[: i + 1], add_generation_prompt=False)
         if not (before.startswith(done) and through.startswith(before)):
             raise ValueError(  # the answers could not be told from the rest

@@ -133,8 +133,8 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         check_token_ids("token_ids", token_ids, self.max_sequence_length)
         # No mask at all without a padding id: an all-True one would keep
         # attention off the fused kernels (keras_tfm.kernels.fused_attention).
-        padding_mask = (
-            None if self.padding_id is None else self.padding_mask_of(token_ids)
+        padding_mask = None if self.padding_id is None else self.padding_mask_of(
+            token_ids
         )
         x = self.embed(token_ids, training=training)
         scores = []

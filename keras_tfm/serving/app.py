@@ -233,8 +233,7 @@ class Service:
             )
         ])  # fmt: skip
         usage = _usage(
-            sum(len(row) for row in rows),
-            sum(c.pop("tokens") for c in choices),
+            sum(len(row) for row in rows), sum(c.pop("tokens") for c in choices),
             sum(c.pop("cached") for c in choices),
         )
         return JSONResponse(dict(self._meta(False), choices=choices, usage=usage))

@@ -57,9 +57,8 @@ class GenerationStream:
 
     def _on_token(self, token):  # the worker thread
         request = self.request
-        scores = (
-            request.logprobs[-1],
-            (request.alternatives[-1] if request.top_logprobs else []),
+        scores = request.logprobs[-1], (
+            request.alternatives[-1] if request.top_logprobs else []
         )
         self._loop.call_soon_threadsafe(
             self._queue.put_nowait, ("token", (token, *scores))

@@ -122,7 +122,9 @@ def sampling_settings(body, chat=True):
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise bad("user", "a string", user)
-    logprobs, top_logprobs = chat_logprobs(body) if chat else completion_logprobs(body)
+    logprobs, top_logprobs = chat_logprobs(body) if chat else completion_logprobs(
+        body
+    )
     return dict(
         temperature=number(body, "temperature", 1.0, 0, 2),
         top_p=number(body, "top_p", 1.0, 0, 1),

@@ -136,7 +136,9 @@ def held_out_comparison(model, text, sequence_length, compressor="bzip2"):
 
     bytes_per_token = len(utf8(windows[:, 1:])) / windows[:, 1:].size
     # The windows' text, contiguous: no seams where first tokens are cut out.
-    anchor = compression_nats_per_byte(train_text, utf8(windows), compressor)
+    anchor = compression_nats_per_byte(
+        train_text, utf8(windows), compressor
+    )
     return bytes_per_token, anchor
 
 

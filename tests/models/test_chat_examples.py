@@ -148,6 +148,10 @@ def test_a_weight_per_example_scales_its_answer_tokens(smollm2):
     "examples, message",
     [
         ([{"messages": [{"role": "user", "content": "Hi"}]}], "no assistant message"),
+        (
+            [{"messages": [{"role": "assistant", "content": "Hi"}]}],
+            "starts with an assistant message",
+        ),
         ([("a", "b"), "c"], "Chat example 1 must be"),
         ([("a", "b", "c")], None),  # three strings: not chat examples at all
     ],
@@ -163,6 +167,12 @@ def test_bad_chat_examples_are_named(examples, message, smollm2):
 def test_chat_examples_are_refused_where_they_cannot_train(smollm2):
     with pytest.raises(ValueError, match="`y` must be None"):
         smollm2._pipeline(CHATS, np.zeros(2), None, 2)
+    without = causal_lm(
+        vocabulary_size=256, num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=32,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="reads token ids"):
+        without.fit(CHATS, verbose=0)
     plain = byte_lm()
     with pytest.raises(ValueError, match="needs a tokenizer with a chat template"):
         plain.preprocessor(CHATS[:1])

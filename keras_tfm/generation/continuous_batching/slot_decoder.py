@@ -135,7 +135,9 @@ class SlotDecoder:
             self._make_pool(prefix_cache_bytes, block_size)
         owners = (model, self)
         self._prefill = backend.compile_loop(self._prefill_function, owners)
-        self._prefill_after = backend.compile_loop(self._prefill_after_function, owners)
+        self._prefill_after = backend.compile_loop(
+            self._prefill_after_function, owners
+        )
         self._decode = backend.compile_loop(self._decode_function, owners)
         self._keep = backend.compile_loop(self._keep_function, owners)
         self._extend = backend.compile_loop(self._extend_function, owners)
