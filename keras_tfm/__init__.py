@@ -56,6 +56,7 @@ _SUBMODULES = frozenset(
         "legacy_files",
         "lite",
         "models",
+        "progress",
         "quantized_weights",
         "runtime",
         "saving",

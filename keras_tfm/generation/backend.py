@@ -24,10 +24,13 @@ import functools
 import keras
 
 from keras_tfm._optional import tensorflow as tf
+from keras_tfm.progress import slow_call_notice
 
 
 def compile_loop(function, owners=(), jit_compile=True):
-    """`function` compiled for the backend, retraced per input shape.
+    """`function` compiled for the backend, retraced per input shape; a
+    first call at a new shape that runs over two seconds says so on the
+    `keras_tfm` logger (`keras_tfm.progress`).
 
     Args:
         function: a function of tensors (and nests of them) that reads the
@@ -41,6 +44,10 @@ def compile_loop(function, owners=(), jit_compile=True):
     Returns:
         A function with `function`'s signature.
     """
+    return _NoticedFirstCalls(_compiled(function, owners, jit_compile), function)
+
+
+def _compiled(function, owners, jit_compile):
     backend = keras.config.backend()
     if backend == "tensorflow":
         # No autograph: the loops are `ops.while_loop`s already, and
@@ -56,6 +63,47 @@ def compile_loop(function, owners=(), jit_compile=True):
     if backend == "torch":
         return _torch_no_grad(function)
     return function
+
+
+class _NoticedFirstCalls:
+    """`compiled`, whose first call at each input signature runs under
+    `slow_call_notice` (the compile is part of that call); its
+    other attributes (a `tf.function`'s tracing count) are `compiled`'s."""
+
+    def __init__(self, compiled, function):
+        self._compiled = compiled
+        name = getattr(function, "__name__", "function")
+        self._name = name.strip("_").removesuffix("_function")
+        self._seen = set()
+
+    def __call__(self, *args, **kwargs):
+        signature = _signature((args, kwargs))
+        if signature in self._seen:
+            return self._compiled(*args, **kwargs)
+        shape = next((s for s, _ in signature if isinstance(s, tuple) and s), ())
+        what = f"compiling `{self._name}` for inputs of shape {list(shape)}"
+        with slow_call_notice(f"{what} (once per input shape)"):
+            outputs = self._compiled(*args, **kwargs)
+        self._seen.add(signature)
+        return outputs
+
+    def __getattr__(self, name):
+        return getattr(self._compiled, name)
+
+
+def _signature(arguments):
+    """What a compiled function is retraced for: each array's shape and
+    dtype, each Python value itself."""
+    signature = []
+    for leaf in keras.tree.flatten(arguments):
+        shape = getattr(leaf, "shape", None)
+        if shape is not None:
+            signature.append((tuple(shape), str(getattr(leaf, "dtype", ""))))
+        elif isinstance(leaf, (bool, int, float, str, type(None))):
+            signature.append((leaf, type(leaf).__name__))
+        else:
+            signature.append((type(leaf).__name__, ""))
+    return tuple(signature)
 
 
 def _traced_without_op_stacks(function):
