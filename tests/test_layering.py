@@ -64,6 +64,7 @@ RANKS = {
     "legacy_files": 0,
     "_tensorflow_logs": 0,
     "_op_stack_traces": 0,
+    "progress": 0,
     "_optional": 0.5,
     "generation.buffers": 0.1,
     "generation.generation_config": 0.2,
@@ -97,6 +98,7 @@ KERAS_FREE_MODULES = {
     "keras_tfm/__init__.py",
     "keras_tfm/_registration.py",
     "keras_tfm/_tensorflow_logs.py",
+    "keras_tfm/progress.py",
     "keras_tfm/runtime/__init__.py",
     "keras_tfm/validation.py",
 }
@@ -111,7 +113,8 @@ not call (the graph forms of the buffer rules, a keras-hub sampler object)."""
 
 def imported_modules(path, module_level_only=False):
     """Every module `path` imports, at any depth (function bodies too) unless
-    `module_level_only`."""
+    `module_level_only`: `import` statements and `importlib.import_module`
+    calls."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in tree.body if module_level_only else ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -122,6 +125,31 @@ def imported_modules(path, module_level_only=False):
                 yield "keras_tfm"
             else:
                 yield node.module
+        elif (not module_level_only or node in tree.body) and _is_import_module(node):
+            yield from _named_module(node.args[0])
+
+
+def _is_import_module(node):
+    """Whether `node` is a call of `importlib.import_module` (or of a bare
+    `import_module`) with a module name."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    called = node.func
+    name = called.attr if isinstance(called, ast.Attribute) else None
+    name = called.id if isinstance(called, ast.Name) else name
+    return name == "import_module"
+
+
+def _named_module(argument):
+    """The module an `import_module` argument names: a string, or the
+    package named before the formatted part of an f-string
+    (`f"keras_tfm.generation.{name}"` imports from `keras_tfm.generation`)."""
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        yield argument.value
+    elif isinstance(argument, ast.JoinedStr) and argument.values:
+        head = argument.values[0]
+        if isinstance(head, ast.Constant) and head.value.count(".") > 1:
+            yield head.value.rpartition(".")[0]
 
 
 def part(module):

@@ -2,11 +2,11 @@
 
 The zoo builds models, so models cannot import it (an import ring). Instead
 the zoo registers its loader here when it is imported, and `from_preset`
-calls it: the dependency points downwards. `import keras_tfm` imports the
-zoo lazily, so the first `from_preset` imports it by name.
+calls it: the dependency points downwards. keras-tfm imports the zoo as
+soon as Keras and keras_tfm's models are both imported
+(`keras_tfm._registration`), so the loader is there before any model class
+can be used.
 """
-
-import importlib
 
 _loader = None
 
@@ -44,8 +44,11 @@ class PresetMixin:
         >>> type(llm.backbone).__name__
         'DecoderBackbone'
         """
-        if _loader is None:  # importing the zoo registers its loader
-            importlib.import_module("keras_tfm.zoo")
+        if _loader is None:  # only while keras_tfm's own import is under way
+            raise RuntimeError(
+                "keras_tfm.zoo is not imported yet, so no preset can be "
+                "loaded: `import keras_tfm.zoo` first."
+            )
         model = _loader(name, **overrides)
         if isinstance(model, cls):
             return model
