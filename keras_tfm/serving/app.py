@@ -34,14 +34,10 @@ from keras_tfm.generation import grammar
 from keras_tfm.generation.continuous_batching.scheduler import Scheduler
 from keras_tfm.generation.stop_strings import token_bytes
 from keras_tfm.models import CausalLM, Seq2SeqLM
+from keras_tfm.serving import defaults
 from keras_tfm.serving import openai_fields as fields
 from keras_tfm.serving.api_errors import ApiError, read_json
 from keras_tfm.serving.api_key import RequireApiKey, check_api_key
-from keras_tfm.serving.command import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_PREFILL_CHUNK,
-    DEFAULT_PREFIX_CACHE_MB,
-)
 from keras_tfm.serving.generation_stream import GenerationStream
 from keras_tfm.serving.metrics import CountAnswers, ServerMetrics
 from keras_tfm.serving.prompt_logprobs import prompt_logprobs
@@ -77,9 +73,11 @@ class Service:
     """
 
     def __init__(
-        self, model, model_id, max_batch=8, max_length=None, steps_per_call=1,
-        max_body_bytes=DEFAULT_MAX_BODY_BYTES, api_key=None,
-        prefix_cache_mb=DEFAULT_PREFIX_CACHE_MB, prefill_chunk=DEFAULT_PREFILL_CHUNK,
+        self, model, model_id, max_batch=defaults.MAX_BATCH, max_length=None,
+        steps_per_call=defaults.STEPS_PER_CALL,
+        max_body_bytes=defaults.MAX_BODY_BYTES, api_key=None,
+        prefix_cache_mb=defaults.PREFIX_CACHE_MB,
+        prefill_chunk=defaults.PREFILL_CHUNK,
     ):  # fmt: skip
         self.model = model
         self.model_id = model_id
@@ -233,7 +231,8 @@ class Service:
             )
         ])  # fmt: skip
         usage = _usage(
-            sum(len(row) for row in rows), sum(c.pop("tokens") for c in choices),
+            sum(len(row) for row in rows),
+            sum(c.pop("tokens") for c in choices),
             sum(c.pop("cached") for c in choices),
         )
         return JSONResponse(dict(self._meta(False), choices=choices, usage=usage))

@@ -8,22 +8,20 @@ command runs, so the other commands work without it.
 import os
 from pathlib import Path
 
-DEFAULT_MAX_BODY_BYTES = 1 << 20
-DEFAULT_PREFIX_CACHE_MB = 256
-DEFAULT_PREFILL_CHUNK = 256
-API_KEY_VARIABLE = "KERAS_TFM_API_KEY"
+from keras_tfm.serving import defaults
+from keras_tfm.serving.defaults import API_KEY_VARIABLE
 
 
 def add_arguments(parser):
     """The options of `keras-tfm serve` (the model's `--weights` aside)."""
     parser.add_argument("model", help="a .keras file, or a preset name")
     parser.add_argument(
-        "--host", default="127.0.0.1",
+        "--host", default=defaults.HOST,
         help="the address to bind (default %(default)s: this machine only)",
     )  # fmt: skip
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=defaults.PORT)
     parser.add_argument(
-        "--max-batch", type=_positive, default=8,
+        "--max-batch", type=_positive, default=defaults.MAX_BATCH,
         help="requests decoded together (the slots; default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
@@ -32,23 +30,23 @@ def add_arguments(parser):
         "max_sequence_length, at most 2048)",
     )  # fmt: skip
     parser.add_argument(
-        "--max-body-bytes", type=_positive, default=DEFAULT_MAX_BODY_BYTES,
+        "--max-body-bytes", type=_positive, default=defaults.MAX_BODY_BYTES,
         help="the largest request body accepted (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
-        "--steps-per-call", type=_positive, default=1,
+        "--steps-per-call", type=_positive, default=defaults.STEPS_PER_CALL,
         help="tokens decoded per slot per compiled call: more amortises the "
         "call, fewer lets new requests join sooner (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
-        "--prefix-cache-mb", type=_non_negative, default=DEFAULT_PREFIX_CACHE_MB,
+        "--prefix-cache-mb", type=_non_negative, default=defaults.PREFIX_CACHE_MB,
         help="the most memory (MiB) kept for the keys and values of earlier "
         "prompts' blocks of 16 tokens, which a prompt starting with the same "
         "tokens reuses instead of computing them (least recently used "
         "evicted first; 0: off; default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
-        "--prefill-chunk", type=_chunk, default=DEFAULT_PREFILL_CHUNK,
+        "--prefill-chunk", type=_chunk, default=defaults.PREFILL_CHUNK,
         help="the most prompt tokens prefilled between two decoding steps: "
         "a longer prompt is prefilled in chunks while the other requests go "
         "on decoding (a multiple of 16; 0: every prompt at once; default "

@@ -24,11 +24,7 @@ Ray Serve's own metrics (its port 8080 by default) cover all of them.
 import os
 import time
 
-from keras_tfm.serving.command import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_PREFILL_CHUNK,
-    DEFAULT_PREFIX_CACHE_MB,
-)
+from keras_tfm.serving import defaults
 
 try:
     from ray import serve
@@ -68,10 +64,11 @@ class Replica:
 
 
 def deployment(
-    load_model, model_id, replicas=2, cpus_per_replica=1, max_batch=8,
-    max_length=None, steps_per_call=1, max_body_bytes=DEFAULT_MAX_BODY_BYTES,
-    api_key=None, prefix_cache_mb=DEFAULT_PREFIX_CACHE_MB,
-    prefill_chunk=DEFAULT_PREFILL_CHUNK,
+    load_model, model_id, replicas=2, cpus_per_replica=1,
+    max_batch=defaults.MAX_BATCH, max_length=None,
+    steps_per_call=defaults.STEPS_PER_CALL,
+    max_body_bytes=defaults.MAX_BODY_BYTES, api_key=None,
+    prefix_cache_mb=defaults.PREFIX_CACHE_MB, prefill_chunk=defaults.PREFILL_CHUNK,
 ):  # fmt: skip
     """The Ray Serve application of `replicas` copies of the server.
 
@@ -122,7 +119,8 @@ def deployment(
 
 
 def serve_replicas(
-    load_model, model_id, host="127.0.0.1", port=8000, replicas=2, **options
+    load_model, model_id, host=defaults.HOST, port=defaults.PORT, replicas=2,
+    **options,
 ):  # fmt: skip
     """Starts Ray on this machine, serves `deployment(load_model, model_id,
     replicas, **options)` on `host:port` until SIGTERM or Ctrl-C, then

@@ -7,12 +7,8 @@ import time
 
 import uvicorn
 
+from keras_tfm.serving import defaults
 from keras_tfm.serving.app import Service, build_app
-from keras_tfm.serving.command import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_PREFILL_CHUNK,
-    DEFAULT_PREFIX_CACHE_MB,
-)
 
 
 def _config(service, host, port, log_level):
@@ -25,10 +21,11 @@ def _config(service, host, port, log_level):
 
 
 def serve(
-    model, model_id, host="127.0.0.1", port=8000, max_batch=8, max_length=None,
-    steps_per_call=1, max_body_bytes=DEFAULT_MAX_BODY_BYTES, log_level="info",
-    api_key=None, prefix_cache_mb=DEFAULT_PREFIX_CACHE_MB,
-    prefill_chunk=DEFAULT_PREFILL_CHUNK,
+    model, model_id, host=defaults.HOST, port=defaults.PORT,
+    max_batch=defaults.MAX_BATCH, max_length=None,
+    steps_per_call=defaults.STEPS_PER_CALL,
+    max_body_bytes=defaults.MAX_BODY_BYTES, log_level="info", api_key=None,
+    prefix_cache_mb=defaults.PREFIX_CACHE_MB, prefill_chunk=defaults.PREFILL_CHUNK,
 ):  # fmt: skip
     """Serves `model` over HTTP until SIGTERM or Ctrl-C (then exits cleanly).
 
@@ -64,7 +61,9 @@ class ServerThread:
     http://127.0.0.1:8123
     """
 
-    def __init__(self, model, model_id, host="127.0.0.1", port=8000, **options):
+    def __init__(
+        self, model, model_id, host=defaults.HOST, port=defaults.PORT, **options
+    ):
         self.service = Service(model, model_id, **options)
         self.url = f"http://{host}:{port}"
         self.server = uvicorn.Server(_config(self.service, host, port, "warning"))
