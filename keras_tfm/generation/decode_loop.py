@@ -201,8 +201,12 @@ def chunk_sizes(chunks, length):
     return tuple(size for size in chunks[:-1] if size < length) + (chunks[-1],)
 
 
-def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
-    """Fills `cache` with positions `0 ... start - 1` of `tokens`, by chunks.
+def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS, begin=0):
+    """Fills `cache` with positions `begin ... start - 1` of `tokens`, by
+    chunks: one loop per size of `chunks`, each while whole chunks of it
+    fit before `start`, the last until `start` is covered. A chunk that
+    would run past the buffer starts earlier instead, recomputing keys the
+    cache already holds, which equal the ones it writes.
 
     Args:
         step: `step(chunk_tokens, cache, begin) -> cache`, the model's cached
@@ -212,6 +216,7 @@ def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
         cache: the empty cache.
         start: scalar int32 (a tensor: any value, one program).
         chunks: the chunk sizes, largest first.
+        begin: the first position to fill (a tensor too).
 
     Returns:
         The filled cache.
@@ -219,7 +224,7 @@ def chunked_prefill(step, tokens, cache, start, chunks=PREFILL_CHUNKS):
     length = ops.shape(tokens)[1]  # traced for any length (an exported
     # graph): a tensor, which XLA still compiles as a constant
     start = ops.cast(start, "int32")
-    begin = ops.convert_to_tensor(0, "int32")
+    begin = ops.cast(begin, "int32")
     chunks = chunk_sizes(chunks, length)
     for position, size in enumerate(chunks):
         size = (

@@ -17,9 +17,8 @@ The caches are a tuple with one tensor (batch, 2, max_length, kv_heads,
 head_dim) per block, as `DecoderBackbone.call_with_cache` takes them.
 """
 
-from keras import ops
 
-from keras_tfm.generation.decode_loop import chunk_sizes
+from keras_tfm.generation.decode_loop import chunked_prefill
 from keras_tfm.generation.generation_utils import cache_padding_mask
 from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.validation import check_positive_int
@@ -95,9 +94,7 @@ class DecoderSteps:
 
     def empty_cache(self, batch_size, max_length):
         """One zero cache (batch, 2, max_length, kv_heads, head_dim) per block."""
-        return tuple(
-            block.empty_cache(batch_size, max_length) for block in self.blocks
-        )
+        return tuple(block.empty_cache(batch_size, max_length) for block in self.blocks)
 
     def hidden(self, token_ids, caches, index, padding_mask=None, final_norm=True):
         """`(hidden, caches)`: the final hidden states of `token_ids`
@@ -124,14 +121,10 @@ class DecoderSteps:
     def extend(self, tokens, caches, start, stop, chunk_lengths=EXTEND_CHUNKS):
         """`caches` with the keys and values of `tokens[:, start:stop]` written.
 
-        Runs in chunks, one loop per size of `chunk_lengths` (largest
-        first; `start` and `stop` may be tensors): each size while whole
-        chunks of it fit before `stop`, the last size until `stop` is
-        covered. The last chunk may cover positions past `stop`: their
-        keys are written too and are overwritten, unread, by the decoding
-        that follows (a query never sees a later position). A chunk that
-        would run past the buffer starts earlier instead, recomputing keys
-        it already holds, which equal the ones it writes.
+        Runs `decode_loop.chunked_prefill` from `start` (`start` and
+        `stop` may be tensors). The last chunk may cover positions past
+        `stop`: their keys are written too and are overwritten, unread, by
+        the decoding that follows (a query never sees a later position).
 
         Args:
             tokens: int (batch, length), the token buffer (its padding ids
@@ -143,24 +136,9 @@ class DecoderSteps:
         Returns:
             The updated caches.
         """
-        length = tokens.shape[1]
         padding_mask = self.padding_mask_of(tokens)
-        position = ops.cast(start, "int32")
-        chunk_lengths = chunk_sizes(chunk_lengths, length)
-        for order, size in enumerate(chunk_lengths):
-            size = min(size, length)
-            last = order == len(chunk_lengths) - 1
 
-            def cond(caches, position, size=size, last=last):
-                return position < stop if last else position + size <= stop
+        def step(token_ids, caches, first):
+            return self.hidden(token_ids, caches, first, padding_mask)[1]
 
-            def body(caches, position, size=size):
-                first = ops.minimum(position, length - size)
-                token_ids = ops.take(
-                    tokens, first + ops.arange(size, dtype="int32"), axis=1
-                )
-                _, caches = self.hidden(token_ids, caches, first, padding_mask)
-                return caches, position + size
-
-            caches, position = ops.while_loop(cond, body, (caches, position))
-        return caches
+        return chunked_prefill(step, tokens, caches, stop, chunk_lengths, begin=start)
