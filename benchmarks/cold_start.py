@@ -105,7 +105,7 @@ def stages(weights):
 
         mark("import keras, keras_tfm's layers, models, tokenizers")
         from keras_tfm import cli
-        from keras_tfm.generation import generation_utils
+        from keras_tfm.generation import backend
 
         mark("import keras_tfm.cli")
     # As the command does it: a process that traced anything else first
@@ -114,10 +114,10 @@ def stages(weights):
     model = cli.loading.language_model("smollm2_135m_instruct", "chat", weights)
     model = cli.loading.store_weights(model, weights)
     mark("load the model (first run: convert the GGUF and cache it)")
-    compile_loop = generation_utils.compile_loop
+    compile_loop = backend.compile_loop
 
-    def traced_apart(function):  # the first call's tracing, timed apart
-        compiled, seen = compile_loop(function), set()
+    def traced_apart(function, *options):  # the first call's tracing, timed apart
+        compiled, seen = compile_loop(function, *options), set()
 
         def call(*args):
             shapes = tuple(getattr(a, "shape", None) for a in tf.nest.flatten(args))
@@ -135,13 +135,13 @@ def stages(weights):
 
         return call
 
-    generation_utils.compile_loop = traced_apart
+    backend.compile_loop = traced_apart
     model.prompt_through_step = cli.chat.PROMPT_THROUGH_STEP  # as the command
     first = "".join(model.chat(QUESTION, max_new_tokens=256, stream=True)).strip()
     mark("the rest of the answer")
     again = "".join(model.chat(QUESTION, max_new_tokens=256, stream=True)).strip()
     mark("the same question again: decoding only")
-    generation_utils.compile_loop = compile_loop
+    backend.compile_loop = compile_loop
     return {
         "rows": rows,
         "total_seconds": clock.total(),

@@ -18,8 +18,7 @@ import numpy as np
 from keras import ops
 
 from keras_tfm import zoo
-from keras_tfm.generation import generation_utils as gen
-from keras_tfm.generation import grammar
+from keras_tfm.generation import backend, grammar
 from keras_tfm.generation.strategies.constrained import masked_step
 
 
@@ -46,7 +45,10 @@ def main():
     def masked(tokens, carried, index, mask, next_state, token_class):
         return masked_step(step, mask, next_state, token_class)(tokens, carried, index)
 
-    functions = {"plain": gen.compile_loop(step), "masked": gen.compile_loop(masked)}
+    functions = {
+        "plain": backend.compile_loop(step),
+        "masked": backend.compile_loop(masked),
+    }
     batch, length = args.batch, args.max_length
     tokens = ops.convert_to_tensor(np.full((batch, length), 17, "int32"))
     cache = model.backbone.empty_cache(batch, length)

@@ -29,8 +29,7 @@ from keras_tfm.chat.conversation import (
     detokenize_answer,
     prompt_ids,
 )
-from keras_tfm.generation import decode_loop
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import backend, buffers, decode_loop
 from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.generation.generation_config import (
     GenerationConfig,
@@ -249,13 +248,13 @@ class ChatSession:
         """`function` compiled once per model (sessions share it)."""
         return self.model.compiled_loops.get(
             ("chat session", name, self.jit_compile),
-            lambda: gen.compile_loop(function, (self.model,), self.jit_compile),
+            lambda: backend.compile_loop(function, (self.model,), self.jit_compile),
         )
 
     def _cache_for(self, needed):
         """The session's caches, grown (zero-padded) to hold `needed` tokens."""
         length = min(
-            gen.bucket_length(needed, CACHE_BUCKET),
+            buffers.rounded_length(needed, multiple=CACHE_BUCKET),
             self.model.backbone.max_sequence_length,
         )
         if self._caches is None:

@@ -14,9 +14,15 @@ random stream is the same function of (seed, position, token id).
 
 import tensorflow as tf
 
-from keras_tfm.generation import BeamSearchSampler, buffers, loops
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import (
+    BeamSearchSampler,
+    backend,
+    buffers,
+    loops,
+    token_inputs,
+)
 from keras_tfm.generation.generation_config import GenerationConfig, settings_tensors
+from keras_tfm.generation.outputs import truncated_lengths_graph
 
 
 def seed_word(seed):
@@ -107,7 +113,7 @@ class Decoder:
                 self.sampler.penalty = penalty
                 return inner(encoder_inputs, tokens, mask, start, end, settings)
 
-            self.beam_loop = gen.compile_loop(beam)
+            self.beam_loop = backend.compile_loop(beam)
 
     def _inputs(self, rows):
         """`(encoder_inputs, decoder_rows)` of ragged int32 `rows`."""
@@ -161,7 +167,7 @@ class Decoder:
         keep = lengths + max_new_tokens
         stops = default_stops(self.model)
         if stops:
-            keep = gen.truncated_lengths_graph(out, mask, stops, keep)
+            keep = truncated_lengths_graph(out, mask, stops, keep)
         return self._skip(tf.RaggedTensor.from_tensor(out, lengths=keep))
 
     def _skip(self, ids):
@@ -171,7 +177,9 @@ class Decoder:
 def default_stops(model):
     """The model's default stop ids (its end token), checked."""
     stops = model.default_stop_token_ids()
-    return tuple(gen.check_stop_token_ids(stops, model.backbone.vocabulary_size) or ())
+    return tuple(
+        token_inputs.check_stop_token_ids(stops, model.backbone.vocabulary_size) or ()
+    )
 
 
 def drop(ids, stop_token_ids):

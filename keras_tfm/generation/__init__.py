@@ -42,7 +42,7 @@ _SOURCES = {
     "SAMPLERS": "generation_config",
     "GenerationConfig": "generation_config",
     "settings_tensors": "generation_config",
-    "make_sampler": "generation_utils",
+    "make_sampler": "keras_hub_samplers",
     "set_kv_cache_dtype": "kv_cache_dtype",
     "SpeculativeDecoder": "speculative",
 }

@@ -18,8 +18,8 @@ head_dim) per block, as `DecoderBackbone.call_with_cache` takes them.
 """
 
 
+from keras_tfm.generation.cached_steps import cache_padding_mask
 from keras_tfm.generation.decode_loop import chunked_prefill
-from keras_tfm.generation.generation_utils import cache_padding_mask
 from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.validation import check_positive_int
 

@@ -20,8 +20,12 @@ in the model's `compiled_loops` (dropped when its weights change):
 import numpy as np
 from keras import ops
 
-from keras_tfm.generation import decode_loop, logit_processors
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import (
+    backend,
+    decode_loop,
+    keras_hub_samplers,
+    logit_processors,
+)
 from keras_tfm.generation import stop_strings as stop_text
 from keras_tfm.generation.beam_search_sampler import BeamSearchSampler
 from keras_tfm.generation.generation_config import settings_tensors
@@ -71,7 +75,7 @@ def decode_function(model, top_logprobs=0, compile=True):
             next, tokens, cache, start, end, mask, settings, top_logprobs
         )
 
-    return gen.compile_loop(loop, (model,)) if compile else loop
+    return backend.compile_loop(loop, (model,)) if compile else loop
 
 
 def resumable_function(model, top_logprobs=0):
@@ -101,7 +105,7 @@ def resumable_function(model, top_logprobs=0):
             keep_cache=True,
         )  # fmt: skip
 
-    return gen.compile_loop(loop, (model,))
+    return backend.compile_loop(loop, (model,))
 
 
 def fresh_cache(model, tokens):
@@ -141,7 +145,7 @@ def sampler_loop(model, sampler, stop_token_ids, compile=True):
             return logits, None, cache
 
         if not searches:
-            return gen.run_sampler(
+            return keras_hub_samplers.run_sampler(
                 sampler, next, tokens, cache, start, mask, stop_token_ids, end,
                 model=model,
             )  # fmt: skip
@@ -161,7 +165,7 @@ def sampler_loop(model, sampler, stop_token_ids, compile=True):
         )  # fmt: skip
 
     # The sampler's seed is a variable the loop advances.
-    return gen.compile_loop(loop, (model, sampler)) if compile else loop
+    return backend.compile_loop(loop, (model, sampler)) if compile else loop
 
 
 def stream_steps(model, sampler):
@@ -184,7 +188,7 @@ def stream_steps(model, sampler):
         return sampler.get_next_token(probabilities), cache
 
     owners = (model,) if sampler is None else (model, sampler)
-    return gen.compile_loop(prefill, (model,)), gen.compile_loop(step, owners)
+    return backend.compile_loop(prefill, (model,)), backend.compile_loop(step, owners)
 
 
 def sampler_and_key(model, request):
@@ -197,13 +201,13 @@ def sampler_and_key(model, request):
     config = request.configs[0]
     instance = request.instance
     if instance is None:
-        instance, key = gen.make_sampler(
+        instance, key = keras_hub_samplers.make_sampler(
             "beam", config.temperature, None, None, config.num_beams,
             config.length_penalty, model.fill_id,
         )  # fmt: skip
     else:
         key = ("instance", id(instance))
-    gen.reset_seed(instance, config.seed)
+    keras_hub_samplers.reset_seed(instance, config.seed)
     return instance, key
 
 

@@ -9,7 +9,9 @@ same shape (`stream_pieces`, on the one streamed-text helper
 
 import warnings
 
-from keras_tfm.generation import generation_utils as gen
+from keras import ops
+
+from keras_tfm.data.detokenization import detokenize
 from keras_tfm.lite.stop_text import TextStream, cut_at_stop_strings
 
 
@@ -49,7 +51,7 @@ def format_rows(model, rows, kind, stop_token_ids, strings=None, prompts=None):
     `normalize_token_batch`); for strings, each cut before the first of its
     row's `strings` found after its prompt's text (`prompts`)."""
     if kind not in ("string", "strings"):
-        return gen.format_outputs(rows, kind, None, stop_token_ids)
+        return format_outputs(rows, kind, None, stop_token_ids)
     texts = model.preprocessor.generate_postprocess(rows, "strings", stop_token_ids)
     if strings and any(strings):
         # Cut before the stop string, searched in the new text only.
@@ -140,3 +142,48 @@ def stream_pieces(steps, rows, kind, format_row, stop_strings=None):
     pieces = [stream.flush()[0] for stream in streams]
     if any(pieces):
         yield shaped(pieces)
+
+
+def truncate_at_stop(tokens, start, stop_token_ids):
+    """`tokens` up to and including the first stop id at or after `start`."""
+    tokens = [int(t) for t in tokens]
+    if stop_token_ids:
+        for i in range(start, len(tokens)):
+            if tokens[i] in stop_token_ids:
+                return tokens[: i + 1]
+    return tokens
+
+
+def truncated_lengths_graph(tokens, prompt_mask, stop_token_ids, lengths):
+    """`truncate_at_stop` of a (batch, length) tensor, as row lengths:
+    `lengths`, or less where a row has a stop id past its prompt (kept).
+
+    Example:
+    >>> tokens = np.array([[5, 2, 7, 2, 9]])
+    >>> mask = np.array([[True, True, False, False, False]])
+    >>> ops.convert_to_numpy(truncated_lengths_graph(tokens, mask, (2,), [5]))
+    array([4], dtype=int32)
+    """
+    stops = ops.convert_to_tensor(stop_token_ids, "int32")
+    is_stop = ops.any(ops.cast(tokens, "int32")[:, :, None] == stops, axis=-1)
+    is_stop = ops.cast(ops.logical_and(is_stop, ops.logical_not(prompt_mask)), "int32")
+    before = ops.cumsum(is_stop, axis=1) - is_stop  # stops strictly before
+    kept = ops.sum(ops.cast(before == 0, "int32"), axis=1)
+    return ops.minimum(ops.cast(lengths, "int32"), kept)
+
+
+def format_outputs(rows, kind, tokenizer, stop_token_ids):
+    """Outputs shaped like the inputs: strings back to strings.
+
+    Strings are clean text: the stop ids are dropped, and
+    `keras_tfm.data.detokenize` drops a WordPiece tokenizer's special tokens
+    (`[START]`, `[END]`, `[PAD]`, ...) and rejoins its pieces and punctuation
+    ("I've a dog.", not "I ' ve a dog .").
+    """
+    if kind in ("string", "strings"):
+        stops = set(stop_token_ids or ())
+        texts = [
+            detokenize(tokenizer, [t for t in row if t not in stops]) for row in rows
+        ]
+        return texts[0] if kind == "string" else texts
+    return rows[0] if kind == "ids" else rows

@@ -21,8 +21,7 @@ ValueError: `return_scores` is given by the built-in samplers' loop over one buf
 import dataclasses
 import inspect
 
-from keras_tfm.generation import generation_utils as gen
-from keras_tfm.generation import grammar, scoring, sliding_window
+from keras_tfm.generation import grammar, scoring, sliding_window, token_inputs
 from keras_tfm.generation.generation_config import configs_for, request_base
 from keras_tfm.validation import check_positive_int
 
@@ -164,7 +163,7 @@ class GenerationRequest:
         stop_token_ids = get("stop_token_ids")
         if stop_token_ids is None:
             stop_token_ids = model.default_stop_token_ids()
-        stop_token_ids = gen.check_stop_token_ids(
+        stop_token_ids = token_inputs.check_stop_token_ids(
             stop_token_ids, backbone.vocabulary_size
         )
         regex = grammar.response_format_regex(get("response_format"))

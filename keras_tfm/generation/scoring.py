@@ -25,7 +25,7 @@ ValueError: `top_logprobs` needs `return_scores=True` (the alternatives come wit
 import numpy as np
 from keras import ops
 
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import buffers, token_inputs
 
 
 def check_top_logprobs(top_logprobs, return_scores, vocabulary_size):
@@ -86,7 +86,7 @@ def read_rows(model, name, texts):
     tokenize = None
     if model.preprocessor is not None:
         tokenize = model.preprocessor.generate_preprocess
-    rows, _ = gen.normalize_token_batch(
+    rows, _ = token_inputs.normalize_token_batch(
         name, texts, model.backbone.vocabulary_size, model.backbone.padding_id,
         tokenize,
     )  # fmt: skip
@@ -103,7 +103,9 @@ def padded(rows, fill_id, maximum, name):
             f"max_sequence_length={maximum}: score it in pieces. Received: "
             f"lengths {[len(row) for row in rows]}"
         )
-    return gen.pad_rows(rows, min(gen.bucket_length(longest), maximum), fill_id)[0]
+    return token_inputs.pad_rows(
+        rows, min(buffers.rounded_length(longest), maximum), fill_id
+    )[0]
 
 
 def score_causal(model, texts):

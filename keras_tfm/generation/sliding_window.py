@@ -20,7 +20,7 @@ many new tokens still fit.
 
 import numpy as np
 
-from keras_tfm.generation.generation_utils import pad_rows
+from keras_tfm.generation.token_inputs import pad_rows
 
 
 def default_window_shift(max_sequence_length):

@@ -36,9 +36,9 @@ Reference: Leviathan et al., 2023 (speculative decoding); Saxena, 2023
 
 from keras import ops
 
-from keras_tfm.generation import buffers
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import backend, buffers, token_inputs
 from keras_tfm.generation.decoder_steps import DecoderSteps
+from keras_tfm.generation.outputs import truncate_at_stop
 from keras_tfm.validation import check_positive_int
 
 BUFFER_BUCKET = 64
@@ -191,7 +191,7 @@ class SpeculativeDecoder:
         owners = (model,) if self.draft is None else (model, self.draft.model)
         function = model.compiled_loops.get(
             ("speculative", *key),
-            lambda: gen.compile_loop(
+            lambda: backend.compile_loop(
                 self._loop(stop_token_ids), owners, self.jit_compile
             ),
         )
@@ -202,13 +202,13 @@ class SpeculativeDecoder:
             length = buffers.rounded_length(
                 end + k, backbone.max_sequence_length, BUFFER_BUCKET
             )
-            tokens, _ = gen.pad_rows([row], length, model.fill_id)
+            tokens, _ = token_inputs.pad_rows([row], length, model.fill_id)
             tokens, index, counts = function(
                 tokens, ops.convert_to_tensor(len(row), "int32"),
                 ops.convert_to_tensor(end, "int32"),
             )  # fmt: skip
             tokens = ops.convert_to_numpy(tokens)[0, : min(int(index), end)]
-            result = gen.truncate_at_stop(tokens, len(row), stop_token_ids)
+            result = truncate_at_stop(tokens, len(row), stop_token_ids)
             results.append(result)
             for name, count in zip(
                 ("rounds", "guessed", "accepted"), counts, strict=True

@@ -2,8 +2,14 @@ import keras
 from keras import ops
 
 from keras_tfm.chat import stateless
-from keras_tfm.generation import decode_loop, outputs, scoring, sliding_window
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import (
+    cached_steps,
+    decode_loop,
+    outputs,
+    scoring,
+    sliding_window,
+    token_inputs,
+)
 from keras_tfm.generation.compiled_loops import CompiledLoops
 from keras_tfm.generation.request import GenerationRequest, lists_settings
 from keras_tfm.generation.strategies import DecoderInputs, strategy_for
@@ -164,7 +170,7 @@ class CausalLM(QuantizationMixin, Task):
         backbone = self.backbone
         batch_size, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
         cache = backbone.empty_cache(batch_size, length)
-        padding_mask = gen.cache_padding_mask(backbone, tokens)
+        padding_mask = cached_steps.cache_padding_mask(backbone, tokens)
 
         def step(chunk, cache, begin):
             return backbone.call_with_cache(chunk, cache, begin, padding_mask)[1]
@@ -173,9 +179,12 @@ class CausalLM(QuantizationMixin, Task):
 
     def decode_step(self, context, tokens, cache, index):
         """Logits (batch, vocabulary_size) for position `index` from the one before."""
-        token = gen.previous_token(tokens, index)
+        token = cached_steps.previous_token(tokens, index)
         hidden, cache = self.backbone.call_with_cache(
-            token, cache, index - 1, gen.cache_padding_mask(self.backbone, tokens)
+            token,
+            cache,
+            index - 1,
+            cached_steps.cache_padding_mask(self.backbone, tokens),
         )
         return self.logits(hidden)[:, 0, :], cache
 
@@ -210,12 +219,13 @@ class CausalLM(QuantizationMixin, Task):
         return self.room_after(self._generation_rows(inputs)[0])
 
     def _generation_rows(self, inputs):
-        """`(rows, kind)` of `generate`'s inputs (`gen.normalize_token_batch`)."""
+        """`(rows, kind)` of `generate`'s inputs
+        (`token_inputs.normalize_token_batch`)."""
         tokenize = None
         if self.preprocessor is not None:
             tokenize = self.preprocessor.generate_preprocess
         backbone = self.backbone
-        return gen.normalize_token_batch(
+        return token_inputs.normalize_token_batch(
             "inputs", inputs, backbone.vocabulary_size, backbone.padding_id, tokenize
         )
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
 from keras_tfm._optional import use_tf_graph
-from keras_tfm.generation.generation_utils import format_outputs
+from keras_tfm.generation.outputs import format_outputs
 from keras_tfm.models.tokenizer_attachment import (
     is_text,
     restore_tokenizer,

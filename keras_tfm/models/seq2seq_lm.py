@@ -2,8 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_tfm.generation import buffers, scoring
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import buffers, cached_steps, scoring, token_inputs
 from keras_tfm.layers.hyperparameters import as_bool
 from keras_tfm.models._common import make_logits_bias
 from keras_tfm.models.causal_lm import CausalLM
@@ -189,7 +188,7 @@ class Seq2SeqLM(CausalLM):
         # same) so that nearby lengths share one compiled loop. The mask comes
         # from the row lengths as well as `padding_id`, so that sources of
         # different lengths batch even without one.
-        source, source_mask = gen.pad_rows(
+        source, source_mask = token_inputs.pad_rows(
             rows, buffers.rounded_length(longest, maximum), self.fill_id
         )
         if self.backbone.padding_id is not None:
@@ -236,7 +235,7 @@ class Seq2SeqLM(CausalLM):
 
     def decode_step(self, context, tokens, cache, index):
         cross_caches, source_mask = context
-        token = gen.previous_token(tokens, index)
+        token = cached_steps.previous_token(tokens, index)
         hidden, cache = self.backbone.call_with_cache(
             token, cache, index - 1, cross_caches, source_mask
         )

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from keras_tfm import layers
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import cached_steps
 from keras_tfm.generation.generation_config import GenerationConfig, settings_tensors
 from tests.builders import causal_lm
 
@@ -45,7 +45,7 @@ def test_previous_token_and_learned_positions_take_the_index_at_run_time():
     import tensorflow as tf
 
     tokens = np.arange(12, dtype="int32").reshape(2, 6)
-    take = tf.function(gen.previous_token, jit_compile=True)
+    take = tf.function(cached_steps.previous_token, jit_compile=True)
     np.testing.assert_array_equal(take(tokens, np.int32(4)), tokens[:, 3:4])
     assert program(take, tokens, np.int32(2)) == program(take, tokens, np.int32(5))
 
@@ -62,7 +62,7 @@ def test_previous_token_and_learned_positions_take_the_index_at_run_time():
 def test_prefill_captures_no_all_ones_mask_between_its_loops(padding_id):
     # Without a padding id the cached steps get no mask: an all-ones
     # constant captured by both chunk loops made the persistent XLA cache's
-    # key vary between processes (see gen.cache_padding_mask).
+    # key vary between processes (see cached_steps.cache_padding_mask).
     model = causal_lm(
         vocabulary_size=16, num_layers=1, num_heads=1, hidden_dim=8,
         intermediate_dim=8, max_sequence_length=64, padding_id=padding_id,

@@ -4,7 +4,8 @@ import keras_hub
 import numpy as np
 from keras import ops
 
-from keras_tfm.generation.generation_utils import bucket_length, run_sampler
+from keras_tfm.generation.buffers import rounded_length
+from keras_tfm.generation.keras_hub_samplers import run_sampler
 
 VOCAB = 10
 
@@ -89,5 +90,5 @@ def test_a_stop_id_equal_to_the_fill_id_stops_only_once_decoded():
     np.testing.assert_array_equal(np.asarray(out), [[7, 2, 3, 0, 0, 0, 0, 0]])
 
 
-def test_bucket_length():
-    assert [bucket_length(n) for n in (1, 8, 9, 16, 17)] == [8, 8, 16, 16, 24]
+def test_rounded_length():
+    assert [rounded_length(n) for n in (1, 8, 9, 16, 17)] == [8, 8, 16, 16, 24]

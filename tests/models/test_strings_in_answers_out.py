@@ -252,11 +252,11 @@ def test_seq2seq_strings_are_the_detokenized_ids_without_special_tokens():
 
 
 def test_generated_strings_join_word_pieces_and_apostrophes():
-    from keras_tfm.generation import generation_utils as gen
+    from keras_tfm.generation import outputs
 
     model = seq2seq()
     row = [ID[t] for t in ["i", "'", "ve", "a", "dog", ".", "[END]"]]
-    assert gen.format_outputs([row], "string", model.tokenizer, (ID["[END]"],)) == (
+    assert outputs.format_outputs([row], "string", model.tokenizer, (ID["[END]"],)) == (
         "i've a dog."
     )
 

@@ -8,8 +8,8 @@ top-p, penalty, seed or stop id reuses it.
 
 from keras import ops
 
-from keras_tfm.generation import buffers, loops, scoring
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import buffers, loops, scoring, token_inputs
+from keras_tfm.generation.outputs import truncate_at_stop
 
 
 def run_in_buffer(model, request, inputs, function, settings, length):
@@ -19,7 +19,7 @@ def run_in_buffer(model, request, inputs, function, settings, length):
     alternatives."""
     rows, max_new_tokens = inputs.rows, request.max_new_tokens
     longest = max(len(row) for row in rows)
-    tokens, mask = gen.pad_rows(rows, length, model.fill_id)
+    tokens, mask = token_inputs.pad_rows(rows, length, model.fill_id)
     outputs = function(
         inputs.encoder_inputs,
         tokens,
@@ -44,7 +44,7 @@ def run_in_buffer(model, request, inputs, function, settings, length):
         if ends is not None:  # the loop says where each row stopped
             kept = [int(t) for t in outputs[i, : min(stop, ends[i])]]
         else:
-            kept = gen.truncate_at_stop(
+            kept = truncate_at_stop(
                 outputs[i, :stop], len(row), request.stop_token_ids
             )
         results.append(kept)

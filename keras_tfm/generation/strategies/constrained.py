@@ -12,8 +12,7 @@ schema of the same padded size reuses it.
 
 from keras import ops
 
-from keras_tfm.generation import buffers, decode_loop, grammar, loops
-from keras_tfm.generation import generation_utils as gen
+from keras_tfm.generation import backend, buffers, decode_loop, grammar, loops
 from keras_tfm.generation.strategies.buffered import run_in_buffer
 
 NEG_INF = float("-inf")
@@ -61,7 +60,7 @@ def constrained_function(model):
             next, tokens, (cache, state), start, end, mask, settings
         )
 
-    return gen.compile_loop(loop, (model,))
+    return backend.compile_loop(loop, (model,))
 
 
 def automaton_for(model, request):
