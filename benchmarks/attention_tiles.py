@@ -6,7 +6,7 @@ function per setting, median of 3 calls after a warm-up; PyTorch's
 `scaled_dot_product_attention` on the same shapes beside it when
 --torch-python names a Python with torch. The defaults of
 `keras_tfm.kernels.chunked_attention` come from this table
-(docs/benchmarks.md, "Long sequences").
+(docs/benchmarks/training.md, "Long sequences").
 
     python benchmarks/attention_tiles.py --lengths 4096 16384 \
         --tiles 256x256 1024x128 --torch-python /work/torchenv/bin/python

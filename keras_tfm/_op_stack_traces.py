@@ -5,7 +5,7 @@ created it, and XLA's compilation of the function freezes each of those
 stacks into strings (`StackTraceWrapper::LastUserFrame`) that live as long
 as the function: 453 MiB for SmolLM2's four decoding programs (greedy and
 sampling, beam search, the draft's two), about what the four hold besides
-(docs/benchmarks.md). The engine traces its loops without them
+(docs/benchmarks/decoding.md). The engine traces its loops without them
 (`keras_tfm.generation.backend.compile_loop`); a runtime error inside one
 then reads "<stack traces unavailable>" where it would name the line that
 made the op (errors raised while tracing, shapes and Python exceptions,

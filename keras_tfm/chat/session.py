@@ -44,7 +44,7 @@ CACHE_BUCKET = 256
 """The cache grows in steps of this many positions (one compile per size).
 Doubling instead (fewer compiles) measured a warm turn 1.5x slower: every
 pass attends over the whole buffer, 2,048 positions for a 1,049-token
-conversation instead of 1,280 (docs/benchmarks.md)."""
+conversation instead of 1,280 (docs/benchmarks/decoding.md)."""
 
 
 SETTINGS = {

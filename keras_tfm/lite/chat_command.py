@@ -38,7 +38,7 @@ DEFAULT_TEMPERATURE = 1.0
 WEIGHTS_HELP = (
     "the weights the chat decodes with (default: int8 for a preset that "
     "keeps a LiteRT step template, SmolLM2: its int8 LiteRT step, within "
-    "llama.cpp's quality gate, docs/benchmarks.md; float32 for any other "
+    "llama.cpp's quality gate, docs/benchmarks/decoding.md; float32 for any other "
     "model); with TensorFlow, as `generate --weights`"
 )
 

@@ -98,7 +98,7 @@ def keeps_template(reference):
 def default_weights(reference):
     """The chat's step when `--weights` is not given: "int8" for a preset
     that keeps a step template (the int8 step passes the quality gate,
-    docs/benchmarks.md), "float32" for any other model."""
+    docs/benchmarks/decoding.md), "float32" for any other model."""
     return "int8" if keeps_template(reference) else "float32"
 
 

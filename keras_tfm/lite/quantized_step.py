@@ -20,7 +20,7 @@ template may keep a few layers' float32: `QUANTIZATION`). The key/value
 projection (its errors move every attention score, and they come from its
 weights' rounding, not the activations') stays float32. The mode then
 passes the quality gate (mean KL <= 0.01, top-1 agreement >= 0.95), where
-quantizing every matrix does not; docs/benchmarks.md has the table.
+quantizing every matrix does not; docs/benchmarks/decoding.md has the table.
 
 Example (SmolLM2's template, its weights converted from the GGUF file):
 >>> from keras_tfm import zoo

@@ -31,7 +31,7 @@ besides reading the weights (the dequantising matrix-vector products, the
 small ops of 30 layers), and 512-bit vectors shorten them: on a 2-core
 Intel Xeon with AVX-512, SmolLM2-135M greedy decoding at batch 1 went from
 32.2 to 35.3 tokens/s in float32 and from 36.8 to 52.6 with weight-only
-int8, while training speed did not change (docs/benchmarks.md). Importing
+int8, while training speed did not change (docs/benchmarks/decoding.md). Importing
 keras_tfm therefore adds `--xla_cpu_prefer_vector_width=512` to the
 `XLA_FLAGS` environment variable on such CPUs. XLA reads its flags once, at
 the first compilation in the process, so it applies to every XLA
