@@ -44,7 +44,10 @@ def compile_loop(function, owners=(), jit_compile=True):
     Returns:
         A function with `function`'s signature.
     """
-    return _NoticedFirstCalls(_compiled(function, owners, jit_compile), function)
+    compiled = _compiled(function, owners, jit_compile)
+    if keras.config.backend() not in ("tensorflow", "jax"):
+        return compiled  # runs eagerly: there is no compile to announce
+    return _NoticedFirstCalls(compiled, function)
 
 
 def _compiled(function, owners, jit_compile):
