@@ -31,6 +31,15 @@ def set_keras_mask(tensor, mask):
     _backend.set_keras_mask(tensor, mask)
 
 
+def compiled_metrics(model):
+    """The metrics `compile(metrics=..., weighted_metrics=...)` named, or None.
+
+    Why private: a model overriding `compute_metrics` has no public way to
+    ask whether any were compiled.
+    """
+    return model._compile_metrics
+
+
 def flatten_layers(layer, include_self=True, recursive=True):
     """`layer` and every sublayer, depth first.
 

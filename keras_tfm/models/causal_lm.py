@@ -1,6 +1,9 @@
+import contextlib
+
 import keras
 from keras import ops
 
+from keras_tfm._keras_compat import compiled_metrics
 from keras_tfm.chat import stateless
 from keras_tfm.generation import (
     cached_steps,
@@ -16,6 +19,11 @@ from keras_tfm.generation.strategies import DecoderInputs, strategy_for
 from keras_tfm.models._common import make_lm_head
 from keras_tfm.models.causal_lm_preprocessor import CausalLMPreprocessor
 from keras_tfm.models.decoder_backbone import DecoderBackbone
+from keras_tfm.models.hidden_state_loss import (
+    MIN_VOCABULARY_SIZE,
+    hidden_state_loss,
+    token_loss_settings,
+)
 from keras_tfm.models.legacy_configs import constructor_arguments, split_legacy_config
 from keras_tfm.models.quantization import QuantizationMixin
 from keras_tfm.models.task import Task, check_backbone, restore_preprocessor
@@ -56,6 +64,15 @@ class CausalLM(QuantizationMixin, Task):
         float32 logits (batch, seq, vocabulary_size) for the next token;
         `(logits, scores)` with `return_attention_scores=True`.
 
+    Training: `fit` computes a compiled sparse cross-entropy on logits
+    (`keras.losses.SparseCategoricalCrossentropy(from_logits=True)`,
+    `keras_tfm.training.TokenCrossEntropy`) from the final hidden states and
+    the output projection, one chunk of tokens at a time, so the
+    (batch, seq, vocabulary) float32 logits are never formed
+    (`keras_tfm.kernels.linear_cross_entropy`; see
+    `loss_from_hidden_states`). `evaluate`, `predict` and a call read the
+    logits as before.
+
     Example:
     >>> backbone = keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
@@ -70,6 +87,13 @@ class CausalLM(QuantizationMixin, Task):
     backbone_class = DecoderBackbone
     preprocessor_class = CausalLMPreprocessor
     label_kind = "token"
+    loss_from_hidden_states = "auto"
+    """Whether `fit` computes its loss from the hidden states: True, False,
+    or "auto" (the default: when the vocabulary has at least
+    `hidden_state_loss.MIN_VOCABULARY_SIZE` words). It applies to the losses
+    that `hidden_state_loss.token_loss_settings` accepts, a float output
+    projection without a soft cap, and TensorFlow and JAX (PyTorch has no
+    Keras custom gradient); anything else trains on the logits."""
     generation_config = None
     """The default `GenerationConfig` of `generate` and `chat`: what a preset's
     `generation_config.json` sets (`keras_tfm.zoo.from_preset`), None for
@@ -121,7 +145,92 @@ class CausalLM(QuantizationMixin, Task):
         if return_attention_scores:
             hidden, scores = outputs
             return self.logits(hidden), scores
+        # Read when the step is traced: `compute_loss` and `compute_metrics`
+        # of the same step see which of the two they were given.
+        self._returned_hidden_states = bool(training) and self._fit_on_hidden_states
+        if self._returned_hidden_states:
+            # `fit`'s train step: `compute_loss` projects the hidden states;
+            # the logits only for the metrics `compile` named, without a
+            # gradient, from the weights before the step's update.
+            logits = None
+            if compiled_metrics(self) is not None:
+                logits = ops.stop_gradient(self.logits(outputs))
+            return outputs, logits
         return self.logits(outputs)
+
+    # === Training from the hidden states ===
+
+    _fit_on_hidden_states = False
+    _returned_hidden_states = False
+    _traced_on_hidden_states = None
+
+    def output_table(self):
+        """The output projection as a (vocabulary_size, hidden_dim) tensor, or
+        None where the logits are not its plain product (quantized, bfloat16
+        or block weights, a logit soft cap)."""
+        if self.lm_head is not None:
+            if self.lm_head.quantization_mode is not None:
+                return None
+            return ops.transpose(self.lm_head.kernel)
+        embedding = self.backbone.token_embedding
+        if (
+            embedding.quantization_mode is not None
+            or embedding.bfloat16_weights
+            or embedding.block_weights
+            or embedding.logit_soft_cap is not None
+        ):
+            return None
+        if embedding.tie_weights:
+            return embedding.embeddings
+        return ops.transpose(embedding.reverse_embeddings)
+
+    def trains_on_hidden_states(self):
+        """Whether `fit`, as compiled now, computes the loss from the hidden
+        states (`loss_from_hidden_states`)."""
+        setting = self.loss_from_hidden_states
+        if setting not in (True, False, "auto"):
+            raise ValueError(
+                "`loss_from_hidden_states` must be True, False or 'auto'. "
+                f"Received: loss_from_hidden_states={setting!r}"
+            )
+        if setting == "auto":
+            setting = self.backbone.vocabulary_size >= MIN_VOCABULARY_SIZE
+        return (
+            setting
+            and keras.backend.backend() in ("tensorflow", "jax")
+            and token_loss_settings(getattr(self, "loss", None)) is not None
+            and self.output_table() is not None
+        )
+
+    @contextlib.contextmanager
+    def _fitting(self):
+        on_hidden = self.trains_on_hidden_states()
+        if on_hidden != self._traced_on_hidden_states:
+            self.train_function = None  # traced for the other output
+        self._traced_on_hidden_states = on_hidden
+        self._fit_on_hidden_states = on_hidden
+        try:
+            yield
+        finally:
+            self._fit_on_hidden_states = False
+
+    def compute_loss(
+        self, x=None, y=None, y_pred=None, sample_weight=None, training=True
+    ):
+        if not (training and self._returned_hidden_states):
+            return super().compute_loss(x, y, y_pred, sample_weight, training=training)
+        hidden, _ = y_pred
+        loss = hidden_state_loss(
+            self.loss, y, hidden, self.output_table(), sample_weight
+        )
+        if self.losses:  # the layers' own (regularizers), as Keras adds them
+            loss = loss + ops.sum([ops.cast(extra, "float32") for extra in self.losses])
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if self._returned_hidden_states:
+            _, y_pred = y_pred  # the logits, where metrics were compiled
+        return super().compute_metrics(x, y, y_pred, sample_weight)
 
     def empty_cache(self, batch_size, max_length):
         """A zero cache (batch, num_layers, 2, max_length, kv_heads, head_dim)."""

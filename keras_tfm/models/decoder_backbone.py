@@ -1,3 +1,5 @@
+import functools
+
 import keras
 
 from keras_tfm.layers.attention_cache import AttentionCache
@@ -59,6 +61,11 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         `return_attention_scores=True`, `scores` a tuple of `num_layers`
         float32 tensors (batch, num_heads, seq, seq).
 
+    Memory in training: `rematerialize_blocks = True` keeps only each
+    block's input for the backward pass, which runs the block's forward
+    again (`keras.remat`): about one more forward pass of compute for the
+    activations of one block instead of all. A training setting, not saved.
+
     Example:
     >>> backbone = keras_tfm.models.DecoderBackbone(
     ...     vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=16,
@@ -68,6 +75,7 @@ class DecoderBackbone(PresetMixin, TransformerModel):
     """
 
     own_arguments = {"num_layers": check_positive_int}
+    rematerialize_blocks = False
 
     def __init__(
         self,
@@ -133,18 +141,23 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         check_token_ids("token_ids", token_ids, self.max_sequence_length)
         # No mask at all without a padding id: an all-True one would keep
         # attention off the fused kernels (keras_tfm.kernels.fused_attention).
-        padding_mask = None if self.padding_id is None else self.padding_mask_of(
-            token_ids
+        padding_mask = (
+            None if self.padding_id is None else self.padding_mask_of(token_ids)
         )
         x = self.embed(token_ids, training=training)
         scores = []
+        recompute = bool(training) and self.rematerialize_blocks
         for block in self.transformer_layers:
-            x = block(
-                x,
+            run_block = functools.partial(
+                block,
                 padding_mask=padding_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
             )
+            # keras.remat, not a RematScope: the scope must be open when the
+            # layers are built, and TensorFlow's recompute_grad takes no
+            # keyword arguments in a graph.
+            x = keras.remat(run_block)(x) if recompute else run_block(x)
             if return_attention_scores:
                 x, layer_scores = x
                 scores.append(layer_scores["self_attention"])

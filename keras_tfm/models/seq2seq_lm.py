@@ -122,6 +122,16 @@ class Seq2SeqLM(CausalLM):
             logits = self.logits_bias(logits)
         return logits
 
+    def output_table(self):
+        """CausalLM's, scaled as `logits` scales the hidden states (None with
+        a logits bias: the hidden-state loss has no bias)."""
+        table = super().output_table()
+        if table is None or self.logits_bias is not None:
+            return None
+        if self.scale_decoder_outputs:
+            table = table * ops.cast(self.backbone.hidden_dim**-0.5, table.dtype)
+        return table
+
     # `call` and `empty_cache` (the decoder's self-attention) are CausalLM's.
 
     def compute_cross_attention_cache(self, encoder_outputs):

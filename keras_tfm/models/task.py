@@ -16,6 +16,8 @@ naming it, not a NaN loss or a graph error. The task classes themselves
 override none of these.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 
@@ -244,10 +246,14 @@ class Task(PresetMixin, keras.Model):
                     validation, None, None, None, "validation_data labels"
                 )[0]
             kwargs["validation_data"] = validation
-        with self._label_errors():
+        with self._label_errors(), self._fitting():
             return super().fit(
                 x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs
             )
+
+    def _fitting(self):
+        """A context around Keras' `fit`, for a task's training-only settings."""
+        return contextlib.nullcontext()
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         """Keras' `evaluate`, with the data pipeline of `fit`."""

@@ -32,8 +32,8 @@ def attention_on_jax():
 
     calls = []
     fused = fused_attention.fused_dot_product_attention
-    fused_attention.fused_dot_product_attention = lambda *a: calls.append(a) or fused(
-        *a
+    fused_attention.fused_dot_product_attention = lambda *a: (
+        calls.append(a) or fused(*a)
     )
     rng = np.random.default_rng(0)
     q = rng.normal(size=(2, 5, 4, 8)).astype("float32")
@@ -131,11 +131,39 @@ def fit_on_strings():
     assert np.isfinite(history[0]), history
 
 
+def loss_from_hidden_states():
+    """`fit` on the hidden states (the chunked loss's custom gradient, block
+    rematerialization) trains the weights `fit` on the logits trains."""
+    from keras_tfm import models
+
+    rng = np.random.default_rng(1)
+    ids, labels = rng.integers(1, 37, (8, 12)), rng.integers(0, 37, (8, 12))
+    weights = []
+    for on_hidden in (False, True):
+        keras.utils.set_random_seed(0)
+        lm = models.CausalLM(models.DecoderBackbone(
+            vocabulary_size=37, num_layers=2, num_heads=2, hidden_dim=16,
+            intermediate_dim=32, max_sequence_length=16,
+        ))  # fmt: skip
+        lm.loss_from_hidden_states = on_hidden
+        lm.backbone.rematerialize_blocks = on_hidden
+        loss = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, ignore_class=3
+        )
+        lm.compile(keras.optimizers.SGD(0.5), loss)
+        lm.fit(ids, labels, batch_size=4, epochs=2, shuffle=False, verbose=0)
+        assert lm.trains_on_hidden_states() == on_hidden
+        weights.append(lm.get_weights())
+    for a, b in zip(*weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def save(folder):
     from keras_tfm import layers, models
 
     attention_on_jax()
     fit_on_strings()
+    loss_from_hidden_states()
 
     # The README's layers example, fitted.
     inputs = keras.Input((None,), dtype="int32")
