@@ -1,9 +1,12 @@
+import doctest
 import re
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_tfm.kernels import linear_cross_entropy as kernel_module
 from keras_tfm.kernels.linear_cross_entropy import (
     default_chunk_size,
     linear_cross_entropy,
@@ -105,3 +108,9 @@ def test_the_compiled_step_holds_no_tokens_by_vocabulary_tensor():
     largest = max(int(np.prod([int(d) for d in s.split(",")])) for s in shapes)
     assert largest < batch * seq * vocabulary, largest
     assert largest >= chunk * vocabulary  # one chunk's logits: the kernel ran
+
+
+def test_docstring_example_runs():
+    globs = {"np": np, "keras": keras}
+    result = doctest.testmod(kernel_module, extraglobs=globs)
+    assert result.attempted > 0 and result.failed == 0

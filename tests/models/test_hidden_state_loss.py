@@ -1,10 +1,13 @@
 """`CausalLM.fit` computes its loss from the hidden states: same training."""
 
+import doctest
+
 import keras
 import numpy as np
 import pytest
 
 from keras_tfm.models import CausalLM, DecoderBackbone, Seq2SeqBackbone, Seq2SeqLM
+from keras_tfm.models import hidden_state_loss as loss_module
 from keras_tfm.training import TokenCrossEntropy
 
 VOCABULARY = 37
@@ -116,3 +119,9 @@ def test_rematerialized_blocks_train_the_same_weights():
         weights.append(fitted(model, True, TokenCrossEntropy(ignore_class=None))[1])
     for a, b in zip(*weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_docstring_examples_run():
+    globs = {"np": np, "keras": keras}
+    result = doctest.testmod(loss_module, extraglobs=globs)
+    assert result.attempted > 0 and result.failed == 0
