@@ -96,6 +96,25 @@ def test_switching_the_setting_retraces_the_step():
     assert model(IDS[:1], training=True).shape == (1, 12, VOCABULARY)
 
 
+def test_a_sequence_to_sequence_model_trains_as_on_its_logits():
+    weights = []
+    for on_hidden in (False, True):
+        keras.utils.set_random_seed(0)
+        backbone = Seq2SeqBackbone(
+            vocabulary_size=VOCABULARY, num_encoder_layers=1, num_decoder_layers=1,
+            num_heads=2, hidden_dim=16, intermediate_dim=32, max_sequence_length=16,
+        )  # fmt: skip
+        model = Seq2SeqLM(backbone, scale_decoder_outputs=True, start_token_id=1)
+        model.loss_from_hidden_states = on_hidden
+        model.compile(keras.optimizers.SGD(0.5), TokenCrossEntropy(ignore_class=0))
+        inputs = {"source_ids": IDS, "target_ids": IDS[:, ::-1]}
+        model.fit(inputs, LABELS, batch_size=4, epochs=2, shuffle=False, verbose=0)
+        assert model.trains_on_hidden_states() == on_hidden
+        weights.append(model.get_weights())
+    for a, b in zip(*weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_a_sequence_to_sequence_head_folds_its_scale_into_the_table():
     keras.utils.set_random_seed(0)
     backbone = Seq2SeqBackbone(
