@@ -126,6 +126,20 @@ def check_rank(name, tensor, rank, meaning):
         )
 
 
+def check_label_shape(labels, scores, scores_name):
+    """Checks that `labels` have the shape of `scores` without its last axis
+    (the classes or the hidden units); unknown dimensions are not checked."""
+    if len(labels.shape) != len(scores.shape) - 1 or any(
+        t is not None and p is not None and t != p
+        for t, p in zip(labels.shape, scores.shape[:-1], strict=False)
+    ):
+        raise ValueError(
+            f"`y_true` must have the shape of {scores_name} without its last "
+            f"axis. Received: y_true.shape={tuple(labels.shape)}, "
+            f"{scores_name}.shape={tuple(scores.shape)}"
+        )
+
+
 def check_last_dim(name, tensor, expected):
     got = tensor.shape[-1]
     if got is not None and expected is not None and got != expected:

@@ -11,6 +11,7 @@ from keras import ops
 
 from keras_tfm._keras_compat import set_keras_mask
 from keras_tfm.kernels.linear_cross_entropy import linear_cross_entropy
+from keras_tfm.validation import check_label_shape
 
 # Vocabularies at least this large train from the hidden states by default
 # ("auto"): below it the logits are small beside the blocks' activations.
@@ -91,15 +92,7 @@ def hidden_state_loss(loss, y_true, hidden, table, sample_weight=None):
     y_true = ops.convert_to_tensor(y_true)
     if len(y_true.shape) == len(hidden.shape) and y_true.shape[-1] == 1:
         y_true = ops.squeeze(y_true, axis=-1)
-    if len(y_true.shape) != len(hidden.shape) - 1 or any(
-        t is not None and h is not None and t != h
-        for t, h in zip(y_true.shape, hidden.shape[:-1], strict=False)
-    ):
-        raise ValueError(
-            "`y_true` must have the shape of the hidden states without their "
-            f"last axis. Received: y_true.shape={tuple(y_true.shape)}, "
-            f"hidden.shape={tuple(hidden.shape)}"
-        )
+    check_label_shape(y_true, hidden, "hidden")
     labels = y_true
     if ignore_class is not None:  # an ignored label may be any id, -100 too
         ignored = ops.equal(labels, ops.cast(ignore_class, labels.dtype))

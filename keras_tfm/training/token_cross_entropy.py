@@ -3,7 +3,7 @@ from keras import ops
 
 from keras_tfm._keras_compat import set_keras_mask
 from keras_tfm.training._checks import check_ignore_class
-from keras_tfm.validation import check_rate
+from keras_tfm.validation import check_label_shape, check_rate
 
 
 def _token_cross_entropy(y_true, y_pred, ignore_class, label_smoothing, from_logits):
@@ -12,15 +12,7 @@ def _token_cross_entropy(y_true, y_pred, ignore_class, label_smoothing, from_log
     y_true = ops.convert_to_tensor(y_true)
     if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == 1:
         y_true = ops.squeeze(y_true, axis=-1)
-    if len(y_true.shape) != len(y_pred.shape) - 1 or any(
-        t is not None and p is not None and t != p
-        for t, p in zip(y_true.shape, y_pred.shape[:-1], strict=False)
-    ):
-        raise ValueError(
-            "`y_true` must have the shape of `y_pred` without its last (vocabulary) "
-            f"axis. Received: y_true.shape={tuple(y_true.shape)}, "
-            f"y_pred.shape={tuple(y_pred.shape)}"
-        )
+    check_label_shape(y_true, y_pred, "y_pred")
     # Keras' own loss masks `ignore_class` (zero loss plus a Keras mask, which
     # the `Loss` reduction turns into a mean over the unmasked tokens).
     nll = keras.losses.sparse_categorical_crossentropy(

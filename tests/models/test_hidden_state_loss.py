@@ -144,3 +144,14 @@ def test_docstring_examples_run():
     globs = {"np": np, "keras": keras}
     result = doctest.testmod(loss_module, extraglobs=globs)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_labels_of_another_shape_are_refused_by_both_losses():
+    keras_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    hidden, table = np.zeros((2, 3, 4), "float32"), np.zeros((5, 4), "float32")
+    with pytest.raises(ValueError, match=r"shape of hidden without.*\(2, 4\)"):
+        loss_module.hidden_state_loss(keras_loss, np.zeros((2, 4)), hidden, table)
+    with pytest.raises(ValueError, match=r"shape of y_pred without.*\(2, 4\)"):
+        TokenCrossEntropy()(np.zeros((2, 4)), np.zeros((2, 3, 5), "float32"))
+    with pytest.raises(ValueError, match="reproduces a sparse cross-entropy"):
+        loss_module.hidden_state_loss("mse", np.zeros((2, 3)), hidden, table)
