@@ -110,8 +110,8 @@ def linear_cross_entropy(hidden, table, labels, label_smoothing=0.0, chunk_size=
         rows32 = ops.cast(rows, f32)
         targets32 = ops.cast(ops.take(table, ids, axis=0), f32)
         losses = lse - (1.0 - eps) * ops.sum(rows32 * targets32, axis=-1)
-        mean_row = ops.mean(ops.cast(table, f32), axis=0)
         if eps:
+            mean_row = ops.mean(ops.cast(table, f32), axis=0)
             losses = losses - eps * ops.matmul(rows32, mean_row)
 
         def grad(upstream):

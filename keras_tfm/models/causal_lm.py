@@ -70,8 +70,10 @@ class CausalLM(QuantizationMixin, Task):
     the output projection, one chunk of tokens at a time, so the
     (batch, seq, vocabulary) float32 logits are never formed
     (`keras_tfm.kernels.linear_cross_entropy`; see
-    `loss_from_hidden_states`). `evaluate`, `predict` and a call read the
-    logits as before.
+    `loss_from_hidden_states`). Inside that `fit`, a call with
+    `training=True` returns `(hidden, logits or None)`, the logits only for
+    compiled metrics; `evaluate`, `predict` and every other call return the
+    logits.
 
     Example:
     >>> backbone = keras_tfm.models.DecoderBackbone(

@@ -4,6 +4,7 @@ import keras
 
 from keras_tfm.layers.attention_cache import AttentionCache
 from keras_tfm.layers.decoder_block import DecoderBlock
+from keras_tfm.layers.hyperparameters import as_bool
 from keras_tfm.layers.token_embedding import TokenEmbedding
 from keras_tfm.models._common import TransformerModel, check_token_ids
 from keras_tfm.models.preset_loading import PresetMixin
@@ -146,7 +147,9 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         )
         x = self.embed(token_ids, training=training)
         scores = []
-        recompute = bool(training) and self.rematerialize_blocks
+        recompute = bool(training) and as_bool(
+            "rematerialize_blocks", self.rematerialize_blocks
+        )
         for block in self.transformer_layers:
             run_block = functools.partial(
                 block,

@@ -155,3 +155,11 @@ def test_labels_of_another_shape_are_refused_by_both_losses():
         TokenCrossEntropy()(np.zeros((2, 4)), np.zeros((2, 3, 5), "float32"))
     with pytest.raises(ValueError, match="reproduces a sparse cross-entropy"):
         loss_module.hidden_state_loss("mse", np.zeros((2, 3)), hidden, table)
+
+
+def test_a_rematerialize_setting_that_is_not_a_flag_is_refused():
+    model = small_lm()
+    model.backbone.rematerialize_blocks = "auto"
+    model.compile("sgd", loss=TokenCrossEntropy())
+    with pytest.raises(ValueError, match="rematerialize_blocks` must be True or False"):
+        model.fit(IDS, LABELS, epochs=1, verbose=0)
