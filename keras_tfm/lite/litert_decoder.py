@@ -145,6 +145,26 @@ def _compiled_model(path, num_threads, weight_cache):
         )
 
 
+def _fresh_weight_cache(path, weight_cache):
+    """`weight_cache`, removed first if `path` was written after it.
+
+    XNNPACK maps a weight cache without checking the file it was packed
+    from, so a step rewritten in place would run on its old weights. A
+    cache that cannot be removed gives None (pack in memory).
+    """
+    if weight_cache is None:
+        return None
+    cache = Path(weight_cache)
+    try:
+        if cache.stat().st_mtime_ns <= path.stat().st_mtime_ns:
+            cache.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    return cache
+
+
 class LiteRTDecoder:
     """A cached decoding step in LiteRT.
 
@@ -159,6 +179,7 @@ class LiteRTDecoder:
             the first process that runs `path` and mapped by the next
             (default `<path>.xnnpack`; None: each signature packs its own
             copy in memory, 1.75 GB resident for SmolLM2 instead of 0.62).
+            A cache older than `path` is packed again.
 
     Attributes:
         buffer_length: the cache's positions.
@@ -200,6 +221,7 @@ class LiteRTDecoder:
         else:
             if weight_cache == "":
                 weight_cache = path.with_name(path.name + WEIGHT_CACHE_SUFFIX)
+            weight_cache = _fresh_weight_cache(path, weight_cache)
             del interpreter  # only its shapes were needed
             self._caches = None
             # LiteRT logs its environments and accelerators as the model, its
@@ -269,9 +291,7 @@ class LiteRTDecoder:
     def decode(self, token, index):
         """The float32 logits (vocabulary_size,) after `token` at `index`,
         through the smallest window that holds `index` (`decode_windows`)."""
-        name = next(
-            (window_signature(w) for w in self._windows if index < w), "decode"
-        )
+        name = next((window_signature(w) for w in self._windows if index < w), "decode")
         return self._runs[name](token_ids=[[token]], index=index)
 
     def prefill(self, token_ids, start):

@@ -133,6 +133,23 @@ def test_a_template_filled_with_unit_scales_gives_the_models_logits(made, tmp_pa
         np.testing.assert_allclose(logits, full[index], atol=1e-5)
 
 
+def test_a_rewritten_file_is_not_run_with_its_old_packed_weights(made, tmp_path):
+    # XNNPACK's weight cache beside the file does not know the file it came
+    # from: a file rewritten in place must be packed again.
+    from keras_tfm.lite.litert_decoder import LiteRTDecoder
+
+    model, folder = made[0], made[1]
+    path = tmp_path / "s.tflite"
+    decoder_template.fill_template(folder, {v.path: v for v in model.weights}, path)
+    first = LiteRTDecoder(path).decode(3, 0)
+    assert path.with_name("s.tflite.xnnpack").exists()
+    other = _llama()  # its own initial weights
+    decoder_template.fill_template(folder, {v.path: v for v in other.weights}, path)
+    expected = LiteRTDecoder(path, kernels="builtin").decode(3, 0)
+    assert not np.allclose(first, expected, atol=1e-3)
+    np.testing.assert_allclose(LiteRTDecoder(path).decode(3, 0), expected, atol=1e-4)
+
+
 def test_weights_of_other_shapes_are_refused(made, tmp_path):
     model, folder, _, _ = made
     weights = {v.path: v.numpy() for v in model.weights}
