@@ -23,18 +23,25 @@ matrix int8 but the key/value projections and, for SmolLM2, four layers'
 down projections, its template's `quantization.json`); that mode with
 every down projection int8, and with none; every matrix int8 with and
 without the rotation; each kind of matrix int8 alone (rotated), which is
-how the mode's matrices were chosen; and, when
+how the mode's matrices were chosen; with `--gptq`, every matrix int8
+with the key/value and down projections rounded by GPTQ
+(ai-edge-quantizer's, on Hessians of the rotated step's own inputs over
+2,048 tokens of Debian's `fortunes`, a text of another kind: `apt-get
+install fortunes`); and, when
 `llama-cpp-python` is installed, llama.cpp on the Q4_1 file itself (its
 logits for every position, `logits_all=True`), whose float32 reference is
 the same dequantized weights.
 
     apt-get install r-cran-tokenizers
     pip install llama-cpp-python==0.3.36   # optional: llama.cpp's row
-    python benchmarks/quantized_quality.py [--windows 4] [--json out.json] [--chat-only]
+    python benchmarks/quantized_quality.py [--windows 4] [--json out.json]
+        [--chat-only] [--gptq]
 """
 
 import argparse
+import contextlib
 import gzip
+import io
 import json
 import os
 import tempfile
@@ -101,9 +108,7 @@ def llama_cpp_log_probs(gguf, windows):
         from llama_cpp import Llama
     except ImportError:
         return None
-    llm = Llama(
-        str(gguf), n_ctx=WINDOW, n_threads=2, logits_all=True, verbose=False
-    )
+    llm = Llama(str(gguf), n_ctx=WINDOW, n_threads=2, logits_all=True, verbose=False)
     rows = []
     for window in windows:
         llm.reset()
@@ -126,9 +131,98 @@ def figures(reference, quantized, targets):
     }
 
 
-def steps(model, folder, chat_only=False):
+FULLY_CONNECTED = 9  # TFLite's builtin operator code
+GPTQ_TOKENS = 2048
+
+
+def gptq_calibration(step, ids, window=WINDOW):
+    """`{input tensor name: {"hessian", "num_samples"}}` for every
+    `FULLY_CONNECTED` of `step`, under each signature's own names: the
+    float32 step's `prefill` run over `ids` in windows of `window`, each
+    matrix's input read out (ai-edge-quantizer's calibrator keys a
+    statistic by the one signature it ran, and reduces every tensor of the
+    graph: 20x slower here)."""
+    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils
+
+    model = tfl_flatbuffer_utils.read_model(str(step))
+    prefill = {s.signatureKey.decode(): s.subgraphIndex for s in model.signatureDefs}
+    index = prefill["prefill"]
+
+    def products(subgraph):
+        for op in subgraph.operators:
+            if model.operatorCodes[op.opcodeIndex].builtinCode == FULLY_CONNECTED:
+                yield subgraph.tensors[op.inputs[1]].buffer, op.inputs[0]
+
+    reads = dict(products(model.subgraphs[index]))  # weight buffer -> input
+    interpreter = Interpreter(
+        str(step), num_threads=2, experimental_preserve_all_tensors=True
+    )
+    runner = interpreter.get_signature_runner("prefill")
+    details = runner.get_input_details()
+    chunk = int(details["token_ids"]["shape"][1])
+    blank = {k: np.zeros(d["shape"], np.float32) for k, d in details.items()
+             if k.startswith("cache_")}  # fmt: skip
+    sums, caches = dict.fromkeys(set(reads.values()), 0.0), blank
+    for start in range(0, len(ids) - chunk + 1, chunk):
+        caches = blank if start % window == 0 else caches
+        out = runner(
+            token_ids=np.asarray([ids[start : start + chunk]], np.int32),
+            index=np.int32(start % window), length=np.int32(chunk), **caches,
+        )  # fmt: skip
+        caches = {k: out[k] for k in blank}
+        for tensor in sums:
+            x = interpreter.get_tensor(tensor, index).astype(np.float64)
+            x = x.reshape(-1, x.shape[-1])
+            sums[tensor] = sums[tensor] + x.T @ x
+    count = (len(ids) // chunk) * chunk
+    statistics = {}
+    for subgraph in model.subgraphs:
+        for buffer, tensor in products(subgraph):
+            if buffer in reads:
+                name = subgraph.tensors[tensor].name.decode()
+                statistics[name] = {
+                    "hessian": (2.0 / count * sums[reads[buffer]]).astype("float32"),
+                    "num_samples": np.array(count),
+                }
+    return statistics
+
+
+def gptq_step(source, path, gptq, rest, statistics):
+    """`source` with the matrices `gptq` matches int8 through GPTQ and those
+    `rest` matches int8 by rounding, as `quantize_step` writes them."""
+    from ai_edge_quantizer import algorithm_manager, qtyping, quantizer, recipe_manager
+
+    recipe = recipe_manager.RecipeManager()
+    for regex, algorithm in (
+        (rest, algorithm_manager.AlgorithmName.MIN_MAX_UNIFORM_QUANT),
+        (gptq, algorithm_manager.AlgorithmName.GPTQ),
+    ):
+        recipe.add_dynamic_config(
+            regex=regex, num_bits=8, algorithm_key=algorithm,
+            operation_name=qtyping.TFLOperationName.FULLY_CONNECTED,
+        )  # fmt: skip
+    result = quantizer.Quantizer(str(source), recipe.get_quantization_recipe())
+    # The quantizer prints its progress bars and timings on stdout/stderr.
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
+        io.StringIO()
+    ):
+        result.quantize(statistics).export_model(str(path), overwrite=True)
+
+
+def fortune_ids(tokenizer, count=GPTQ_TOKENS):
+    """`count` token ids of Debian's fortunes, a file's entries after another."""
+    from keras_tfm.datasets.fortunes import load_fortunes
+
+    texts, _, _ = load_fortunes(min_entries=1)
+    ids = tokenizer.encode("\n\n".join(texts[::7]), add_special_tokens=False).ids
+    return ids[:count]
+
+
+def steps(model, folder, chat_only=False, gptq_ids=None):
     """`{row name: step file}`: the float32 step, then each quantized one
-    (`chat_only`: the chat's mode alone)."""
+    (`chat_only`: the chat's mode alone; `gptq_ids`: calibration tokens for
+    the GPTQ row)."""
     from keras_tfm.chat.entry_writer import template_folder
     from keras_tfm.lite import decoder_template, quantized_step
 
@@ -154,6 +248,12 @@ def steps(model, folder, chat_only=False):
         path = folder / f"{len(made)}.tflite"
         quantized_step.quantize_step(source, path, matrices)
         made[name] = path
+    if gptq_ids is not None:
+        path = folder / "gptq.tflite"
+        rest = "|".join(r for kind, r in KINDS.items() if kind not in float32)
+        gptq = "|".join(KINDS[kind] for kind in float32)
+        gptq_step(rotated, path, gptq, rest, gptq_calibration(rotated, gptq_ids))
+        made["int8, every matrix, rotated, GPTQ on down and key/value"] = path
     return made
 
 
@@ -165,6 +265,10 @@ def main():
     parser.add_argument(
         "--chat-only", action="store_true",
         help="the chat's mode and llama.cpp's rows only",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gptq", action="store_true",
+        help="add the GPTQ row (calibrated on fortunes; about 2 minutes more)",
     )  # fmt: skip
     args = parser.parse_args()
 
@@ -183,7 +287,8 @@ def main():
     targets = np.concatenate([w[WINDOW // 2 :] for w in windows])
     rows = {}
     with tempfile.TemporaryDirectory() as folder:
-        made = steps(model, Path(folder), args.chat_only)
+        gptq_ids = fortune_ids(tokenizer) if args.gptq else None
+        made = steps(model, Path(folder), args.chat_only, gptq_ids)
         del model
         reference = litert_log_probs(made.pop("float32"), windows)
         for name, path in made.items():
