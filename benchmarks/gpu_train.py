@@ -11,12 +11,14 @@ train under `mixed_bfloat16` with `jit_compile=True`, AdamW 3e-4, on random
 token ids, through `keras.Model.fit` (keras-hub's `PipelineModel.fit` wants
 tf.data or grain for NumPy inputs; the inputs are already ids, so it is the
 same step). keras-tfm's model is `CausalLM(DecoderBackbone(...,
-padding_id=None))`, as a GPT-2 without a padding id trains; keras-hub's gets
+padding_id=None, initializer_range=0.02))`, as a GPT-2 without a padding
+id trains, drawn as GPT-2 and the zoo's GPT presets draw it; keras-hub's gets
 an all-True padding mask, as its preprocessor gives it.
 
 Each part prints one JSON line (and appends it to DIR/results.jsonl as it
 finishes, so a time-out keeps what ran): tokens/s and MFU over the timed
-steps after `--warmup` compiling steps, and, with `--cost`, XLA's cost
+steps after `--warmup` compiling steps (with the loss before training
+and the timed steps' mean loss), and, with `--cost`, XLA's cost
 analysis of the compiled train step (flops, bytes accessed) instead. With
 `--hlo`, XLA's optimized HLO of the train step is dumped and summarised:
 fusions, cuDNN custom calls, and the (batch, heads, seq, seq) tensors
@@ -122,6 +124,7 @@ def keras_tfm_model(config, bf16_head=False):
         dropout=0.0,
         padding_id=None,
         activation="gelu_approximate",
+        initializer_range=0.02,  # GPT-2's, as the zoo's GPT presets
     )
     if bf16_head:
         backbone.token_embedding.reverse_dtype = None  # the compute dtype
@@ -150,6 +153,22 @@ def token_ids(config, rows, seed=0):
 
     rng = np.random.default_rng(seed)
     return rng.integers(0, config["vocab"], (rows, config["seq"] + 1), dtype="int32")
+
+
+def initial_loss(model, x, y, rows=2):
+    """The mean cross-entropy of the untrained model on `rows` rows (float64,
+    from its logits): ln(vocabulary) plus what its initial logits' spread
+    costs."""
+    import jax
+    import numpy as np
+    from keras import ops
+
+    x = jax.tree_util.tree_map(lambda a: a[:rows], x)
+    logits = np.asarray(ops.convert_to_numpy(model(x)), "float64")
+    top = logits.max(-1, keepdims=True)
+    lse = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
+    picked = np.take_along_axis(logits, y[:rows, :, None], -1)[..., 0]
+    return float((lse - picked).mean())
 
 
 def compiled_train_step(model, inputs, config):
@@ -223,6 +242,8 @@ def timed(part, config, args):
     def take(start, stop):
         return jax.tree_util.tree_map(lambda a: a[start:stop], (x, y))
 
+    loss_before = initial_loss(model, x, y)
+
     # keras-hub's own `fit` wants tf.data or grain for arrays; keras-tfm's is
     # the one its users call (it trains from the hidden states).
     fit_of = keras.Model.fit if part == "keras_hub" else type(model).fit
@@ -250,6 +271,7 @@ def timed(part, config, args):
         "mfu": None
         if peak is None
         else round(rate * flops_per_token(n_params, config) / peak, 4),
+        "initial_loss": round(loss_before, 4),
         "final_loss": float(history.history["loss"][-1]),
     }
 
@@ -264,16 +286,19 @@ def emit(row, args):
 
 def table(rows):
     lines = [
-        "| part | seq x batch | tokens/s | MFU | flops | bytes accessed "
-        "| temporary bytes | fusions | cuDNN calls |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| part | seq x batch | tokens/s | MFU | loss before / after "
+        "| flops | bytes accessed | temporary bytes | fusions | cuDNN calls |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         c = r["config"]
         cudnn = sum(v for k, v in (r.get("custom_calls") or {}).items() if "cudnn" in k)
+        losses = ""
+        if "initial_loss" in r:
+            losses = f"{r['initial_loss']:.3f} / {r['final_loss']:.3f}"
         lines.append(
             f"| {r['part']} | {c['seq']} x {c['batch']} | {r.get('tokens_per_s', '')} "
-            f"| {r.get('mfu', '')} | {r.get('flops', '')} "
+            f"| {r.get('mfu', '')} | {losses} | {r.get('flops', '')} "
             f"| {r.get('bytes_accessed', '')} | {r.get('temp_bytes', '')} "
             f"| {r.get('fusions', '')} "
             f"| {cudnn if 'custom_calls' in r else ''} |"

@@ -55,6 +55,7 @@ def gpt(layers, heads, hidden, vocabulary=256, max_length=256, dropout=0.1):
         intermediate_dim=4 * hidden,
         max_sequence_length=max_length,
         dropout=dropout,
+        initializer_range=0.02,  # GPT-2's draw
     )
 
 
