@@ -1,8 +1,14 @@
-"""GPT-2 124M training on JAX: keras-tfm's `CausalLM` beside keras-hub's `GPT2CausalLM`.
+"""GPT-2 124M training: keras-tfm's `CausalLM` beside keras-hub's `GPT2CausalLM`.
 
-    KERAS_BACKEND=jax python benchmarks/gpu_train.py --out DIR [--seq 1024 --batch 16]
-    KERAS_BACKEND=jax python benchmarks/gpu_train.py --tiny          # a CPU check
-    KERAS_BACKEND=jax python benchmarks/gpu_train.py --cost --batch 1  # no timing
+    python benchmarks/gpu_train.py --out DIR [--seq 1024 --batch 16]   # JAX
+    python benchmarks/gpu_train.py --backend tensorflow --out DIR      # TensorFlow
+    python benchmarks/gpu_train.py --tiny          # a CPU check
+    python benchmarks/gpu_train.py --cost --batch 1  # no timing (JAX)
+
+`--backend` (default: `KERAS_BACKEND`, else jax) picks the Keras backend;
+on TensorFlow each model trains through its `jit_compile=True` train step
+as on JAX (tests/models/test_tensorflow_train_step_hlo.py reads keras-tfm's
+in XLA's optimized HLO); `--cost` and `--hlo` read JAX's executable.
 
 Both models have GPT-2 124M's shape (12 layers, width 768, 12 heads, FFN
 3072, vocabulary 50,304, learned positions, tanh GELU, a tied head, no
@@ -41,7 +47,7 @@ import tempfile
 import time
 import traceback
 
-os.environ.setdefault("KERAS_BACKEND", "jax")
+BACKENDS = ("jax", "tensorflow")
 
 GPT2 = dict(layers=12, d=768, heads=12, ff=3072, vocab=50304, seq=1024, batch=16)
 TINY = dict(layers=2, d=64, heads=4, ff=256, vocab=512, seq=64, batch=4)
@@ -52,6 +58,11 @@ PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=None, help="folder for results.jsonl")
+    parser.add_argument(
+        "--backend", choices=BACKENDS,
+        default=os.environ.get("KERAS_BACKEND", "jax"),
+        help="the Keras backend (default: KERAS_BACKEND, else jax)",
+    )  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="a 2-layer CPU check")
     parser.add_argument("--seq", type=int)
     parser.add_argument("--batch", type=int)
@@ -70,6 +81,17 @@ def parse_args(argv=None):
         help="summarise the optimized HLO of the train step",
     )
     args = parser.parse_args(argv)
+    if args.backend != "jax" and (args.cost or args.hlo):
+        parser.error("--cost and --hlo read JAX's executable: use --backend jax")
+    if "keras" in sys.modules:
+        import keras
+
+        if keras.backend.backend() != args.backend:
+            parser.error(
+                f"Keras already runs on {keras.backend.backend()}: set "
+                f"KERAS_BACKEND={args.backend} before it is imported"
+            )
+    os.environ["KERAS_BACKEND"] = args.backend
     config = dict(TINY if args.tiny else GPT2)
     for key in ("seq", "batch", "layers"):
         if getattr(args, key):
@@ -83,10 +105,20 @@ def flops_per_token(n_params, config):
 
 
 def device_peak():
-    import jax
+    """The device's name and its dense bfloat16 peak (None if unknown)."""
+    import keras
 
-    device = jax.devices()[0]
-    kind = getattr(device, "device_kind", device.platform)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+        kind = details.get("device_name", "gpu" if gpus else "cpu")
+    else:
+        import jax
+
+        device = jax.devices()[0]
+        kind = getattr(device, "device_kind", device.platform)
     peak = next((v for k, v in PEAK_BF16.items() if k in kind), None)
     return kind, peak
 
@@ -159,11 +191,11 @@ def initial_loss(model, x, y, rows=2):
     """The mean cross-entropy of the untrained model on `rows` rows (float64,
     from its logits): ln(vocabulary) plus what its initial logits' spread
     costs."""
-    import jax
+    import keras
     import numpy as np
     from keras import ops
 
-    x = jax.tree_util.tree_map(lambda a: a[:rows], x)
+    x = keras.tree.map_structure(lambda a: a[:rows], x)
     logits = np.asarray(ops.convert_to_numpy(model(x)), "float64")
     top = logits.max(-1, keepdims=True)
     lse = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
@@ -231,7 +263,6 @@ def hlo_summary(folder, config):
 
 
 def timed(part, config, args):
-    import jax
     import keras
 
     model, inputs = build(part, config)
@@ -240,7 +271,7 @@ def timed(part, config, args):
     x, y = inputs(ids[:, :-1]), ids[:, 1:]
 
     def take(start, stop):
-        return jax.tree_util.tree_map(lambda a: a[start:stop], (x, y))
+        return keras.tree.map_structure(lambda a: a[start:stop], (x, y))
 
     loss_before = initial_loss(model, x, y)
 
@@ -308,16 +339,19 @@ def table(rows):
 
 def main(argv=None):
     args, config = parse_args(argv)
-    import jax
+    import importlib
+
     import keras
 
+    backend = importlib.import_module(keras.backend.backend())
     rows = []
     for part in args.parts.split(","):
         row = {
             "part": part,
             "config": config,
             "keras": keras.__version__,
-            "jax": jax.__version__,
+            "backend": keras.backend.backend(),
+            keras.backend.backend(): backend.__version__,
         }
         dump = tempfile.mkdtemp(prefix=f"hlo_{part}_") if args.hlo else None
         try:
