@@ -21,8 +21,11 @@ Example:
 >>> model.fit(dataset_of_global_batches)
 """
 
+import contextlib
 import json
 import os
+
+import keras
 
 from keras_tfm._keras_compat import symbolic_build
 from keras_tfm._optional import tensorflow as tf
@@ -97,8 +100,23 @@ def task_id():
     return "chief" if task["type"] == "chief" else f"{task['type']}-{task['index']}"
 
 
+class OneDevice:
+    """What `strategy_from_flags` gives on a backend other than TensorFlow:
+    one device, Keras' own placement (the parts of `tf.distribute.Strategy`
+    that keras-tfm's recipes use)."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+
 def strategy_from_flags(strategy="auto", devices=None, tpu=None, timeout_seconds=600):
     """A `tf.distribute.Strategy` for `strategy` (see the module docstring).
+
+    On another Keras backend, "auto" and "default" give `OneDevice()` and
+    the others are refused (JAX shards with `keras_tfm.distribute.
+    data_parallel`).
 
     Args:
         strategy: one of "auto", "default", "mirrored", "multi_worker", "tpu".
@@ -126,6 +144,15 @@ def strategy_from_flags(strategy="auto", devices=None, tpu=None, timeout_seconds
     if timeout_seconds is not None and not timeout_seconds > 0:
         raise ValueError(
             f"`timeout_seconds` must be positive. Received: {timeout_seconds!r}"
+        )
+    if keras.backend.backend() != "tensorflow":
+        if strategy in ("auto", "default") and devices is None:
+            return OneDevice()
+        raise ValueError(
+            f"strategy={strategy!r} is a tf.distribute strategy, which runs on "
+            f"the TensorFlow backend; Keras runs on {keras.backend.backend()} "
+            "here (set KERAS_BACKEND=tensorflow, or on JAX shard with "
+            "keras_tfm.distribute.data_parallel)"
         )
     config = tf_config()
     if strategy == "auto":
@@ -188,6 +215,9 @@ def build_for_fit(model, batch):
         model: a compiled Keras model.
         batch: `(x, y)` or `(x, y, sample_weight)`, e.g. `next(iter(dataset))`.
     """
+    if keras.backend.backend() != "tensorflow":
+        symbolic_build(model, batch)
+        return
     with model.distribute_strategy.scope():
         symbolic_build(model, batch)
     if isinstance(model.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):

@@ -28,14 +28,16 @@ def device_defaults(gpus=None, flags=None):
       oneDNN bfloat16 against float32, about 198 for XLA bfloat16; 1.7-1.8x
       the float32+XLA training tokens/s of the benchmark's encoders, d_model
       256 and 512). Models as small as d_model 128 gain nothing.
-    - Any other CPU: float32 with XLA.
+    - Any other CPU, or any CPU on a backend other than TensorFlow: float32
+      with XLA.
 
     The softmax of keras-tfm's attention and the logits stay float32 under
     every policy. Set the policy before building the model and pass
     `jit_compile` to `compile`.
 
     Args:
-        gpus: the GPUs to consider (by default TensorFlow's visible GPUs).
+        gpus: the GPUs to consider (by default the Keras backend's visible
+            GPUs: TensorFlow's physical devices, JAX's "gpu" devices).
         flags: the CPU flags to consider (by default read from /proc/cpuinfo).
 
     Returns:
@@ -49,9 +51,7 @@ def device_defaults(gpus=None, flags=None):
     ('mixed_bfloat16', False)
     """
     if gpus is None:
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
+        gpus = visible_gpus()
     if gpus:
         capability = _compute_capability(gpus[0])
         if capability is not None and capability >= (8, 0):
@@ -63,6 +63,11 @@ def device_defaults(gpus=None, flags=None):
         )
     flags = cpu_flags() if flags is None else set(flags)
     native = sorted(flags.intersection(BFLOAT16_CPU_FLAGS))
+    if native and _backend() != "tensorflow":
+        return DeviceDefaults(
+            "float32", True, f"CPU with {', '.join(native)}, but only "
+            "TensorFlow's oneDNN kernels use them; XLA compiles each step"
+        )  # fmt: skip
     if native:
         return DeviceDefaults(
             "mixed_bfloat16",
@@ -73,7 +78,67 @@ def device_defaults(gpus=None, flags=None):
     return DeviceDefaults("float32", True, "CPU without native bfloat16")
 
 
+def _backend():
+    import keras
+
+    return keras.backend.backend()
+
+
+def visible_gpus():
+    """The Keras backend's GPUs: TensorFlow's physical GPU devices, JAX's
+    devices of platform "gpu"; none on another backend."""
+    backend = _backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.config.list_physical_devices("GPU")
+    if backend == "jax":
+        import jax
+
+        return [d for d in jax.devices() if d.platform == "gpu"]
+    return []
+
+
+def device_description():
+    """What `keras-tfm train` trains on, in words: the Keras backend and its
+    first GPU (its name), or the CPU's cores, e.g. "TensorFlow on the CPU
+    (2 cores)"."""
+    import os
+
+    import keras
+
+    backend = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}.get(
+        keras.backend.backend(), keras.backend.backend()
+    )
+    gpus = visible_gpus()
+    if not gpus:
+        cores = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count()
+        )
+        return f"{backend} on the CPU ({cores} cores)"
+    name = getattr(gpus[0], "device_kind", None) or _device_name(gpus[0]) or "a GPU"
+    more = f" (and {len(gpus) - 1} more)" if len(gpus) > 1 else ""
+    return f"{backend} on {name}{more}"
+
+
+def _device_name(gpu):
+    try:
+        import tensorflow as tf
+
+        return tf.config.experimental.get_device_details(gpu).get("device_name")
+    except Exception:  # a device description that TensorFlow cannot read
+        return None
+
+
 def _compute_capability(gpu):
+    capability = getattr(gpu, "compute_capability", None)  # a JAX device's: "9.0"
+    if capability is not None:
+        try:
+            return tuple(int(part) for part in str(capability).split("."))
+        except ValueError:
+            return None
     try:
         import tensorflow as tf
 

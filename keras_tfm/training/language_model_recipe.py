@@ -24,7 +24,11 @@ import keras
 
 from keras_tfm.baselines import compression_nats_per_byte
 from keras_tfm.distribute import is_chief, task_id
-from keras_tfm.runtime.device_settings import DeviceDefaults, device_defaults
+from keras_tfm.runtime.device_settings import (
+    DeviceDefaults,
+    device_defaults,
+    device_description,
+)
 from keras_tfm.saving import atomic_save
 from keras_tfm.training.callbacks import BestModelCheckpoint
 from keras_tfm.training.flops import (
@@ -136,9 +140,7 @@ def held_out_comparison(model, text, sequence_length, compressor="bzip2"):
 
     bytes_per_token = len(utf8(windows[:, 1:])) / windows[:, 1:].size
     # The windows' text, contiguous: no seams where first tokens are cut out.
-    anchor = compression_nats_per_byte(
-        train_text, utf8(windows), compressor
-    )
+    anchor = compression_nats_per_byte(train_text, utf8(windows), compressor)
     return bytes_per_token, anchor
 
 
@@ -212,7 +214,10 @@ def train_on_text(
     """
     keras.utils.set_random_seed(seed)
     policy, jit, reason = use_device_settings(dtype_policy, jit_compile)
-    print(f"{policy}, XLA {'on' if jit else 'off'} (device defaults: {reason})")
+    print(
+        f"Training with {device_description()}: {policy}, XLA "
+        f"{'on' if jit else 'off'} (device defaults: {reason})"
+    )
     peak_flops, peak_source = _peak_flops(peak_flops, strategy)
     print(f"Peak for MFU: {peak_flops:.3g} FLOP/s ({peak_source}).")
     with strategy.scope():

@@ -10,9 +10,11 @@ pass)` only, so that a run killed mid-epoch and restarted from its backup
 with the weights of an uninterrupted run.
 """
 
+import contextlib
 import math
 
 import keras
+import numpy as np
 
 from keras_tfm._optional import tensorflow as tf
 from keras_tfm.distribute import build_for_fit, shard_by_data
@@ -24,7 +26,9 @@ from keras_tfm.validation import check_positive_float, check_positive_int
 
 
 def next_token_pairs(windows):
-    """A `tf.data.Dataset` of `(w[:-1], w[1:])` pairs, one per token window.
+    """A `tf.data.Dataset` of `(w[:-1], w[1:])` pairs, one per token window
+    (on another Keras backend, `TokenPairs`: the same pairs without
+    TensorFlow).
 
     Args:
         windows: an int array (num_windows, sequence_length + 1), e.g. from
@@ -35,11 +39,48 @@ def next_token_pairs(windows):
     >>> x.numpy().tolist(), y.numpy().tolist()
     ([1, 2], [2, 3])
     """
+    if keras.backend.backend() != "tensorflow":
+        return TokenPairs(windows)
     windows = tf.data.Dataset.from_tensor_slices(tf.constant(windows, tf.int32))
     return windows.map(lambda window: (window[:-1], window[1:]))
 
 
+class TokenPairs:
+    """`next_token_pairs` without TensorFlow: the windows, batched by
+    `batch(batch_size)` into a `keras.utils.PyDataset` of `(w[:-1], w[1:])`."""
+
+    def __init__(self, windows):
+        self.windows = np.asarray(windows, "int32")
+
+    def __len__(self):
+        return len(self.windows)
+
+    def batch(self, batch_size, order=None):
+        """The batches in order (`order`: the windows' indices, batch by batch)."""
+        if order is None:
+            order = [
+                np.arange(i, min(i + batch_size, len(self)))
+                for i in range(0, len(self), batch_size)
+            ]
+        return _WindowBatches(self.windows, order)
+
+
+class _WindowBatches(keras.utils.PyDataset):
+    def __init__(self, windows, order):
+        super().__init__()
+        self.windows, self.order = windows, order
+
+    def __len__(self):
+        return len(self.order)
+
+    def __getitem__(self, index):
+        windows = self.windows[self.order[index]]
+        return windows[:, :-1], windows[:, 1:]
+
+
 def _count(dataset):
+    if isinstance(dataset, TokenPairs):
+        return len(dataset)
     count = int(dataset.cardinality())
     if count < 0:  # unknown: count by reading it once
         count = int(dataset.reduce(0, lambda total, _: total + 1))
@@ -50,6 +91,13 @@ def _stream(examples, count, batch_size, seed, start, stop, steps_per_pass):
     """Batches [start, stop) of the concatenated passes over `examples`; pass
     p is shuffled with a seed that is a function of (seed, p) only."""
     first, last = start // steps_per_pass, math.ceil(stop / steps_per_pass)
+    if isinstance(examples, TokenPairs):  # NumPy's shuffles, the same rule
+        order = []
+        for p in range(first, last):
+            shuffled = np.random.default_rng(seed * 1_000_003 + p).permutation(count)
+            order += [shuffled[i : i + batch_size] for i in range(0, count, batch_size)]
+        skip = start - first * steps_per_pass
+        return examples.batch(batch_size, order[skip : skip + stop - start])
     passes = [
         examples.shuffle(
             count, seed=seed * 1_000_003 + p, reshuffle_each_iteration=False
@@ -152,7 +200,8 @@ def train_language_model(
         warmup_steps=warmup_steps,
         alpha=final_learning_rate_fraction,
     )
-    with model.distribute_strategy.scope():
+    strategy = getattr(model, "distribute_strategy", None)  # TensorFlow's only
+    with contextlib.nullcontext() if strategy is None else strategy.scope():
         model.compile(
             optimizer=keras.optimizers.AdamW(schedule, weight_decay=weight_decay),
             loss=TokenCrossEntropy(ignore_class=ignore_class),

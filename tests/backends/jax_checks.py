@@ -158,12 +158,40 @@ def loss_from_hidden_states():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+def train_command(folder):
+    """`keras-tfm train`, the main job, end to end with a tiny setting: it
+    says it trains with JAX, writes its file and gives a finite loss."""
+    import contextlib
+    import io
+
+    from keras_tfm.cli import main
+
+    text = os.path.join(folder, "text.txt")
+    with open(text, "w") as f:
+        f.write(
+            "".join(f"In the beginning {i % 7} was the word.\n" for i in range(200))
+        )
+    output = os.path.join(folder, "trained.keras")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        main([
+            "train", "--preset", "gpt_tiny", "--data", text, "--epochs", "1",
+            "--batch-size", "8", "--sequence-length", "16", "--vocabulary-size",
+            "256", "--output", output, "--no-samples", "--peak-flops", "1e11",
+        ])  # fmt: skip
+    printed = printed.getvalue()
+    assert "Training with JAX on the CPU" in printed, printed
+    assert os.path.exists(output), printed
+    assert "model (gpt_tiny)" in printed, printed
+
+
 def save(folder):
     from keras_tfm import layers, models
 
     attention_on_jax()
     fit_on_strings()
     loss_from_hidden_states()
+    train_command(folder)
 
     # The README's layers example, fitted.
     inputs = keras.Input((None,), dtype="int32")
