@@ -181,6 +181,7 @@ def train_command(folder):
         ])  # fmt: skip
     printed = printed.getvalue()
     assert "Training with JAX on the CPU" in printed, printed
+    assert "float32, XLA on" in printed, printed  # no op-by-op JAX
     assert os.path.exists(output), printed
     assert "model (gpt_tiny)" in printed, printed
 

@@ -68,3 +68,34 @@ def test_this_machine_is_read_from_its_cpu_flags_and_gpus():
 def test_docstring_example():
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_jax_gpu_is_read_by_its_compute_capability():
+    class JaxGPU:  # what jax.devices() gives on an NVIDIA GPU
+        platform, device_kind, compute_capability = "gpu", "NVIDIA H100", "9.0"
+
+    defaults = device_defaults(gpus=[JaxGPU()], flags=set())
+    assert (defaults.dtype_policy, defaults.jit_compile) == ("mixed_bfloat16", True)
+    assert "(9, 0)" in defaults.reason
+
+
+def test_a_cpu_on_another_backend_compiles_float32(monkeypatch):
+    # JAX runs op by op without XLA, and XLA's CPU bfloat16 is no faster.
+    monkeypatch.setattr(module, "_backend", lambda: "jax")
+    defaults = device_defaults(gpus=[], flags={"avx512f", "avx512_bf16"})
+    assert (defaults.dtype_policy, defaults.jit_compile) == ("float32", True)
+    assert "avx512_bf16" in defaults.reason
+
+
+def test_the_description_names_the_backend_and_the_device(monkeypatch):
+    assert re.fullmatch(
+        r"TensorFlow on the CPU \(\d+ cores\)", module.device_description()
+    )
+
+    class JaxGPU:
+        device_kind = "NVIDIA H100 80GB HBM3"
+
+    monkeypatch.setattr(module, "visible_gpus", lambda: [JaxGPU(), JaxGPU()])
+    assert module.device_description() == (
+        "TensorFlow on NVIDIA H100 80GB HBM3 (and 1 more)"
+    )

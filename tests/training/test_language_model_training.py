@@ -91,3 +91,27 @@ def test_the_docstring_example_learns_a_pattern_a_unigram_model_cannot():
         optionflags=doctest.NORMALIZE_WHITESPACE,
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_numpy_batches_follow_the_seeded_order_rule():
+    # What `train_language_model` reads on a backend without tf.data.
+    from keras_tfm.training.language_model_training import TokenPairs, _stream
+
+    windows = np.arange(10 * 4).reshape(10, 4)  # window i holds 4i ... 4i + 3
+    pairs, per_pass = TokenPairs(windows), 4  # 10 windows in batches of 3
+    whole = list(_stream(pairs, 10, 3, 7, 0, 3 * per_pass, per_pass))
+    assert len(whole) == 3 * per_pass
+    for x, y in whole:
+        np.testing.assert_array_equal(y[:, :-1], x[:, 1:])  # the next tokens
+    orders = [
+        np.concatenate(
+            [x[:, 0] // 4 for x, _ in whole[p * per_pass : (p + 1) * per_pass]]
+        )
+        for p in range(3)
+    ]
+    assert all(sorted(order) == list(range(10)) for order in orders)
+    assert not np.array_equal(orders[0], orders[1])  # each pass its own shuffle
+    # A run resumed at step 5 reads what the uninterrupted one read there.
+    resumed = list(_stream(pairs, 10, 3, 7, 5, 9, per_pass))
+    for (a, _), (b, _) in zip(resumed, whole[5:9], strict=True):
+        np.testing.assert_array_equal(a, b)
