@@ -144,8 +144,10 @@ def train_language_model(
         model: a causal LM taking `(batch, seq)` token ids, built under the
             strategy it is to be trained with.
         train_examples: a `tf.data.Dataset` of `(inputs, labels)` examples
-            (not batches) in a fixed order, e.g. `next_token_pairs(windows)`.
-        validation_data: a `tf.data.Dataset` of `(inputs, labels)` batches,
+            (not batches) in a fixed order, e.g. `next_token_pairs(windows)`
+            (on another backend its `TokenPairs`).
+        validation_data: `(inputs, labels)` batches (a `tf.data.Dataset`, or
+            a `keras.utils.PyDataset` such as `TokenPairs(...).batch(n)`),
             evaluated after every epoch.
         epochs: the number of epochs.
         batch_size: examples per batch.
