@@ -105,11 +105,8 @@ def device_description():
     (2 cores)"."""
     import os
 
-    import keras
-
-    backend = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}.get(
-        keras.backend.backend(), keras.backend.backend()
-    )
+    names = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+    backend = names.get(_backend(), _backend())
     gpus = visible_gpus()
     if not gpus:
         cores = (
