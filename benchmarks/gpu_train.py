@@ -105,20 +105,11 @@ def flops_per_token(n_params, config):
 
 
 def device_peak():
-    """The device's name and its dense bfloat16 peak (None if unknown)."""
-    import keras
+    """The device in words (`device_description`) and its dense bfloat16
+    peak (None if unknown)."""
+    from keras_tfm.runtime.device_settings import device_description
 
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
-        kind = details.get("device_name", "gpu" if gpus else "cpu")
-    else:
-        import jax
-
-        device = jax.devices()[0]
-        kind = getattr(device, "device_kind", device.platform)
+    kind = device_description()
     peak = next((v for k, v in PEAK_BF16.items() if k in kind), None)
     return kind, peak
 

@@ -120,13 +120,18 @@ def device_description():
     return f"{backend} on {name}{more}"
 
 
-def _device_name(gpu):
+def _tensorflow_details(gpu):
+    """TensorFlow's description of `gpu` ({} if it cannot read one)."""
     try:
         import tensorflow as tf
 
-        return tf.config.experimental.get_device_details(gpu).get("device_name")
-    except Exception:  # a device description that TensorFlow cannot read
-        return None
+        return tf.config.experimental.get_device_details(gpu)
+    except Exception:  # a device TensorFlow cannot describe (e.g. JAX's)
+        return {}
+
+
+def _device_name(gpu):
+    return _tensorflow_details(gpu).get("device_name")
 
 
 def _compute_capability(gpu):
@@ -136,10 +141,4 @@ def _compute_capability(gpu):
             return tuple(int(part) for part in str(capability).split("."))
         except ValueError:
             return None
-    try:
-        import tensorflow as tf
-
-        details = tf.config.experimental.get_device_details(gpu)
-    except Exception:  # a device description that TensorFlow cannot read
-        return None
-    return details.get("compute_capability")
+    return _tensorflow_details(gpu).get("compute_capability")
