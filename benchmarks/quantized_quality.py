@@ -39,9 +39,7 @@ the same dequantized weights.
 """
 
 import argparse
-import contextlib
 import gzip
-import io
 import json
 import os
 import tempfile
@@ -191,7 +189,9 @@ def gptq_calibration(step, ids, window=WINDOW):
 def gptq_step(source, path, gptq, rest, statistics):
     """`source` with the matrices `gptq` matches int8 through GPTQ and those
     `rest` matches int8 by rounding, as `quantize_step` writes them."""
-    from ai_edge_quantizer import algorithm_manager, qtyping, quantizer, recipe_manager
+    from ai_edge_quantizer import algorithm_manager, qtyping, recipe_manager
+
+    from keras_tfm.lite.quantized_step import quantize_with_recipe
 
     recipe = recipe_manager.RecipeManager()
     for regex, algorithm in (
@@ -202,12 +202,7 @@ def gptq_step(source, path, gptq, rest, statistics):
             regex=regex, num_bits=8, algorithm_key=algorithm,
             operation_name=qtyping.TFLOperationName.FULLY_CONNECTED,
         )  # fmt: skip
-    result = quantizer.Quantizer(str(source), recipe.get_quantization_recipe())
-    # The quantizer prints its progress bars and timings on stdout/stderr.
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
-        io.StringIO()
-    ):
-        result.quantize(statistics).export_model(str(path), overwrite=True)
+    quantize_with_recipe(source, path, recipe, statistics)
 
 
 def fortune_ids(tokenizer, count=GPTQ_TOKENS):

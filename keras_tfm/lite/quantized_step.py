@@ -83,7 +83,7 @@ def quantize_step(float_path, path, matrices=INT8_MATRICES):
     """Writes `float_path` (a float32 step file) to `path` with the
     `FULLY_CONNECTED` weights whose output names match `matrices` (a
     regular expression) in int8; returns the bytes written."""
-    from ai_edge_quantizer import qtyping, quantizer, recipe_manager
+    from ai_edge_quantizer import qtyping, recipe_manager
 
     recipe = recipe_manager.RecipeManager()
     recipe.add_dynamic_config(
@@ -91,13 +91,22 @@ def quantize_step(float_path, path, matrices=INT8_MATRICES):
         operation_name=qtyping.TFLOperationName.FULLY_CONNECTED,
         num_bits=8,
     )
+    return quantize_with_recipe(float_path, path, recipe)
+
+
+def quantize_with_recipe(float_path, path, recipe, calibration=None):
+    """Writes `float_path` to `path` quantized by `recipe` (an
+    `ai_edge_quantizer.recipe_manager.RecipeManager`), with `calibration`'s
+    statistics if given; returns the bytes written."""
+    from ai_edge_quantizer import quantizer
+
     # The quantizer prints its progress bars and timings on stdout/stderr.
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
         io.StringIO()
     ):
         result = quantizer.Quantizer(
             str(float_path), recipe.get_quantization_recipe()
-        ).quantize()
+        ).quantize(calibration)
         result.export_model(str(path), overwrite=True)
     return Path(path).stat().st_size
 
