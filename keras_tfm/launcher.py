@@ -17,7 +17,7 @@ runs before either and configures what they print:
 Before any of it, a `keras-tfm chat "..."` (or a conversation, without a
 message) whose model has a LiteRT entry in the cache folder answers from it
 and returns, without importing Keras or TensorFlow
-(`keras_tfm.lite.chat_command`).
+(`keras_tfm.cli.chat.answer_from_cache`).
 
 It also spares the commands two imports they never use: Keras imports
 scikit-learn (for `keras.wrappers`' estimators) and matplotlib (for
@@ -35,6 +35,7 @@ level; tests/test_lazy_import.py holds it to that).
 """
 
 import contextlib
+import functools
 import importlib.abc
 import logging
 import os
@@ -105,21 +106,20 @@ def _tensorflow_conversation(argv):
 def main(argv=None):
     """The `keras-tfm` command (see `keras_tfm.cli`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    from keras_tfm.lite.chat_command import answer_from_cache
+    from keras_tfm.cli import build_parser
+    from keras_tfm.cli.chat import answer_from_cache
     from keras_tfm.lite.user_cache import unusable_cache_directory
 
     unusable = unusable_cache_directory()
     if unusable is not None:  # refused at once, before anything loads
         print(f"keras-tfm: {unusable}", file=sys.stderr)
         return 2
-
-    if answer_from_cache(argv, continue_with=_tensorflow_conversation):
-        return 0  # a cached chat: Keras imported only if a conversation outgrew it
-    from keras_tfm.cli import build_parser
-
     # `--help` and refused arguments exit here, in a fraction of a second:
     # the parser imports neither Keras nor TensorFlow.
-    build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    later = functools.partial(_tensorflow_conversation, argv)
+    if answer_from_cache(args, continue_with=later):
+        return 0  # a cached chat: Keras imported only if a conversation outgrew it
     if "--verbose" in argv:
         # TensorFlow's own level (0) unless set: keras-tfm would quiet it.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")

@@ -3,6 +3,7 @@ a message, converse. A preset that keeps a template of its LiteRT step
 writes its LiteRT entry first and answers from it; any other model answers
 through TensorFlow, then starts its entry's writer for the next time."""
 
+import argparse
 import contextlib
 import functools
 import sys
@@ -15,6 +16,17 @@ from keras_tfm.lite.chat_entries import default_weights, keeps_template
 from keras_tfm.lite.decoding_flags import sampler_settings
 
 HELP = "ask an instruct model (SmolLM2 by default)"
+
+DEFAULT_MODEL = "smollm2_135m_instruct"
+DEFAULT_MAX_NEW_TOKENS = 256
+DEFAULT_TEMPERATURE = 1.0
+"""`keras-tfm chat --sampler top_p`'s temperature unless `--temperature`."""
+WEIGHTS_HELP = (
+    "the weights the chat decodes with (default: int8 for a preset that "
+    "keeps a LiteRT step template, SmolLM2: its int8 LiteRT step, within "
+    "llama.cpp's quality gate, docs/benchmarks/decoding.md; float32 for any other "
+    "model); with TensorFlow, as `generate --weights`"
+)
 
 BACKGROUND_LINE = (
     "keras-tfm: writing {model}'s LiteRT copy in a background process (for "
@@ -39,13 +51,13 @@ def add_arguments(p):
     p.add_argument(
         "--model",
         "--preset",
-        default=chat_command.DEFAULT_MODEL,
+        default=DEFAULT_MODEL,
         help=MODEL_HELP + " (default: %(default)s)",
     )
     p.add_argument(
         "--max-new-tokens",
         type=positive_int,
-        help=f"default: {chat_command.DEFAULT_MAX_NEW_TOKENS}, or the positions "
+        help=f"default: {DEFAULT_MAX_NEW_TOKENS}, or the positions "
         "the model has left after the prompt where fewer (learned positions)",
     )
     p.add_argument(
@@ -56,9 +68,34 @@ def add_arguments(p):
     )
     add_decoding_options(
         p,
-        temperature=chat_command.DEFAULT_TEMPERATURE,
-        weights={"default": None, "help": chat_command.WEIGHTS_HELP},
+        temperature=DEFAULT_TEMPERATURE,
+        weights={"default": None, "help": WEIGHTS_HELP},
     )
+
+
+def answer_from_cache(args, root=None, continue_with=None):
+    """Prints the answer of a parsed `keras-tfm chat` from the model's cached
+    LiteRT entry, before Keras is imported; whether it did (False: nothing
+    was printed, and TensorFlow answers).
+
+    `args`: the command's arguments, parsed by `keras_tfm.cli.build_parser`
+    (any other command is not answered). `root`: the cache folder (default
+    `user_cache.cache_directory()`). `continue_with`: `() -> stream(messages,
+    max_new_tokens)`, the TensorFlow session a conversation moves to once it
+    outgrows the entry's buffer.
+    """
+    if getattr(args, "command", None) != "chat":
+        return False
+    return chat_command.answer_from_entry(cache_options(args), root, continue_with)
+
+
+def cache_options(args):
+    """A copy of `keras-tfm chat`'s `args` as the LiteRT entry reads them: the
+    model's default weights and `DEFAULT_MAX_NEW_TOKENS` where not given."""
+    options = argparse.Namespace(**vars(args))
+    options.weights = args.weights or default_weights(args.model)
+    options.max_new_tokens = args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    return options
 
 
 def chat_model(args, store=True):
@@ -89,7 +126,7 @@ def answer_length(model, args):
     conversation an empty first message's (the longest any answer can be)."""
     from keras_tfm.chat.conversation import prompt_ids
 
-    default = chat_command.DEFAULT_MAX_NEW_TOKENS
+    default = DEFAULT_MAX_NEW_TOKENS
     if not hasattr(model, "new_token_room"):  # a model with no limit to say
         return args.max_new_tokens or default
     prompt = prompt_ids(model.tokenizer, args.message or "")

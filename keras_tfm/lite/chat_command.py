@@ -1,84 +1,34 @@
 """`keras-tfm chat "..."` from a cached LiteRT entry, before TensorFlow loads.
 
-`keras_tfm.launcher` calls `answer_from_cache(argv)` first for a `chat`
-command; it answers only when the command asks for nothing the entry cannot
+`keras_tfm.launcher` parses the command with `keras_tfm.cli`'s parser
+(which imports no Keras) and, for a `chat`, calls `answer_from_entry`
+first; it answers only when the command asks for nothing the entry cannot
 give (its int8 or float32 step, greedy decoding or sampling without logit
 processors, a buffer long enough), and otherwise returns False without
-printing anything, and the command runs
-through TensorFlow (`keras_tfm.cli`), which writes the entry for next time
+printing anything, and the command runs through TensorFlow
+(`keras_tfm.cli.chat`), which writes the entry for next time
 (`keras_tfm.chat.entry_writer`). Without a message, the conversation
 (`keras_tfm.lite.repl`) runs on the entry, each turn running only what its
 cache does not hold; once the conversation outgrows the entry's buffer, it
 goes on through TensorFlow (`continue_with`, given by the launcher), whose
 context is the model's own.
 
-The options are parsed here with a parser of their own because
-`keras_tfm.cli` builds its parser from the commands' modules, which import
-Keras and TensorFlow; the defaults are shared (`DEFAULT_MODEL`,
-`DEFAULT_MAX_NEW_TOKENS`, `DEFAULT_TEMPERATURE`), and the settings are
-resolved against the model's own (`entry.json`) by the engine's rules
-(`keras_tfm.generation.generation_config`), which import no Keras: a
-setting TensorFlow would refuse is left to TensorFlow to refuse.
+The settings are resolved against the model's own (`entry.json`) by the
+engine's rules (`keras_tfm.generation.generation_config`), which import no
+Keras: a setting TensorFlow would refuse is left to TensorFlow to refuse.
 
 Example:
->>> answer_from_cache(["chat", "--repetition-penalty", "1.2", "Hi"])  # no
-False
+>>> import argparse
+>>> flags = argparse.Namespace(sampler=None, temperature=None, top_p=None,
+...     seed=None, repetition_penalty=1.2, min_p=None, stop=None)
+>>> entry = {"generation_config": None}
+>>> decoding_config(flags, entry) is None  # a logit processor: TensorFlow's
+True
 """
 
-import argparse
 import sys
 
-from keras_tfm.lite.chat_entries import WEIGHTS, default_weights
-from keras_tfm.lite.decoding_flags import DEFAULT_TOP_P, sampler_settings
-
-DEFAULT_MODEL = "smollm2_135m_instruct"
-DEFAULT_MAX_NEW_TOKENS = 256
-DEFAULT_TEMPERATURE = 1.0
-"""`keras-tfm chat --sampler top_p`'s temperature unless `--temperature`."""
-WEIGHTS_HELP = (
-    "the weights the chat decodes with (default: int8 for a preset that "
-    "keeps a LiteRT step template, SmolLM2: its int8 LiteRT step, within "
-    "llama.cpp's quality gate, docs/benchmarks/decoding.md; float32 for any other "
-    "model); with TensorFlow, as `generate --weights`"
-)
-
-
-class _QuietParser(argparse.ArgumentParser):
-    """Raises instead of printing a usage error: `keras_tfm.cli` reports it."""
-
-    def error(self, message):
-        raise ValueError(message)
-
-
-def _parser():
-    parser = _QuietParser(add_help=False, exit_on_error=False)
-    parser.add_argument("message", nargs="?")
-    parser.add_argument("--model", "--preset", default=DEFAULT_MODEL)
-    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
-    parser.add_argument("--sampler", choices=["greedy", "top_p"])
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-p", type=float)
-    parser.add_argument("--min-p", type=float)
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--weights", choices=WEIGHTS)
-    parser.add_argument("--stop", action="append")
-    parser.add_argument("--verbose", action="store_true")
-    parser.set_defaults(
-        sampler_defaults={"temperature": DEFAULT_TEMPERATURE, "top_p": DEFAULT_TOP_P}
-    )
-    return parser
-
-
-def _parse(args):
-    """The chat options, or None for a command the cache cannot answer."""
-    try:
-        options, unknown = _parser().parse_known_args(args)
-    except (argparse.ArgumentError, ValueError):
-        return None
-    if unknown or options.max_new_tokens <= 0 or "-h" in args or "--help" in args:
-        return None
-    options.weights = options.weights or default_weights(options.model)
-    return options
+from keras_tfm.lite.decoding_flags import sampler_settings
 
 
 def decoding_config(options, entry):
@@ -106,31 +56,16 @@ OUTGROWN = (
 """What the conversation says once it moves to TensorFlow."""
 
 
-def answer_from_cache(argv, root=None, continue_with=None):
-    """Prints the answer of `keras-tfm chat ...` from the cache; whether it did.
-
-    `argv`: the command's arguments (`["chat", message, options...]`; no
-    message: a conversation, if `continue_with` is given).
-    `root`: the cache folder (default `user_cache.cache_directory()`).
-    `continue_with`: `argv -> stream(messages, max_new_tokens)`, the
-    TensorFlow session that takes over a conversation that no longer fits
-    the entry's buffer.
-    """
-    if argv[:1] != ["chat"]:
-        return False
-    options = _parse(argv[1:])
-    if options is None:
-        return False
-    later = None if continue_with is None else lambda: continue_with(argv)
-    return answer_from_entry(options, root, later)
-
-
 def answer_from_entry(options, root=None, continue_with=None):
     """Prints the answer of the chat command `options` (its parsed flags)
     from the model's entry; whether it did.
 
-    `continue_with`: `() -> stream(messages, max_new_tokens)`, as
-    `answer_from_cache`'s.
+    `options`: `keras-tfm chat`'s parsed arguments, with `weights` and
+    `max_new_tokens` resolved (`keras_tfm.cli.chat.cache_options`).
+    `root`: the cache folder (default `user_cache.cache_directory()`).
+    `continue_with`: `() -> stream(messages, max_new_tokens)`, the
+    TensorFlow session that takes over a conversation that no longer fits
+    the entry's buffer.
     """
     from keras_tfm.lite.chat_entries import find_entry
 

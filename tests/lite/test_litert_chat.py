@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from keras_tfm.chat import entry_writer as writer
-from keras_tfm.cli import main
+from keras_tfm.cli import build_parser, main
+from keras_tfm.cli import chat as chat_cli
 from keras_tfm.convert import GGUFBytePairTokenizer, converted_cache
 from keras_tfm.generation import GenerationConfig
 from keras_tfm.lite import (
@@ -191,6 +192,18 @@ def _command(path, *options):
     return ["chat", "--model", path, "--max-new-tokens", "12", *options, "Hi there"]
 
 
+def _answer(argv, root, continue_with=None):
+    """What the launcher does first: `argv` parsed by the command's parser,
+    answered from the cache if it can be."""
+    later = None if continue_with is None else (lambda: continue_with(argv))
+    return chat_cli.answer_from_cache(build_parser().parse_args(argv), root, later)
+
+
+def _options(args):
+    """The options the LiteRT entry reads for `keras-tfm chat args...`."""
+    return chat_cli.cache_options(build_parser().parse_args(["chat", *args]))
+
+
 def test_second_command_answers_without_tensorflow(tiny, capsys):
     _, path, root = tiny
     main(_command(path, "--stop", "or"))  # through TensorFlow (the cache is off)
@@ -271,14 +284,14 @@ def test_a_conversation_that_outgrows_the_entry_goes_on_through_tensorflow(
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{x}\n" for x in lines)))
     argv = ["chat", "--model", path, "--max-new-tokens", "40", "--sampler", "greedy"]
-    assert chat_command.answer_from_cache(argv, root, continue_with=tensorflow)
+    assert _answer(argv, root, continue_with=tensorflow)
     printed = capsys.readouterr()
     assert printed.out == want
     assert len(loads) == 1
     assert printed.err.count("outgrew the LiteRT copy's 128 positions") == 1
     # Answers as long as the buffer: TensorFlow from the start, nothing said.
     argv[argv.index("40")] = "128"
-    assert not chat_command.answer_from_cache(argv, root, continue_with=tensorflow)
+    assert not _answer(argv, root, continue_with=tensorflow)
     assert len(loads) == 1 and not capsys.readouterr().err
 
 
@@ -296,11 +309,11 @@ def test_a_seed_samples_the_tensorflow_answer(tiny, options, capsys):
     _, path, root = tiny
     main(_command(path, *options))  # through TensorFlow (the cache is off)
     want = capsys.readouterr().out
-    assert chat_command.answer_from_cache(_command(path, *options), root)
+    assert _answer(_command(path, *options), root)
     assert capsys.readouterr().out == want
     # Sampled, not greedy: another seed, another answer.
     other = [*options[:-1], "6"]
-    assert chat_command.answer_from_cache(_command(path, *other), root)
+    assert _answer(_command(path, *other), root)
     assert capsys.readouterr().out != want
 
 
@@ -354,7 +367,7 @@ def test_a_changed_model_file_is_not_read(tiny):
     os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
     try:
         assert chat_entries.find_entry(path, "float32", root) is None
-        assert not chat_command.answer_from_cache(_command(path), root)
+        assert not _answer(_command(path), root)
     finally:
         os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
     assert chat_entries.find_entry(path, "float32", root) is not None
@@ -379,7 +392,7 @@ def test_a_corrupt_entry_is_deleted_not_read(copied, damage, capsys):
     else:
         data[len(data) // 2 : len(data) // 2 + 8] = b"\x7f" * 8
     (folder / name).write_bytes(bytes(data))
-    assert not chat_command.answer_from_cache(_command(path), root)
+    assert not _answer(_command(path), root)
     assert not folder.exists() and capsys.readouterr().out == ""
 
 
@@ -417,7 +430,7 @@ def test_the_command_starts_one_background_build_which_rebuilds(
     assert user_cache.verify(folder, chat_entries.FILES)
     assert not list(root.glob("litert/.*.building"))
     capsys.readouterr()
-    assert chat_command.answer_from_cache(_command(path), root)
+    assert _answer(_command(path), root)
     # A build that failed is not tried again until the cache is cleared.
     shutil.rmtree(folder)
     monkeypatch.setattr(
@@ -443,7 +456,7 @@ def test_cache_clear_removes_the_entries(copied, monkeypatch, capsys):
     assert "litert: 1 entries" in capsys.readouterr().out
     main(["cache", "clear"])
     assert not root.exists()
-    assert not chat_command.answer_from_cache(_command(path), root)
+    assert not _answer(_command(path), root)
 
 
 @pytest.mark.parametrize(
@@ -454,21 +467,33 @@ def test_cache_clear_removes_the_entries(copied, monkeypatch, capsys):
         ["--repetition-penalty", "1.2"],
         ["--weights", "int8"],
         ["--max-new-tokens", "1000"],  # past the 128 positions of the buffer
-        ["--max-new-tokens", "0"],
-        ["--help"],
     ],
 )
 def test_what_the_cache_does_not_answer(tiny, options, capsys):
     _, path, root = tiny
-    assert not chat_command.answer_from_cache(_command(path, *options), root)
+    assert not _answer(_command(path, *options), root)
     assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("options", [["--max-new-tokens", "0"], ["--help"]])
+def test_the_launcher_parses_before_the_cache_answers(tiny, options, capsys):
+    from keras_tfm import launcher
+
+    _, path, root = tiny
+    with pytest.raises(SystemExit) as exit_:
+        launcher.main(_command(path, *options))
+    printed = capsys.readouterr()
+    if options == ["--help"]:
+        assert exit_.value.code == 0 and "--max-new-tokens" in printed.out
+    else:
+        assert exit_.value.code == 2 and "--max-new-tokens" in printed.err
 
 
 def test_other_commands_are_not_answered(tiny, capsys):
     _, path, root = tiny
-    assert not chat_command.answer_from_cache(["chat", "--model", path], root)
-    assert not chat_command.answer_from_cache(["generate", path, "Hi"], root)
-    assert not chat_command.answer_from_cache(_command("no_such_model"), root)
+    assert not _answer(["chat", "--model", path], root)
+    assert not _answer(["generate", path, "--prompt", "Hi"], root)
+    assert not _answer(_command("no_such_model"), root)
     assert capsys.readouterr() == ("", "")
 
 
@@ -478,9 +503,9 @@ def test_entries_only_where_litert_agrees(tiny, tmp_path):
     # int8 steps are written from a preset's template only: a model file
     # chats in float32 by default, and an int8 entry is not planned for it.
     assert chat_entries.default_weights(path) == "float32"
-    assert chat_command._parse(["--model", path, "Hi"]).weights == "float32"
-    assert chat_command._parse(["Hi"]).weights == "int8"  # SmolLM2's default
-    assert chat_command._parse(["--weights", "float32", "Hi"]).weights == "float32"
+    assert _options(["--model", path, "Hi"]).weights == "float32"
+    assert _options(["Hi"]).weights == "int8"  # SmolLM2's default
+    assert _options(["--weights", "float32", "Hi"]).weights == "float32"
     assert writer.plan_chat_entry(model, path, "int8", {}, root) is None
     assert writer.plan_chat_entry(model, path, "bfloat16", {}, root) is None
     sampled = {"sampler": "top_p", "temperature": 0.7, "top_p": 0.9}
@@ -497,11 +522,11 @@ def test_entries_only_where_litert_agrees(tiny, tmp_path):
     folder = writer.build_chat_entry(sampling, path, "float32", root)
     entry = json.loads((folder / chat_entries.ENTRY).read_text())
     assert entry["generation_config"] == {"sampler": "top_p", "top_p": 0.9}
-    options = chat_command._parse(["Hi"])
+    options = _options(["Hi"])
     assert chat_command.decoding_config(options, entry) == GenerationConfig(
         sampler="top_p", top_p=0.9
     )
-    options = chat_command._parse(["--sampler", "greedy", "Hi"])
+    options = _options(["--sampler", "greedy", "Hi"])
     assert chat_command.decoding_config(options, entry) == GenerationConfig()
 
 
@@ -553,7 +578,7 @@ def test_a_template_writes_the_entry_and_the_first_command_answers_from_it(
     main(_command(path))
     first = capsys.readouterr()
     assert first.err == ""
-    assert chat_command.answer_from_cache(_command(path), root)
+    assert _answer(_command(path), root)
     assert capsys.readouterr().out == first.out
     assert converted_cache.read_entry(path, {"probe": 1}, root) is None
     # The filled step computes what the converted one (the fixture's) does.
