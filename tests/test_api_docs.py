@@ -85,7 +85,7 @@ def test_every_public_name_has_an_entry(site, subpackage):
             continue
         path = f"keras_tfm.{subpackage}"
         if f"{path}.{name}" not in anchors and not any(
-            re.fullmatch(rf"{re.escape(path)}\.\w+\.{name}", a) for a in anchors
+            re.fullmatch(rf"{re.escape(path)}(\.\w+)+\.{name}", a) for a in anchors
         ):
             missing.append(name)
     assert not missing, f"add {missing} to docs/api/{subpackage}.md"

@@ -9,8 +9,8 @@ and frequency penalties, n-gram and word bans), then `sampling` (the
 warpers and a per-row seeded draw). `BeamSearchSampler` adds a length
 penalty, finished beams and per-row prompt masks to beam search; a
 `keras_hub.samplers.Sampler` object is still accepted (`make_sampler`).
-`sliding_window` holds the host-side loops for decoding past the context
-window and streaming; `CompiledLoops` keeps a model's compiled loops.
+`sliding_window` holds the window arithmetic for decoding past the context
+window; `CompiledLoops` keeps a model's compiled loops.
 `SpeculativeDecoder` drafts tokens (prompt lookup or a draft model) that
 the model verifies in one pass, and `set_kv_cache_dtype("int8")` stores
 the cache in int8.
@@ -44,7 +44,7 @@ _SOURCES = {
     "settings_tensors": "generation_config",
     "make_sampler": "keras_hub_samplers",
     "set_kv_cache_dtype": "kv_cache_dtype",
-    "SpeculativeDecoder": "speculative",
+    "SpeculativeDecoder": "strategies.speculative",
 }
 
 

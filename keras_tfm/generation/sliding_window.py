@@ -1,4 +1,4 @@
-"""Decoding past the context window, and decoding one step at a time.
+"""The window arithmetic of decoding past the context window.
 
 A model whose positions are rotary or sinusoidal can continue a text longer
 than its `max_sequence_length` L, as nanoGPT's `generate` does by cropping
@@ -15,12 +15,11 @@ least 3/4 of a window of context. A shift of 1 re-fills at every step (the
 most context, the most work).
 
 Learned positions have no embedding beyond L: `check_room` then says how
-many new tokens still fit.
+many new tokens still fit. The strategies that slide are `sliding` (a
+whole compiled loop per window) and `streamed` (a step at a time).
 """
 
 import numpy as np
-
-from keras_tfm.generation.token_inputs import pad_rows
 
 
 def default_window_shift(max_sequence_length):
@@ -101,118 +100,12 @@ def window_of(tokens, max_sequence_length, window_shift):
     return list(tokens[len(tokens) - (max_sequence_length - window_shift) :])
 
 
-def _append(text, new, count, max_new_tokens, stop_token_ids):
-    """Adds new tokens to a row; returns (count, done)."""
+def append_new(text, new, count, max_new_tokens, stop_token_ids):
+    """Adds the `new` tokens to a row's `text` until it is done (after
+    `max_new_tokens` new tokens or a stop id); returns `(count, done)`."""
     for token in new:
         text.append(int(token))
         count += 1
         if count >= max_new_tokens or (stop_token_ids and token in stop_token_ids):
             return count, True
     return count, False
-
-
-def generate_sliding(
-    function,
-    rows,
-    max_new_tokens,
-    max_sequence_length,
-    window_shift,
-    fill_id,
-    stop_token_ids,
-):
-    """Runs the compiled loop window by window until every row is done.
-
-    `function(tokens, mask, start_index)` is the model's compiled decoding
-    loop over a (batch, max_sequence_length) buffer; each call fills every
-    row's window to the end of the buffer. Returns the rows (prompt and new
-    tokens, cut after a stop id).
-    """
-    texts = [[int(t) for t in row] for row in rows]
-    counts, done = [0] * len(rows), [False] * len(rows)
-    while not all(done):
-        windows = [window_of(t, max_sequence_length, window_shift) for t in texts]
-        tokens, mask = pad_rows(windows, max_sequence_length, fill_id)
-        start_index = np.int32(min(len(w) for w in windows))
-        outputs = np.asarray(function(tokens, mask, start_index))
-        for i, window in enumerate(windows):
-            if not done[i]:
-                counts[i], done[i] = _append(
-                    texts[i],
-                    outputs[i, len(window) :],
-                    counts[i],
-                    max_new_tokens,
-                    stop_token_ids,
-                )
-    return texts
-
-
-def stream_tokens(
-    prefill,
-    step,
-    rows,
-    max_new_tokens,
-    buffer_length,
-    window_shift,
-    fill_id,
-    stop_token_ids,
-    prompt_through_step=False,
-):
-    """Decodes token by token on the host, yielding each step's new tokens.
-
-    `prefill(tokens, start)` fills a cache from the first `start` positions
-    of a (batch, buffer_length) buffer; `step(tokens, cache, index, mask)`
-    returns `(next_tokens, cache)`, the tokens sampled for position `index`
-    from the buffer before it (`mask`: True on the prompt positions). When the buffer
-    is full and rows still need tokens, the window slides by `window_shift`
-    (None: never) and the cache is re-filled.
-
-    `prompt_through_step`: the prompts go through `step` one token at a
-    time (after `prefill(tokens, 0)`, an empty cache) instead of through
-    `prefill`: for a short prompt, what saves tracing and loading the
-    compiled prefill (seconds) at the price of a few steps.
-
-    Yields, per step, a list with one entry per row: the new token id, or
-    None for a row that is still reading its prompt or is done. Every row
-    ends after `max_new_tokens` new tokens or a stop id (which is yielded).
-    """
-    windows = [window_of(r, buffer_length, window_shift or 1) for r in rows]
-    tokens, mask = pad_rows(windows, buffer_length, fill_id)
-    counts, done = [0] * len(rows), [False] * len(rows)
-    index = min(len(w) for w in windows)
-    if prompt_through_step:  # each prompt token's step samples nothing kept
-        cache, index = prefill(tokens, 0), 1
-    else:
-        cache = prefill(tokens, index)
-    while not all(done):
-        if index == buffer_length:
-            if window_shift is None:
-                raise ValueError(
-                    f"The decoding buffer of {buffer_length} tokens is full "
-                    "and cannot slide."
-                )
-            kept = buffer_length - window_shift
-            tokens = np.concatenate(
-                [
-                    tokens[:, window_shift:],
-                    np.full_like(tokens[:, :window_shift], fill_id),
-                ],
-                axis=1,
-            )
-            mask = np.zeros_like(mask)
-            index = kept
-            cache = prefill(tokens, index)
-        sampled, cache = step(tokens, cache, np.int32(index), mask)
-        sampled = np.asarray(sampled).reshape(-1)
-        new = [None] * len(rows)
-        for i in range(len(rows)):
-            if mask[i, index]:
-                continue  # still the prompt
-            tokens[i, index] = sampled[i]
-            if not done[i]:
-                new[i] = int(sampled[i])
-                counts[i], done[i] = _append(
-                    [], [new[i]], counts[i], max_new_tokens, stop_token_ids
-                )
-        index += 1
-        if any(token is not None for token in new):
-            yield new

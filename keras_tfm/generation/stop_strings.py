@@ -155,7 +155,7 @@ def ends_with_stop_string(tail, strings, count):
 
 
 def stop_at_strings(steps, strings, table):
-    """Ends rows of a token stream (`sliding_window.stream_tokens`) on their
+    """Ends rows of a token stream (`strategies.streamed.stream_tokens`) on their
     stop strings, as the compiled loop does: a row ends with the token whose
     bytes (rows of `table`, see `byte_table`) complete one of its strings;
     its later tokens become None, and the stream ends when every row has

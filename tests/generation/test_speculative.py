@@ -8,9 +8,13 @@ import pytest
 from keras import ops
 
 import keras_tfm
-from keras_tfm.generation import decoder_steps, speculative
+from keras_tfm.generation import decoder_steps
 from keras_tfm.generation.decoder_steps import DecoderSteps
-from keras_tfm.generation.speculative import SpeculativeDecoder, lookup_drafts
+from keras_tfm.generation.strategies import speculative
+from keras_tfm.generation.strategies.speculative import (
+    SpeculativeDecoder,
+    lookup_drafts,
+)
 from tests.builders import causal_lm
 from tests.generation.uncached import greedy_uncached
 from tests.models.injected import WIDTH, inject, successor

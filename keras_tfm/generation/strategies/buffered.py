@@ -44,9 +44,7 @@ def run_in_buffer(model, request, inputs, function, settings, length):
         if ends is not None:  # the loop says where each row stopped
             kept = [int(t) for t in outputs[i, : min(stop, ends[i])]]
         else:
-            kept = truncate_at_stop(
-                outputs[i, :stop], len(row), request.stop_token_ids
-            )
+            kept = truncate_at_stop(outputs[i, :stop], len(row), request.stop_token_ids)
         results.append(kept)
         if log_probabilities is not None:
             scores.append(log_probabilities[i, len(row) : len(kept)].tolist())

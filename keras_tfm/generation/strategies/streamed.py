@@ -8,7 +8,7 @@ and each streamed token is the token the whole loop decodes. Otherwise (a
 keras-hub sampler object, an encoder-decoder model, whose context every step
 reads, or a prompt through the step, below) a compiled prefill and a
 compiled single step (`loops.stream_steps`) run it. Both are driven by
-`sliding_window.stream_tokens`, which also slides the window past the
+`stream_tokens`, which also slides the window past the
 context; rows end on their stop strings on the host
 (`stop_strings.stop_at_strings`, on the loop's own byte table).
 
@@ -23,8 +23,10 @@ seconds of a second run, 64 steps ~1; benchmarks/cold_start.py).
 import numpy as np
 from keras import ops
 
-from keras_tfm.generation import buffers, loops, sliding_window
+from keras_tfm.generation import buffers, loops
 from keras_tfm.generation import stop_strings as stop_text
+from keras_tfm.generation.sliding_window import append_new, window_of
+from keras_tfm.generation.token_inputs import pad_rows
 
 
 def on_the_loop(model, request, settings):
@@ -85,7 +87,7 @@ def run(model, request, inputs):
         prefill_state, step_state = on_steps(
             model, request, settings, inputs.encoder_inputs, through_step
         )
-    steps = sliding_window.stream_tokens(
+    steps = stream_tokens(
         prefill_state,
         step_state,
         rows,
@@ -100,3 +102,75 @@ def run(model, request, inputs):
     if any(strings):
         steps = stop_text.stop_at_strings(steps, strings, settings["token_bytes"])
     return steps
+
+
+def stream_tokens(
+    prefill,
+    step,
+    rows,
+    max_new_tokens,
+    buffer_length,
+    window_shift,
+    fill_id,
+    stop_token_ids,
+    prompt_through_step=False,
+):
+    """Decodes token by token on the host, yielding each step's new tokens.
+
+    `prefill(tokens, start)` fills a cache from the first `start` positions
+    of a (batch, buffer_length) buffer; `step(tokens, cache, index, mask)`
+    returns `(next_tokens, cache)`, the tokens sampled for position `index`
+    from the buffer before it (`mask`: True on the prompt positions). When the buffer
+    is full and rows still need tokens, the window slides by `window_shift`
+    (None: never) and the cache is re-filled.
+
+    `prompt_through_step`: the prompts go through `step` one token at a
+    time (after `prefill(tokens, 0)`, an empty cache) instead of through
+    `prefill`: for a short prompt, what saves tracing and loading the
+    compiled prefill (seconds) at the price of a few steps.
+
+    Yields, per step, a list with one entry per row: the new token id, or
+    None for a row that is still reading its prompt or is done. Every row
+    ends after `max_new_tokens` new tokens or a stop id (which is yielded).
+    """
+    windows = [window_of(r, buffer_length, window_shift or 1) for r in rows]
+    tokens, mask = pad_rows(windows, buffer_length, fill_id)
+    counts, done = [0] * len(rows), [False] * len(rows)
+    index = min(len(w) for w in windows)
+    if prompt_through_step:  # each prompt token's step samples nothing kept
+        cache, index = prefill(tokens, 0), 1
+    else:
+        cache = prefill(tokens, index)
+    while not all(done):
+        if index == buffer_length:
+            if window_shift is None:
+                raise ValueError(
+                    f"The decoding buffer of {buffer_length} tokens is full "
+                    "and cannot slide."
+                )
+            kept = buffer_length - window_shift
+            tokens = np.concatenate(
+                [
+                    tokens[:, window_shift:],
+                    np.full_like(tokens[:, :window_shift], fill_id),
+                ],
+                axis=1,
+            )
+            mask = np.zeros_like(mask)
+            index = kept
+            cache = prefill(tokens, index)
+        sampled, cache = step(tokens, cache, np.int32(index), mask)
+        sampled = np.asarray(sampled).reshape(-1)
+        new = [None] * len(rows)
+        for i in range(len(rows)):
+            if mask[i, index]:
+                continue  # still the prompt
+            tokens[i, index] = sampled[i]
+            if not done[i]:
+                new[i] = int(sampled[i])
+                counts[i], done[i] = append_new(
+                    [], [new[i]], counts[i], max_new_tokens, stop_token_ids
+                )
+        index += 1
+        if any(token is not None for token in new):
+            yield new
