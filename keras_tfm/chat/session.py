@@ -9,10 +9,11 @@ message per turn runs only that message (and the template's markup around
 it); an edited or shortened history keeps the prefix up to the first
 changed token and runs the rest again.
 
-A turn is decoded on the host, one compiled step per token (the model's
-`decode_step`, then the logit processors and the sampler of
-`keras_tfm.generation.decode_loop`, every setting a tensor, as every
-decoding loop runs them), so that the answer streams; a new stretch of prompt
+A turn is decoded by the streamed strategy's host loop
+(`keras_tfm.generation.strategies.streamed.stream_tokens`) on the engine's
+compiled step (`loops.stream_step`: the model's `decode_step`, then the
+logit processors and the sampler, every setting a tensor), starting where
+the kept cache ends, so that the answer streams; a new stretch of prompt
 longer than `model.prompt_through_step` tokens goes through a compiled
 chunked prefill (`DecoderSteps.extend`) instead of the step.
 """
@@ -29,13 +30,14 @@ from keras_tfm.chat.conversation import (
     detokenize_answer,
     prompt_ids,
 )
-from keras_tfm.generation import backend, buffers, decode_loop
+from keras_tfm.generation import backend, buffers, loops
 from keras_tfm.generation.decoder_steps import DecoderSteps
 from keras_tfm.generation.generation_config import (
     GenerationConfig,
     settings_tensors,
     single_config,
 )
+from keras_tfm.generation.strategies.streamed import stream_tokens
 from keras_tfm.kernels import kv_cache
 from keras_tfm.lite.stop_text import text_pieces
 from keras_tfm.validation import check_positive_int
@@ -197,36 +199,44 @@ class ChatSession:
         )
 
     def _turn(self, prompt, max_new_tokens, settings):
-        """Runs the prompt past the cached prefix, then decodes; yields each
-        new token once the session has recorded it."""
+        """Runs the prompt past the cached prefix, then decodes on the
+        streamed strategy's loop (`stream_tokens`) from where the cache
+        ends; yields each new token once the session has recorded it."""
         reused = common_prefix_length(self._ids[: self.cached_length], prompt)
         reused = min(reused, len(prompt) - 1)  # the last token gives the logits
         self.reused_length = reused
         self.prefilled_length = len(prompt) - reused
         caches = self._cache_for(len(prompt) + max_new_tokens)
         length = ops.shape(kv_cache.values_of(caches[0]))[2]
-        tokens = np.full((1, length), self.model.fill_id, "int32")
-        tokens[0, : len(prompt)] = prompt
-        mask = np.zeros((1, length), bool)
-        mask[0, : len(prompt)] = True
-        step = self._compiled("step", _step_function(self.model))
+        step = self._compiled("step", loops.stream_step(self.model, None))
         self._ids, self.cached_length = list(prompt), reused
         first = reused + 1  # the step at `index` writes the keys of `index - 1`
         through_step = len(prompt) - 1 - reused <= self.model.prompt_through_step
-        if first < len(prompt) and (length in self._warm or not through_step):
-            extend = self._compiled("extend", self.steps.extend)
-            caches = extend(tokens, caches, np.int32(reused), np.int32(len(prompt) - 1))
-            self._warm.add(length)
-            first = len(prompt)
-        self._caches, self.cached_length = caches, first - 1
-        for index in range(first, len(prompt) + max_new_tokens):
-            token, self._caches = step(tokens, self._caches, np.int32(index), mask,
-                                       settings)  # fmt: skip
-            self.cached_length = index
-            if index < len(prompt):
-                continue
-            token = int(ops.convert_to_numpy(token)[0])
-            tokens[0, index] = token
+        extends = first < len(prompt) and (length in self._warm or not through_step)
+
+        def prefill(tokens, start):
+            if extends:
+                extend = self._compiled("extend", self.steps.extend)
+                self._caches = extend(
+                    tokens, caches, np.int32(reused), np.int32(start - 1)
+                )
+                self._warm.add(length)
+            else:
+                self._caches = caches
+            self.cached_length = start - 1
+            return self._caches
+
+        def recorded_step(tokens, caches, index, mask):
+            token, self._caches = step((), tokens, caches, index, mask, settings)
+            self.cached_length = int(index)
+            return ops.convert_to_numpy(token), self._caches
+
+        steps = stream_tokens(
+            prefill, recorded_step, [prompt], max_new_tokens, length,
+            window_shift=None, fill_id=self.model.fill_id,
+            stop_token_ids=None, start=len(prompt) if extends else first,
+        )  # fmt: skip
+        for (token,) in steps:
             self._ids.append(token)
             yield token
 
@@ -266,16 +276,3 @@ class ChatSession:
                 lambda tensor: ops.pad(tensor, pad), self._caches
             )
         return self._caches
-
-
-def _step_function(model):
-    """`(token, caches) = step(tokens, caches, index, prompt_mask, settings)`:
-    the token at `index` (the prompt's own inside the prompt) and the caches
-    with the keys of `index - 1`, as `generate(stream=True)` decodes."""
-
-    def step(tokens, caches, index, prompt_mask, settings):
-        logits, caches = model.decode_step((), tokens, caches, index)
-        token, _ = decode_loop.step_tokens(logits, tokens, index, prompt_mask, settings)
-        return token, caches
-
-    return step

@@ -168,16 +168,12 @@ def sampler_loop(model, sampler, stop_token_ids, compile=True):
     return backend.compile_loop(loop, (model, sampler)) if compile else loop
 
 
-def stream_steps(model, sampler):
-    """Compiled `prefill(encoder_inputs, tokens, start) -> (context, cache)`
-    and `step(context, tokens, cache, index, mask, settings) -> (tokens,
-    cache)`, for host-side decoding. `sampler` is a keras-hub sampler, or
+def stream_step(model, sampler):
+    """`step(context, tokens, cache, index, mask, settings) -> (tokens,
+    cache)`, not compiled: the tokens sampled for position `index` and the
+    cache with the keys of `index - 1`. `sampler` is a keras-hub sampler, or
     None for the built-in samplers (processors and per-row settings, as in
     `decode_loop`)."""
-
-    def prefill(encoder_inputs, tokens, start):
-        context = model.encoder_context(encoder_inputs)
-        return context, model.prefill(context, tokens, start)
 
     def step(context, tokens, cache, index, mask, settings):
         logits, cache = model.decode_step(context, tokens, cache, index)
@@ -187,7 +183,19 @@ def stream_steps(model, sampler):
         probabilities = sampler.compute_probabilities(logits)
         return sampler.get_next_token(probabilities), cache
 
+    return step
+
+
+def stream_steps(model, sampler):
+    """Compiled `prefill(encoder_inputs, tokens, start) -> (context, cache)`
+    and `stream_step(model, sampler)`, for host-side decoding."""
+
+    def prefill(encoder_inputs, tokens, start):
+        context = model.encoder_context(encoder_inputs)
+        return context, model.prefill(context, tokens, start)
+
     owners = (model,) if sampler is None else (model, sampler)
+    step = stream_step(model, sampler)
     return backend.compile_loop(prefill, (model,)), backend.compile_loop(step, owners)
 
 

@@ -15,12 +15,12 @@ def test_a_second_turn_does_not_run_the_first_again(llm, monkeypatch):
     def counting(self, name, function):
         function = compiled(self, name, function)
 
-        def call(tokens, caches, *args):
-            if name == "step":  # the step at `index` writes `index - 1`
-                written[-1].append(int(args[0]) - 1)
-            else:  # the chunked prefill writes `start ... stop - 1`
-                written[-1].extend(range(int(args[0]), int(args[1])))
-            return function(tokens, caches, *args)
+        def call(*args):
+            if name == "step":  # (context, tokens, caches, index, ...): the
+                written[-1].append(int(args[3]) - 1)  # keys of `index - 1`
+            else:  # (tokens, caches, start, stop): `start ... stop - 1`
+                written[-1].extend(range(int(args[2]), int(args[3])))
+            return function(*args)
 
         return call
 

@@ -60,7 +60,7 @@ def on_steps(model, request, settings, encoder_inputs, through_step):
     )
 
     def prefill_state(tokens, start):
-        if through_step and start == 0:  # the compiled prefill is not needed
+        if through_step and start <= 1:  # the compiled prefill is not needed
             return (), model.backbone.empty_cache(tokens.shape[0], tokens.shape[1])
         return prefill(encoder_inputs, tokens, np.int32(start))
 
@@ -96,7 +96,7 @@ def run(model, request, inputs):
         request.window_shift if request.slides else None,
         model.fill_id,
         request.stop_token_ids,
-        prompt_through_step=through_step,
+        start=1 if through_step else None,
     )
     strings = request.stop_strings
     if any(strings):
@@ -113,7 +113,7 @@ def stream_tokens(
     window_shift,
     fill_id,
     stop_token_ids,
-    prompt_through_step=False,
+    start=None,
 ):
     """Decodes token by token on the host, yielding each step's new tokens.
 
@@ -124,10 +124,12 @@ def stream_tokens(
     is full and rows still need tokens, the window slides by `window_shift`
     (None: never) and the cache is re-filled.
 
-    `prompt_through_step`: the prompts go through `step` one token at a
-    time (after `prefill(tokens, 0)`, an empty cache) instead of through
-    `prefill`: for a short prompt, what saves tracing and loading the
-    compiled prefill (seconds) at the price of a few steps.
+    `start`: the first position stepped, after `prefill(tokens, start)`
+    (default: the shortest row's length, the prompts prefilled). With 1,
+    the prompts go through `step` one token at a time (`prefill(tokens, 1)`
+    writes nothing): for a short prompt, what saves tracing and loading the
+    compiled prefill (seconds) at the price of a few steps. A caller that
+    keeps a cache (`ChatSession`) starts where its cache ends.
 
     Yields, per step, a list with one entry per row: the new token id, or
     None for a row that is still reading its prompt or is done. Every row
@@ -136,11 +138,8 @@ def stream_tokens(
     windows = [window_of(r, buffer_length, window_shift or 1) for r in rows]
     tokens, mask = pad_rows(windows, buffer_length, fill_id)
     counts, done = [0] * len(rows), [False] * len(rows)
-    index = min(len(w) for w in windows)
-    if prompt_through_step:  # each prompt token's step samples nothing kept
-        cache, index = prefill(tokens, 0), 1
-    else:
-        cache = prefill(tokens, index)
+    index = min(len(w) for w in windows) if start is None else start
+    cache = prefill(tokens, index)
     while not all(done):
         if index == buffer_length:
             if window_shift is None:
