@@ -76,6 +76,24 @@ def is_tf_tensor(x):
     )
 
 
+def python_ids(ids):
+    """`ids` (a ragged or dense tensor of any backend, a NumPy array, or
+    Python ids) as Python ints and lists, importing nothing.
+
+    Example:
+    >>> import numpy as np
+    >>> python_ids(np.array([[1, 2], [3, 4]], "int32"))
+    [[1, 2], [3, 4]]
+    """
+    if hasattr(ids, "to_list"):  # a tf.RaggedTensor
+        return ids.to_list()
+    if hasattr(ids, "numpy"):
+        ids = ids.numpy()
+    if hasattr(ids, "tolist"):  # a NumPy array (or a JAX array's copy)
+        return ids.tolist()
+    return ids
+
+
 def use_tf_graph(inputs=None):
     """Whether text preprocessing takes its TensorFlow path for `inputs`.
 

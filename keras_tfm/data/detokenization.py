@@ -14,6 +14,8 @@ attached ("'ve"), not WordPiece's bare "'".
 import keras_hub
 import numpy as np
 
+from keras_tfm._optional import python_ids
+
 # Attached to the token before them: "dog.", "yes,", "50%", "(a)".
 _CLOSING = set(".,!?;:%)]}…")
 # Attached to the token after them: "(a)", "$5", "¿Qué?".
@@ -173,12 +175,7 @@ def detokenize(tokenizer, token_ids, skip_special_tokens=True):
     >>> detokenize(tokenizer, [2, 3, 4, 5, 6, 7, 8, 0, 0])
     "I've a dog."
     """
-    if hasattr(token_ids, "to_list"):
-        token_ids = token_ids.to_list()
-    elif hasattr(token_ids, "numpy"):
-        token_ids = token_ids.numpy()
-    if isinstance(token_ids, np.ndarray):
-        token_ids = token_ids.tolist()
+    token_ids = python_ids(token_ids)
     if isinstance(token_ids, int | np.integer):
         raise ValueError(
             "`token_ids` must be a sequence of ids or a batch of them. "

@@ -8,6 +8,7 @@ import keras_hub
 import numpy as np
 import sentencepiece
 
+from keras_tfm._optional import python_ids
 from keras_tfm._optional import tensorflow as tf
 from keras_tfm._optional import tensorflow_text as tf_text
 
@@ -258,12 +259,7 @@ class MarianTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
             )
         if self._use_tf_workflow():
             return self._detokenize_tf_ids(inputs)
-        if hasattr(inputs, "to_list"):
-            inputs = inputs.to_list()
-        elif hasattr(inputs, "numpy"):
-            inputs = inputs.numpy()
-        if isinstance(inputs, np.ndarray):
-            inputs = inputs.tolist()
+        inputs = python_ids(inputs)
         if isinstance(inputs, int | np.integer):
             inputs = [inputs]
         inputs = list(inputs)

@@ -18,7 +18,7 @@ import keras
 import keras_hub
 import numpy as np
 
-from keras_tfm._optional import is_tf_tensor
+from keras_tfm._optional import is_tf_tensor, python_ids
 from keras_tfm._optional import tensorflow as tf
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
@@ -271,12 +271,7 @@ def _map_text(inputs, fn):
 
 def _drop_ids(ids, size):
     """`ids` (an id, a list of ids or of lists, an array) without ids >= `size`."""
-    if hasattr(ids, "to_list"):
-        ids = ids.to_list()
-    elif hasattr(ids, "numpy"):
-        ids = ids.numpy()
-    if isinstance(ids, np.ndarray):
-        ids = ids.tolist()
+    ids = python_ids(ids)
     if isinstance(ids, int | np.integer):
         return [int(ids)] if ids < size else []
     if ids and not isinstance(ids[0], int | np.integer):

@@ -153,26 +153,24 @@ def head_importance(model, dataset=None, method="gradient", loss=None):
     Returns:
         A list of `num_layers` float64 arrays, each of that layer's heads.
     """
-    check_choice("method", method, METHODS)
-    backbone = _backbone(model)
-    if method == "gradient":
-        return _gate_gradients(model, _require(dataset), loss)[0]
-    scores = []
-    for block in backbone.transformer_layers:
-        attention = block.self_attention
-        heads, size = _heads(block)
-        width = heads * size
-        query = _numpy(attention.query_dense.kernel) ** 2  # (d, N H)
-        key_value = _numpy(attention.key_value_dense.kernel) ** 2  # (d, 2 N H)
-        output = _numpy(attention.output_dense.kernel) ** 2  # (N H, d)
-        squares = (
-            _per_unit(query.sum(0), heads)
-            + _per_unit(key_value[:, :width].sum(0), heads)
-            + _per_unit(key_value[:, width:].sum(0), heads)
-            + _per_unit(output.sum(1), heads)
-        )
-        scores.append(np.sqrt(squares))
-    return scores
+    return _importance(model, dataset, method, loss, 0, _head_magnitudes)
+
+
+def _head_magnitudes(block):
+    """The L2 norm of each head's query, key and value columns and output rows."""
+    attention = block.self_attention
+    heads, size = _heads(block)
+    width = heads * size
+    query = _numpy(attention.query_dense.kernel) ** 2  # (d, N H)
+    key_value = _numpy(attention.key_value_dense.kernel) ** 2  # (d, 2 N H)
+    output = _numpy(attention.output_dense.kernel) ** 2  # (N H, d)
+    squares = (
+        _per_unit(query.sum(0), heads)
+        + _per_unit(key_value[:, :width].sum(0), heads)
+        + _per_unit(key_value[:, width:].sum(0), heads)
+        + _per_unit(output.sum(1), heads)
+    )
+    return np.sqrt(squares)
 
 
 def ffn_importance(model, dataset=None, method="gradient", loss=None):
@@ -185,19 +183,28 @@ def ffn_importance(model, dataset=None, method="gradient", loss=None):
         A list of `num_layers` float64 arrays of that layer's
         `intermediate_dim` units.
     """
+    return _importance(model, dataset, method, loss, 1, _unit_magnitudes)
+
+
+def _unit_magnitudes(block):
+    """The L2 norm of each feed-forward unit's `W_1` column, `b_1` entry and
+    `W_2` row."""
+    ffn = block.feed_forward
+    squares = (_numpy(ffn.intermediate_dense.kernel) ** 2).sum(0)
+    if ffn.intermediate_dense.use_bias:
+        squares += _numpy(ffn.intermediate_dense.bias) ** 2
+    squares += (_numpy(ffn.output_dense.kernel) ** 2).sum(1)
+    return np.sqrt(squares)
+
+
+def _importance(model, dataset, method, loss, which, magnitudes):
+    """`method`'s scores per layer: the gate gradients' `which` (0: heads,
+    1: feed-forward units), or `magnitudes(block)` of every block."""
     check_choice("method", method, METHODS)
     backbone = _backbone(model)
     if method == "gradient":
-        return _gate_gradients(model, _require(dataset), loss)[1]
-    scores = []
-    for block in backbone.transformer_layers:
-        ffn = block.feed_forward
-        squares = (_numpy(ffn.intermediate_dense.kernel) ** 2).sum(0)
-        if ffn.intermediate_dense.use_bias:
-            squares += _numpy(ffn.intermediate_dense.bias) ** 2
-        squares += (_numpy(ffn.output_dense.kernel) ** 2).sum(1)
-        scores.append(np.sqrt(squares))
-    return scores
+        return _gate_gradients(model, _require(dataset), loss)[which]
+    return [magnitudes(block) for block in backbone.transformer_layers]
 
 
 def _require(dataset):
