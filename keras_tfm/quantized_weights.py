@@ -129,8 +129,9 @@ def keras_mode_and_config(mode):
     return mode, None
 
 
-def check_cast_dtype(dtype, layer=None):
-    """Refuses a dtype `cast_weights` does not store, or an unbuilt layer."""
+def check_cast_dtype(dtype, layer=None, stored=False, weights="weights"):
+    """Refuses a dtype `cast_weights` does not store, an unbuilt layer, or
+    one whose `weights` are `stored` quantized or cast already."""
     if layer is not None and not layer.built:
         raise ValueError(
             f"Layer '{layer.name}' is not built: build it (or call it once) "
@@ -139,6 +140,11 @@ def check_cast_dtype(dtype, layer=None):
     if dtype not in CAST_WEIGHT_DTYPES:
         raise ValueError(
             f"`dtype` must be one of {CAST_WEIGHT_DTYPES}. Received: dtype={dtype!r}"
+        )
+    if stored:
+        raise ValueError(
+            f"Layer '{layer.name}' is quantized already; cast the {weights} of "
+            f"the float layer instead. Received: dtype={dtype!r}"
         )
 
 
@@ -230,12 +236,8 @@ class QuantizableDense(keras.layers.Dense):
         >>> dense(np.ones((1, 4), "float32")).dtype
         tf.float32
         """
-        check_cast_dtype(dtype, self)
-        if self.quantization_mode is not None or self.output_major:
-            raise ValueError(
-                f"Layer '{self.name}' is quantized already; cast the weights of "
-                f"the float layer instead. Received: dtype={dtype!r}"
-            )
+        stored = self.quantization_mode is not None or self.output_major
+        check_cast_dtype(dtype, self, stored)
         self._hold_output_major(dtype)
 
     def quantize(self, mode=None, type_check=True, config=None):

@@ -100,3 +100,23 @@ def check_vocabulary_size(tokenizer, model, what="model"):
             f"The tokenizer and the {what} disagree on the vocabulary size. "
             f"Received: {size} tokens and vocabulary_size={model.vocabulary_size}"
         )
+
+
+def check_special_token_ids(config, tokenizer_ids, tokens, where):
+    """Refuses a config.json id that is not the tokenizer's own.
+
+    `tokenizer_ids`: {config key (e.g. "pad_token_id"): the tokenizer's id};
+    a key config.json leaves out is the tokenizer's. `tokens`: how the error
+    names the tokens, e.g. '"<pad>" and "</s>"'.
+
+    Example:
+    >>> check_special_token_ids({"pad_token_id": 0}, {"pad_token_id": 0},
+    ...                         '"<pad>"', "config.json")
+    """
+    for key, tokenizer_id in tokenizer_ids.items():
+        value = config.get(key, tokenizer_id)
+        if value != tokenizer_id:
+            raise ValueError(
+                f"config.json's {key}={value!r} is not the tokenizer's id "
+                f"{tokenizer_id} ({tokens}). Received in {where}"
+            )

@@ -15,6 +15,7 @@ import numpy as np
 
 from keras_tfm.convert.config_checks import (
     check_model_type,
+    check_special_token_ids,
     config_choice,
     refuse_unsupported_options,
 )
@@ -295,18 +296,16 @@ def convert_tokenizer(directory, config):
             "vocab.json and config.json disagree on the vocabulary size. "
             f"Received: {size} pieces and vocab_size={config['vocab_size']} in {where}"
         )
-    for key, tokenizer_id in (
-        ("pad_token_id", tokenizer.pad_token_id),
-        ("eos_token_id", tokenizer.end_token_id),
-        ("decoder_start_token_id", tokenizer.start_token_id),
-    ):
-        value = config.get(key, tokenizer_id)
-        if value != tokenizer_id:
-            raise ValueError(
-                f"config.json's {key}={value!r} is not the tokenizer's id "
-                f"{tokenizer_id} (Marian's pad, end and decoder start tokens are "
-                f'"<pad>", "</s>" and "<pad>"). Received in {where}'
-            )
+    check_special_token_ids(
+        config,
+        {
+            "pad_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.end_token_id,
+            "decoder_start_token_id": tokenizer.start_token_id,
+        },
+        'Marian\'s pad, end and decoder start tokens are "<pad>", "</s>" and "<pad>"',
+        where,
+    )
     return tokenizer
 
 

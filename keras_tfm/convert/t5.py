@@ -23,6 +23,7 @@ import numpy as np
 from keras_tfm.convert.config_checks import (
     check_model_class,
     check_model_type,
+    check_special_token_ids,
     check_tokenizer_kind,
     config_choice,
 )
@@ -278,16 +279,15 @@ def convert_tokenizer(directory, config):
             f"The tokenizer has more tokens ({size}) than the model's "
             f"vocab_size={config['vocab_size']} in {where}"
         )
-    for key, tokenizer_id in (
-        ("pad_token_id", tokenizer.pad_token_id),
-        ("eos_token_id", tokenizer.end_token_id),
-    ):
-        value = config.get(key, tokenizer_id)
-        if value != tokenizer_id:
-            raise ValueError(
-                f"config.json's {key}={value!r} is not the tokenizer's id "
-                f'{tokenizer_id} ("<pad>" and "</s>"). Received in {where}'
-            )
+    check_special_token_ids(
+        config,
+        {
+            "pad_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.end_token_id,
+        },
+        '"<pad>" and "</s>"',
+        where,
+    )
     return tokenizer
 
 

@@ -235,12 +235,8 @@ class TokenEmbedding(keras.layers.ReversibleEmbedding):
         >>> embedding(np.array([[5, 7]])).dtype
         tf.float32
         """
-        check_cast_dtype(dtype, self)
-        if self.quantization_mode is not None or self.bfloat16_weights:
-            raise ValueError(
-                f"Layer '{self.name}' is quantized already; cast the tables of "
-                f"the float layer instead. Received: dtype={dtype!r}"
-            )
+        stored = self.quantization_mode is not None or self.bfloat16_weights
+        check_cast_dtype(dtype, self, stored, weights="tables")
         if self.lora_enabled:
             raise ValueError(
                 f"Layer '{self.name}' has LoRA enabled: merge the adapters into "

@@ -150,18 +150,12 @@ class Seq2SeqLM(CausalLM):
         cross_attention_cache,
         encoder_padding_mask=None,
     ):
-        """Decoder step(s) with the self-attention and cross-attention caches.
+        """`Seq2SeqBackbone.call_with_cache` on the stacked caches, then the
+        logits: `(logits, cache)`.
 
-        Args:
-            target_ids: int (batch, seq), the decoder inputs at positions
-                `cache_update_index ... cache_update_index + seq - 1`.
-            cache: self-attention cache, see `empty_cache`.
-            cache_update_index: int or scalar tensor.
-            cross_attention_cache: from `compute_cross_attention_cache`.
-            encoder_padding_mask: (batch, src_seq), False at source padding.
-
-        Returns:
-            `(logits, cache)`.
+        `cache` is `empty_cache`'s stack of the blocks' self-attention caches
+        and `cross_attention_cache` `compute_cross_attention_cache`'s; the
+        other arguments are the backbone's.
         """
         check_rank("cache", cache, 6, "(batch, layers, 2, max_length, heads, dim)")
         layers = range(self.backbone.num_decoder_layers)
