@@ -278,9 +278,8 @@ class Task(PresetMixin, keras.Model):
         Batches of strings have their own lengths, unknown when TensorFlow
         traces the step: attention and the feed-forward network would trace
         both their plain and their tiled computations behind a run-time
-        choice, which for SmolLM2's LoRA train step at `sequence_length=256`
-        took 2.2 times the tracing time and 1.9 GB more memory than the
-        plain one alone, for rows that never reach the tiled one.
+        choice (more memory and tracing time) for rows that never reach the
+        tiled one.
         """
         if self.preprocessor is None or not (
             is_text(x) or is_chat_examples(x) or (is_dataset(x) and _holds_text(x))
