@@ -3,7 +3,7 @@
 Once `keras-tfm chat` has loaded its model through TensorFlow, it checks that
 LiteRT would give the same answers (`plan_chat_entry`: float32 weights, a
 byte-level BPE tokenizer whose `tokenizers` pipeline gives the same ids, a
-ChatML template, greedy or sampling decoding without logit processors,
+chat template, greedy or sampling decoding without logit processors,
 stop strings allowed) and writes the entry (the layout, keys and safety:
 `keras_tfm.lite.chat_entries`): the decoding step
 as LiteRT, its weights packed for XNNPACK, the tokenizer pipeline, the chat
@@ -53,7 +53,6 @@ from pathlib import Path
 from keras_tfm._optional import tensorflow_installed
 from keras_tfm.generation.generation_config import single_config
 from keras_tfm.lite import chat_entries, decoder_template, quantized_step, sampling
-from keras_tfm.lite.chat_template import parse_chatml_template
 from keras_tfm.lite.litert_decoder import LiteRTDecoder, default_prefill_length
 from keras_tfm.lite.user_cache import seal
 from keras_tfm.saving import atomic_directory
@@ -148,7 +147,7 @@ def plan_chat_entry(model, reference, weights, settings, root=None, builder=Fals
     build failed, or LiteRT would not give `model.chat(**settings)`'s
     answers: `weights` not one of `chat_entries.WEIGHTS` (or "int8" for a
     model without a step template), no byte-level BPE tokenizer with a
-    ChatML template, or decoding the LiteRT chat does not do (beam search,
+    chat template, or decoding the LiteRT chat does not do (beam search,
     logit processors).
     `builder`: asked by the process that builds it (its markers are its own).
     """
@@ -217,7 +216,8 @@ def _write_chat_files(model, reference, folder):
     entry = {
         "buffer_length": chat_entries.buffer_length(model),
         "end_token_id": int(tokenizer.end_token_id),
-        "default_system_prompt": parse_chatml_template(tokenizer.chat_template),
+        "chat_template": tokenizer.chat_template,
+        "template_tokens": tokenizer.template_tokens(),
         "generation_config": _config_values(model.generation_config),
         "sources": [chat_entries.file_identity(p) for p in model_files(reference)],
     }

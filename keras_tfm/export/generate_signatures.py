@@ -10,7 +10,7 @@ Python, sampling included.
 import tensorflow as tf
 
 from keras_tfm.export import decoding, graph_text
-from keras_tfm.lite.chat_template import IM_END, IM_START, parse_chatml_template
+from keras_tfm.lite.chat_template import single_turn_frame
 
 PROMPTS = tf.TensorSpec([None], tf.string, name="prompts")
 OPTIONS = [
@@ -75,14 +75,16 @@ def generate_signature(with_options, max_new_tokens):
 
 
 def chat_signature(model, decoder, max_new_tokens):
-    """`chat(messages) -> {"answers"}`: one user message per row, ChatML.
+    """`chat(messages) -> {"answers"}`: one user message per row.
 
-    As `CausalLM.chat`: the template (with its default system prompt), the
-    answer up to the end of the turn, stripped.
+    As `CausalLM.chat`: the checkpoint's chat template (its rendering of one
+    user message, split around the message: `single_turn_frame`), the answer
+    up to the end of the turn, stripped.
     """
     tokenizer = model.preprocessor.tokenizer
-    system = parse_chatml_template(tokenizer.chat_template)
-    head = "" if system is None else f"{IM_START}system\n{system}{IM_END}\n"
+    head, tail = single_turn_frame(
+        tokenizer.chat_template, **tokenizer.template_tokens()
+    )
     end_id = tokenizer.end_token_id
 
     @tf.function(
@@ -90,9 +92,7 @@ def chat_signature(model, decoder, max_new_tokens):
         autograph=False,
     )
     def chat(messages):
-        texts = tf.strings.join(
-            [f"{head}{IM_START}user\n", messages, f"{IM_END}\n{IM_START}assistant\n"]
-        )
+        texts = tf.strings.join([head, messages, tail])
         prompts = graph_text.tokenize(tokenizer, texts)
         settings = decoding.settings(tf.shape(messages)[0], (end_id,))
         ids = decoder.decode(prompts, tf.constant(max_new_tokens), settings)

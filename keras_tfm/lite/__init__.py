@@ -6,6 +6,6 @@ loads. The modules here import neither, only the standard library, NumPy,
 Keras), so that a `keras-tfm chat` whose decoding step is already cached
 answers from a process that never imports them
 (`keras_tfm.lite.litert_chat`). The rest of keras_tfm uses them too: the
-cache folder (`user_cache`), the ChatML template (`chat_template`), stop
+cache folder (`user_cache`), chat templates (`chat_template`), stop
 strings and streamed text (`stop_text`).
 """

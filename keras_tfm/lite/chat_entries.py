@@ -40,7 +40,7 @@ from pathlib import Path
 
 from keras_tfm.lite.user_cache import cache_directory, cache_key, verify
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """Bumped whenever what an entry holds, or how it is read, changes."""
 
 WEIGHTS = ("int8", "float32")

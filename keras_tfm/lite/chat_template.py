@@ -1,45 +1,73 @@
-"""ChatML chat formatting, for checkpoints whose template is ChatML.
+"""Chat templates: a checkpoint's own Jinja2 template, rendered in a sandbox.
 
-A checkpoint's `tokenizer.chat_template` is a Jinja2 program. Jinja2 is not
-a dependency (and running a template from a downloaded file is running its
-code), so the template is recognised instead: a ChatML template wraps each
-message as `<|im_start|>{role}\\n{content}<|im_end|>\\n` and may insert a
-default system message when the conversation has none (SmolLM2 does).
-`apply_chatml` reproduces exactly that.
+A checkpoint's `chat_template` (HF's tokenizer_config.json, GGUF's
+`tokenizer.chat_template`) is a Jinja2 program. It is rendered as
+transformers renders it (`apply_chat_template`): Jinja2's
+`ImmutableSandboxedEnvironment` with `trim_blocks` and `lstrip_blocks`, the
+loop controls, `raise_exception`, `strftime_now` and a `tojson` that keeps
+non-ASCII text; the variables are `messages`, `add_generation_prompt` and
+the tokenizer's special tokens (`bos_token`, `eos_token`, ...). The sandbox
+is what makes a downloaded template safe to run: it refuses attribute
+access to Python's internals and any change to the values passed in.
+
+`single_turn_frame` splits a template's rendering of one user message into
+the text before and after it, for the exported `chat` signature that
+formats messages inside the graph.
 """
 
-import re
+import datetime
+import functools
+import json
 
-IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 ROLES = ("system", "user", "assistant")
-# SmolLM2-style templates: `{% if loop.first and messages[0]['role'] !=
-# 'system' %}{{ '<|im_start|>system\n...<|im_end|>\n' }}{% endif %}`.
-_DEFAULT_SYSTEM = re.compile(
-    r"messages\[0\]\['role'\]\s*!=\s*'system'\s*%\}\s*\{\{\s*'"
-    + re.escape(IM_START)
-    + r"system\n(.*?)"
-    + re.escape(IM_END),
-    re.DOTALL,
-)
+_CONTENT = "\x00keras_tfm-content\x00"  # cannot occur in a template's own text
 
 
-def parse_chatml_template(template):
-    """The default system prompt of a ChatML `template` (None if it has none).
+@functools.lru_cache(maxsize=16)
+def compile_chat_template(source):
+    """`source` compiled in the sandbox (cached per source string).
 
     Raises:
-        ValueError: `template` is not a ChatML template.
+        ValueError: `source` is not a string or not valid Jinja2.
     """
-    if not isinstance(template, str) or not all(
-        part in template
-        for part in (IM_START, IM_END, "message['role']", "message['content']")
-    ):
-        shown = template if not isinstance(template, str) else template[:200]
+    import jinja2
+    import jinja2.ext
+    import jinja2.sandbox
+
+    if not isinstance(source, str) or not source:
         raise ValueError(
-            "Only ChatML chat templates (<|im_start|>role\\ncontent<|im_end|>) "
-            f"are supported. Received: chat_template={shown!r}"
+            f"A chat template must be a non-empty string. Received: {source!r:.200}"
         )
-    match = _DEFAULT_SYSTEM.search(template)
-    return match.group(1) if match else None
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        # Jinja2's own tojson escapes HTML characters, which templates do not want.
+        return json.dumps(
+            x,
+            ensure_ascii=ensure_ascii,
+            indent=indent,
+            separators=separators,
+            sort_keys=sort_keys,
+        )
+
+    def strftime_now(format):
+        return datetime.datetime.now().strftime(format)
+
+    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    environment.filters["tojson"] = tojson
+    environment.globals["raise_exception"] = raise_exception
+    environment.globals["strftime_now"] = strftime_now
+    try:
+        return environment.from_string(source)
+    except jinja2.exceptions.TemplateSyntaxError as error:
+        raise ValueError(
+            f"The chat template is not valid Jinja2 (line {error.lineno}: "
+            f"{error.message}). Received: chat_template={source!r:.200}"
+        ) from None
 
 
 def check_messages(messages):
@@ -62,36 +90,86 @@ def check_messages(messages):
                 'Each message must be {"role": one of '
                 f'{list(ROLES)}, "content": a string}}. Received: {message!r}'
             )
-    return list(messages)
+    return [dict(message) for message in messages]
 
 
-def apply_chatml(messages, add_generation_prompt=True, default_system_prompt=None):
-    """Formats a conversation as ChatML text.
+def render_chat_template(
+    template, messages, add_generation_prompt=True, **special_tokens
+):
+    """Formats a conversation with a checkpoint's chat template.
 
     Args:
+        template: the template's Jinja2 source.
         messages: a string (one user message) or a list of {"role",
             "content"} dicts, roles "system", "user" or "assistant".
         add_generation_prompt: end with the opening of an assistant turn, so
             that the model's continuation is its answer.
-        default_system_prompt: a system message put first when the
-            conversation does not start with one (None: none).
+        **special_tokens: the tokenizer's special tokens the template may
+            use (`bos_token="<s>"`, `eos_token=...`; None ones are left out).
 
     Returns:
         The text to tokenize.
 
+    Raises:
+        ValueError: the template refused the conversation (its
+            `raise_exception` message, e.g. a role it does not take) or
+            failed while rendering.
+
     Example:
-    >>> print(apply_chatml("Hi!", default_system_prompt="Be brief."))
-    <|im_start|>system
-    Be brief.<|im_end|>
+    >>> template = (
+    ...     "{% for m in messages %}<|im_start|>{{ m['role'] }}\\n"
+    ...     "{{ m['content'] }}<|im_end|>\\n{% endfor %}"
+    ...     "{% if add_generation_prompt %}<|im_start|>assistant\\n{% endif %}")
+    >>> print(render_chat_template(template, "Hi!"))
     <|im_start|>user
     Hi!<|im_end|>
     <|im_start|>assistant
     <BLANKLINE>
     """
-    messages = check_messages(messages)
-    if default_system_prompt is not None and messages[0]["role"] != "system":
-        messages = [{"role": "system", "content": default_system_prompt}] + messages
-    text = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
-    if add_generation_prompt:
-        text += f"{IM_START}assistant\n"
-    return text
+    import jinja2
+
+    compiled = compile_chat_template(template)
+    tokens = {name: value for name, value in special_tokens.items() if value}
+    try:
+        return compiled.render(
+            messages=check_messages(messages),
+            add_generation_prompt=bool(add_generation_prompt),
+            tools=None,
+            documents=None,
+            **tokens,
+        )
+    except jinja2.exceptions.TemplateError as error:
+        raise ValueError(
+            f"The chat template refused the conversation: {error}. Received: "
+            f"messages={str(messages)[:200]}"
+        ) from None
+    except (TypeError, KeyError, IndexError, AttributeError) as error:
+        raise ValueError(
+            f"The chat template failed on the conversation ({type(error).__name__}:"
+            f" {error}). Received: messages={str(messages)[:200]}"
+        ) from None
+
+
+def single_turn_frame(template, **special_tokens):
+    """The text before and after one user message in `template`'s rendering
+    of that message with the generation prompt: `head + message + tail` is
+    what `render_chat_template(template, message, **special_tokens)` gives.
+
+    Raises:
+        ValueError: the rendering does not hold the message once, as
+            written (a template that changes or repeats the content).
+
+    Example:
+    >>> single_turn_frame("{{ bos_token }}[{{ messages[0]['content'] }}]",
+    ...                   bos_token="<s>")
+    ('<s>[', ']')
+    """
+    text = render_chat_template(template, _CONTENT, True, **special_tokens)
+    if text.count(_CONTENT) != 1:
+        raise ValueError(
+            "The chat template does not place a user message in its output once "
+            "and unchanged, so it cannot be applied inside a graph. Received: "
+            f"chat_template={template!r:.200}"
+        )
+    head, tail = text.split(_CONTENT)
+    return head, tail

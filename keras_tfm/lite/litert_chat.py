@@ -3,7 +3,7 @@
 What a second `keras-tfm chat` runs: the model's decoding step as a
 `.tflite` file (`keras_tfm.export.export_litert_decoder`, its key/value cache
 inside the interpreter, run by `keras_tfm.lite.litert_decoder.LiteRTDecoder`),
-the tokenizer's `tokenizers` pipeline and the ChatML template, in a process
+the tokenizer's `tokenizers` pipeline and the checkpoint's chat template, in a process
 that imports neither TensorFlow nor Keras. The prompt goes through the
 file's `prefill` signature in chunks, then each new token through `decode`.
 Greedy decoding takes the argmax of the float32 logits, as `CausalLM.generate`'s
@@ -28,7 +28,7 @@ import numpy as np
 from keras_tfm.generation.generation_config import settings_tensors
 from keras_tfm.lite import sampling
 from keras_tfm.lite.chat_entries import DECODER, TOKENIZER
-from keras_tfm.lite.chat_template import apply_chatml
+from keras_tfm.lite.chat_template import render_chat_template
 from keras_tfm.lite.litert_decoder import LiteRTDecoder
 from keras_tfm.lite.stop_text import text_pieces
 
@@ -61,8 +61,8 @@ class LiteRTChat:
 
     def prompt_ids(self, messages):
         """The ids of `messages` in the chat template, with the answer's opening."""
-        text = apply_chatml(
-            messages, default_system_prompt=self.entry["default_system_prompt"]
+        text = render_chat_template(
+            self.entry["chat_template"], messages, **self.entry["template_tokens"]
         )
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 

@@ -6,8 +6,9 @@ byte-level BPE, from HuggingFace or GGUF files, with the checkpoint's
 pre-tokenization and chat template), `HFBertTokenizer` (BERT's WordPiece
 with HuggingFace's text normalization), `MarianTokenizer` (Marian's two
 SentencePiece models numbered by its vocab.json) and `T5Tokenizer` (T5's
-SentencePiece model, "</s>" appended). `apply_chatml` formats a
-conversation for ChatML templates.
+SentencePiece model, "</s>" appended). `render_chat_template` formats a
+conversation with a checkpoint's own Jinja2 chat template, in Jinja2's
+sandbox.
 
 Example:
 >>> tokenizer = keras_tfm.tokenizers.ByteLevelBPETokenizer(
@@ -16,7 +17,9 @@ Example:
 [2]
 """
 
-from keras_tfm.lite.chat_template import apply_chatml as apply_chatml
+from keras_tfm.lite.chat_template import (
+    render_chat_template as render_chat_template,
+)
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import (
     ByteLevelBPETokenizer as ByteLevelBPETokenizer,
 )
@@ -33,5 +36,5 @@ __all__ = [
     "HFBertTokenizer",
     "MarianTokenizer",
     "T5Tokenizer",
-    "apply_chatml",
+    "render_chat_template",
 ]

@@ -13,7 +13,7 @@ from keras_hub.src.tokenizers.byte_pair_tokenizer import SPLIT_PATTERN_TOKENIZER
 from tokenizers import Regex, models, normalizers, pre_tokenizers
 
 from keras_tfm._optional import tensorflow as tf
-from keras_tfm.lite.chat_template import apply_chatml, parse_chatml_template
+from keras_tfm.lite.chat_template import render_chat_template
 
 # How text is cut into pieces before the merges. "gpt2": GPT-2's byte-level
 # regex. "smollm" (also StarCoder's): every Unicode numeral (\p{N}) is first
@@ -82,7 +82,8 @@ class ByteLevelBPETokenizer(keras_hub.tokenizers.BytePairTokenizer):
             (`start_token_id`, `end_token_id`, `pad_token_id` then hold
             their ids); None for none.
         chat_template: the checkpoint's chat template (Jinja2 source), used
-            by `apply_chat_template`, which handles ChatML templates.
+            by `apply_chat_template` (rendered in Jinja2's sandbox, as
+            transformers renders it: `keras_tfm.tokenizers.render_chat_template`).
         **kwargs: other `keras_hub.tokenizers.BytePairTokenizer` arguments.
 
     Example:
@@ -240,11 +241,20 @@ class ByteLevelBPETokenizer(keras_hub.tokenizers.BytePairTokenizer):
             raise ValueError(
                 "This tokenizer has no chat template. Received: chat_template=None"
             )
-        return apply_chatml(
+        return render_chat_template(
+            self.chat_template,
             messages,
-            add_generation_prompt=add_generation_prompt,
-            default_system_prompt=parse_chatml_template(self.chat_template),
+            add_generation_prompt,
+            **self.template_tokens(),
         )
+
+    def template_tokens(self):
+        """The special tokens a chat template may use, by its names for them."""
+        return {
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            "pad_token": self.pad_token,
+        }
 
     def get_config(self):
         config = super().get_config()

@@ -39,10 +39,11 @@ from tests.builders import causal_lm
 from tests.convert.tiny_gguf import MERGES, SPECIALS, TEMPLATE, tiny_vocabulary
 
 SYSTEM = "You are tiny."
+# SmolLM2's shape: a default system message inside the loop's first turn.
 TEMPLATE_WITH_SYSTEM = TEMPLATE.replace(
     "{% for message in messages %}",
-    "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>"
-    f"system\\n{SYSTEM}<|im_end|>\\n' }}{{% endif %}}{{% for message in messages %}}",
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != "
+    "'system' %}{{ '<|im_start|>system\\n" + SYSTEM + "<|im_end|>\\n' }}{% endif %}",
 )
 
 
