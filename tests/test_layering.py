@@ -93,7 +93,13 @@ RANKS = {
     "_registration": 11,
 }
 TOP = {"keras_tfm/__init__.py", "keras_tfm/__main__.py"}
-KERAS_FREE_PACKAGES = {"numpy", "tokenizers", "ai_edge_litert", "ai_edge_quantizer"}
+KERAS_FREE_PACKAGES = {
+    "numpy",
+    "tokenizers",
+    "jinja2",
+    "ai_edge_litert",
+    "ai_edge_quantizer",
+}
 KERAS_FREE_MODULES = {
     "keras_tfm/__init__.py",
     "keras_tfm/_registration.py",

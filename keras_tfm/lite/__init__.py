@@ -2,7 +2,7 @@
 
 Keras and TensorFlow take about 2 s and 550 MB to import before a model
 loads. The modules here import neither, only the standard library, NumPy,
-`tokenizers` and `ai-edge-litert` (and `import keras_tfm`, which imports no
+`tokenizers`, Jinja2 and `ai-edge-litert` (and `import keras_tfm`, which imports no
 Keras), so that a `keras-tfm chat` whose decoding step is already cached
 answers from a process that never imports them
 (`keras_tfm.lite.litert_chat`). The rest of keras_tfm uses them too: the
