@@ -107,7 +107,10 @@ def _pipeline(tokenizer):
         return None
     tokenizer._maybe_initialized_tokenizers()  # keras-hub builds it lazily
     pipeline = tokenizer._tokenizer
-    text = tokenizer.apply_chat_template(PROBE)
+    try:
+        text = tokenizer.apply_chat_template(PROBE)
+    except ValueError:  # a template that refuses the probe: no entry
+        return None
     ids = [int(i) for i in tokenizer(text)]
     if pipeline.encode(text, add_special_tokens=False).ids != ids:
         return None

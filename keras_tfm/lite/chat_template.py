@@ -23,21 +23,24 @@ ROLES = ("system", "user", "assistant")
 _CONTENT = "\x00keras_tfm-content\x00"  # cannot occur in a template's own text
 
 
-@functools.lru_cache(maxsize=16)
 def compile_chat_template(source):
     """`source` compiled in the sandbox (cached per source string).
 
     Raises:
         ValueError: `source` is not a string or not valid Jinja2.
     """
-    import jinja2
-    import jinja2.ext
-    import jinja2.sandbox
-
     if not isinstance(source, str) or not source:
         raise ValueError(
             f"A chat template must be a non-empty string. Received: {source!r:.200}"
         )
+    return _compiled(source)
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(source):
+    import jinja2
+    import jinja2.ext
+    import jinja2.sandbox
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
