@@ -71,6 +71,7 @@ CHECKS = {
     "layer_norm_epsilon": check_positive_float,
     "use_rotary": as_bool,
     "scale_attention": as_bool,
+    "query_key_norm": as_bool,
     "rotary_max_wavelength": check_positive_float,
     "use_bias": as_bool,
 }

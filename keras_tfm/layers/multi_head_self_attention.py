@@ -12,6 +12,7 @@ from keras_tfm.layers.hyperparameters import (
     store_checked,
     store_initializers,
 )
+from keras_tfm.layers.normalization import make_normalization
 from keras_tfm.layers.positions import is_per_row
 from keras_tfm.layers.rotary_embedding import RotaryEmbedding
 from keras_tfm.quantized_weights import projection
@@ -32,6 +33,8 @@ ATTENTION_ARGUMENTS = (
     "use_rotary",
     "rotary_max_wavelength",
     "scale_attention",
+    "query_key_norm",
+    "layer_norm_epsilon",
 )
 
 
@@ -101,6 +104,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         rotary_max_wavelength: the base of the rotary wavelengths.
         scale_attention: scale the logits by 1 / sqrt(head_dim) (default);
             False for T5.
+        query_key_norm: RMS-normalize each head's query and key over its
+            `head_dim` features, with a learned scale shared by the heads,
+            before the rotary embedding (Qwen3, Gemma 3, OLMo 2: the
+            `query_norm` and `key_norm` sublayers). Default False.
+        layer_norm_epsilon: the epsilon of those norms.
         kernel_initializer, bias_initializer: initializers of the projections.
 
     Call arguments:
@@ -141,6 +149,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         use_rotary=False,
         rotary_max_wavelength=10000,
         scale_attention=True,
+        query_key_norm=False,
+        layer_norm_epsilon=1e-6,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
@@ -192,6 +202,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             if self.use_rotary
             else None
         )
+        self.query_norm = self.key_norm = None
+        if self.query_key_norm:
+            self.query_norm, self.key_norm = (
+                make_normalization(
+                    "rms_norm", self.layer_norm_epsilon, self.dtype_policy,
+                    name, hidden_dim=self.effective_head_dim,
+                )
+                for name in ("query_norm", "key_norm")
+            )  # fmt: skip
 
     def empty_cache(self, batch_size, max_length, dtype=None):
         """A zero cache of shape (batch, 2, max_length, kv_heads, head_dim)."""
@@ -231,6 +250,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Split, not sliced: without XLA the gradient of two slices is two
         # full-size zero-padded tensors and a sum (attention was 2x slower).
         key, value = kv_cache.halves(key_value, axis=2)  # (B, S, K, H) each
+        if self.key_norm is not None:
+            key = self.key_norm(key)
         if self.rotary_embedding is not None:
             key = self.rotary_embedding(key, start_index=start_index)
         return key, value
@@ -335,6 +356,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             self.query_dense(inputs),
             (batch, query_length, self.num_heads, self.effective_head_dim),
         )  # (B, T, N, H)
+        if self.query_norm is not None:
+            query = self.query_norm(query)
         if self.rotary_embedding is not None:
             query = self.rotary_embedding(query, start_index=start_index)
         if cache is not None and cache_update_index is None:
@@ -415,9 +438,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             check_last_dim("context", context, self.context_dim)
         if cache is not None:
             values = kv_cache.values_of(cache.cache)
-            check_rank(
-                "cache", values, 5, "(batch, 2, max_length, kv_heads, head_dim)"
-            )
+            check_rank("cache", values, 5, "(batch, 2, max_length, kv_heads, head_dim)")
             check_mask_shape(
                 "cache",
                 values,

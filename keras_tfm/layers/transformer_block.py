@@ -36,7 +36,7 @@ BLOCK_ARGUMENTS = (
 )
 # Options of the blocks that the backbones pass only where they use them
 # (`Seq2SeqBackbone` for T5), so the other families' arguments stay as they are.
-BLOCK_OPTIONS = ("scale_attention", "inner_dropout")
+BLOCK_OPTIONS = ("scale_attention", "inner_dropout", "query_key_norm")
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -71,6 +71,7 @@ class TransformerBlock(keras.layers.Layer):
         bias_initializer="zeros",
         scale_attention=True,
         inner_dropout=0.0,
+        query_key_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)

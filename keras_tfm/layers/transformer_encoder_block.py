@@ -38,6 +38,8 @@ class TransformerEncoderBlock(TransformerBlock):
             (default); False for T5.
         inner_dropout: dropout rate inside the feed-forward network, after
             its activation (T5's); 0 (default) adds none.
+        query_key_norm: RMS-normalize each attention head's queries and keys
+            (`MultiHeadSelfAttention`'s argument; Qwen3's). Default False.
 
     Call arguments:
         inputs: (batch, seq, hidden_dim).

@@ -71,6 +71,9 @@ class DecoderBackbone(PresetMixin, TransformerModel):
             0.029) give a tied head initial logits of std 0.8 after the
             final norm at width 768, which costs about 0.3 nats above the
             uniform distribution's loss before training.
+        query_key_norm: RMS-normalize each head's queries and keys before
+            the rotary embedding, with `layer_norm_epsilon` (Qwen3's
+            `q_norm` and `k_norm`; `MultiHeadSelfAttention`). Default False.
 
     Call arguments:
         token_ids: int (batch, seq).
@@ -99,6 +102,7 @@ class DecoderBackbone(PresetMixin, TransformerModel):
     own_arguments = {
         "num_layers": check_positive_int,
         "initializer_range": _optional_positive_float,
+        "query_key_norm": as_bool,
     }
     rematerialize_blocks = False
 
@@ -122,6 +126,7 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         use_bias=True,
         padding_id=0,
         initializer_range=None,
+        query_key_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -141,7 +146,8 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         self.transformer_layers = []
         for i in range(self.num_layers):
             block = DecoderBlock(
-                **self._block_arguments(), name=f"transformer_layer_{i}"
+                **self._block_arguments(query_key_norm=self.query_key_norm),
+                name=f"transformer_layer_{i}",
             )
             block.build((None, None, self.hidden_dim))
             self.transformer_layers.append(block)

@@ -51,6 +51,7 @@ def attention(
     head_dim,
     mask=None,
     rotary_positions=False,
+    query_key_norm=None,
 ):
     """Multi-head attention with explicit per-head loops.
 
@@ -58,7 +59,9 @@ def attention(
     query projection, of the fused key/value projection (columns: all key
     heads, then all value heads) and of the output projection.
     mask: (batch, q, k) booleans, True = attend. A row with no True gets zero
-    weights. Returns (outputs, weights (batch, heads, q, k)).
+    weights. query_key_norm: optional (query scale, key scale, epsilon):
+    each head's query and key RMS-normalized over its features and scaled,
+    before the rotation. Returns (outputs, weights (batch, heads, q, k)).
     """
     x, context = np.asarray(x, np.float64), np.asarray(context, np.float64)
     batch, q_len, _ = x.shape
@@ -72,6 +75,10 @@ def attention(
     group = num_heads // num_kv_heads
     q_heads = q_all.reshape(batch, q_len, num_heads, head_dim)
     k_heads = k_all.reshape(batch, k_len, num_kv_heads, head_dim)
+    if query_key_norm is not None:
+        query_scale, key_scale, epsilon = query_key_norm
+        q_heads = rms_norm(q_heads, query_scale, epsilon)
+        k_heads = rms_norm(k_heads, key_scale, epsilon)
     if rotary_positions:
         q_heads, k_heads = rotary(q_heads), rotary(k_heads)
     v_heads = v_all.reshape(batch, k_len, num_kv_heads, head_dim)

@@ -112,6 +112,40 @@ def test_rotary_attention_matches_reference():
     np.testing.assert_allclose(np.asarray(layer(x)), expected, atol=1e-5, rtol=0)
 
 
+def test_query_key_norm_matches_reference():
+    layer = _built(
+        num_heads=4, num_key_value_heads=2, head_dim=6, use_rotary=True,
+        query_key_norm=True, layer_norm_epsilon=1e-3,
+    )  # fmt: skip
+    norms = [w for w in layer.weights if "_norm/" in w.path]
+    assert [w.path.split("/", 1)[1] for w in norms] == [
+        "query_norm/scale",
+        "key_norm/scale",
+    ]
+    assert all(tuple(w.shape) == (6,) for w in norms)
+    x = _x(BATCH, Q_LEN, DIM, seed=4)
+    scales = (
+        np.asarray(layer.query_norm.scale, np.float64),
+        np.asarray(layer.key_norm.scale, np.float64),
+        1e-3,
+    )
+    out, weights = layer.call_with_scores(x, use_causal_mask=True)
+    mask = np.broadcast_to(
+        np.tril(np.ones((Q_LEN, Q_LEN), bool)), (BATCH, Q_LEN, Q_LEN)
+    )
+    expected, expected_weights = ref.attention(
+        x, x, reference_weights(layer), 4, 2, 6, mask=mask,
+        rotary_positions=True, query_key_norm=scales,
+    )  # fmt: skip
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(weights), expected_weights, atol=1e-5)
+    # The norms matter: without them the outputs differ.
+    plain, _ = ref.attention(
+        x, x, reference_weights(layer), 4, 2, 6, mask=mask, rotary_positions=True
+    )
+    assert np.abs(plain - expected).max() > 1e-2
+
+
 def test_explicit_head_dim():
     layer = _built(num_heads=3, head_dim=5)
     assert layer.query_dense.kernel.shape == (DIM, 15)
@@ -227,7 +261,13 @@ def test_mixed_precision_is_finite_and_close(policy):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"num_heads": 4, "num_key_value_heads": 2}, {"use_rotary": True}]
+    "kwargs",
+    [
+        {},
+        {"num_heads": 4, "num_key_value_heads": 2},
+        {"use_rotary": True},
+        {"use_rotary": True, "query_key_norm": True},
+    ],
 )
 def test_cached_decoding_equals_the_full_causal_pass(kwargs):
     layer = _built(**kwargs)
@@ -243,9 +283,7 @@ def test_cached_decoding_equals_the_full_causal_pass(kwargs):
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
     # A prefill of 3 tokens, then one step, gives the same again.
     cache = layer.empty_cache(BATCH, Q_LEN)
-    first, cache = layer(
-        x[:, :3], cache=AttentionCache(cache, 0), use_causal_mask=True
-    )
+    first, cache = layer(x[:, :3], cache=AttentionCache(cache, 0), use_causal_mask=True)
     second, cache = layer(
         x[:, 3:], cache=AttentionCache(cache, 3), use_causal_mask=True
     )
@@ -302,9 +340,12 @@ def test_cached_decoding_under_jit():
 # Layer contract, dropout and errors.
 
 
-def test_layer_contract_self_attention(tmp_path):
+@pytest.mark.parametrize("query_key_norm", [False, True])
+def test_layer_contract_self_attention(tmp_path, query_key_norm):
     run_layer_test(
-        lambda: MultiHeadSelfAttention(num_heads=2, num_key_value_heads=1),
+        lambda: MultiHeadSelfAttention(
+            num_heads=2, num_key_value_heads=1, query_key_norm=query_key_norm
+        ),
         {"inputs": _x(BATCH, Q_LEN, DIM)},
         call_kwargs={"use_causal_mask": True},
         expected_output_shape=(BATCH, Q_LEN, DIM),
