@@ -5,7 +5,7 @@ itself does not need PyTorch), e.g. from the repository root:
 
     pip install torch==2.13.0            # always pin: unpinned is a CUDA build
     pip install transformers==5.23.0 tokenizers safetensors
-    python tools/make_hf_decoder_fixtures.py
+    python tools/make_hf_decoder_fixtures.py [NAME ...]   # default: all
 
 (or, with torch in a separate venv, put that venv's site-packages on
 sys.path after keras_tfm's: `python -c "import sys, runpy;
@@ -17,7 +17,7 @@ model.safetensors and tokenizer files, made by transformers with random
 weights and a byte-level BPE trained on TRAINING_TEXT by `tokenizers`, with
 the pre-tokenizer of GPT-2 (gpt2, mistral), SmolLM (llama_tied), Llama 3
 (llama_gqa: Meta's Split regex, ignore_merges, a BOS post-processor) or
-Qwen2 (qwen2: its Split regex and NFC)) and
+Qwen2 (qwen2, qwen3: its Split regex and NFC)) and
 tests/fixtures/tiny_<name>_reference.npz with
 - `texts`, their token ids by transformers' tokenizer without special
   tokens (`ids_<i>`) and with the ones it adds by default (`added_ids_<i>`,
@@ -281,7 +281,7 @@ def make_llama(name, style, seed, config_class=None, **options):
     config = config_class(
         vocab_size=len(tokenizer),
         hidden_size=32,
-        intermediate_size=48,
+        intermediate_size=options.pop("intermediate_size", 48),
         num_hidden_layers=2,
         num_attention_heads=4,
         max_position_embeddings=64,
@@ -304,9 +304,19 @@ def make_llama(name, style, seed, config_class=None, **options):
     )
 
 
-def main():
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    make_gpt2()
+def make_all():
+    """name -> a function writing that fixture."""
+    return {
+        "gpt2": make_gpt2,
+        "llama_gqa": make_llama_gqa,
+        "llama_tied": make_llama_tied,
+        "mistral": make_mistral,
+        "qwen2": make_qwen2,
+        "qwen3": make_qwen3,
+    }
+
+
+def make_llama_gqa():
     # Untied head, grouped-query attention (4 query heads, 2 key/value
     # heads), no biases, a RoPE base from the config, Llama 3's tokenizer.
     make_llama(
@@ -318,6 +328,9 @@ def main():
         rope_theta=50000.0,
         rms_norm_eps=1e-5,
     )
+
+
+def make_llama_tied():
     # Tied head, one key/value head of size 16 (not hidden / heads = 8),
     # biases on every projection, SmolLM's digit split.
     make_llama(
@@ -332,6 +345,9 @@ def main():
         rope_theta=100000.0,
         rms_norm_eps=1e-6,
     )
+
+
+def make_mistral():
     # Mistral: Llama's computation under another model_type, with a sliding
     # window (32 here) that caps our max_sequence_length.
     make_llama(
@@ -344,6 +360,9 @@ def main():
         sliding_window=32,
         rope_theta=10000.0,
     )
+
+
+def make_qwen2():
     # Qwen2: biases on the query, key and value projections only; Qwen2's
     # tokenizer (its regex split, NFC).
     make_llama(
@@ -355,6 +374,32 @@ def main():
         tie_word_embeddings=True,
         rope_theta=1000000.0,
     )
+
+
+def make_qwen3():
+    # Qwen3: no biases, an RMSNorm of each head's query and key (q_norm,
+    # k_norm), an explicit head_dim (its default is 128), Qwen2's tokenizer.
+    make_llama(
+        "qwen3",
+        style="qwen2",
+        seed=50,
+        config_class=transformers.Qwen3Config,
+        num_key_value_heads=2,
+        head_dim=8,
+        # Rows of 64: whole blocks of 32 for Q8_0 in every matrix.
+        intermediate_size=64,
+        tie_word_embeddings=False,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+    )
+
+
+def main():
+    """Writes the fixtures named on the command line (default: all)."""
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    makers = make_all()
+    for name in sys.argv[1:] or list(makers):
+        makers[name]()
     print(f"wrote {FIXTURES}", file=sys.stderr)
 
 

@@ -1,17 +1,18 @@
 """The Llama family: HuggingFace checkpoints <-> `CausalLM`, and the weight
 mapping every Llama file format goes through.
 
-Llama 2/3, Mistral, Qwen2 and SmolLM share one computation: pre-norm with
-RMSNorm, SwiGLU (gate and up fused into one kernel, gate first),
+Llama 2/3, Mistral, Qwen2, Qwen3 and SmolLM share one computation: pre-norm
+with RMSNorm, SwiGLU (gate and up fused into one kernel, gate first),
 grouped-query attention (key and value fused, all key heads first) and RoPE
-in the half-split pairing HuggingFace uses. One weight mapping serves every
+in the half-split pairing HuggingFace uses; Qwen3 adds an RMSNorm of each
+head's query and key (`query_key_norm`). One weight mapping serves every
 file format: `convert_weights` takes tensors under HuggingFace's names
 (`model.layers.{i}.self_attn.q_proj.weight`, ...) as NumPy arrays, (out, in)
 as PyTorch stores them, and returns our weight paths; `hf_llama_tensors` is
 its inverse.
 
 A HuggingFace directory (`load_hf_llama`, `save_hf_llama`) holds
-config.json (`model_type` "llama", "mistral" or "qwen2"), the weights as
+config.json (`model_type` "llama", "mistral", "qwen2" or "qwen3"), the weights as
 safetensors (one file or shards, read by hf_directory.py) and a byte-level
 BPE tokenizer.json with tokenizer_config.json (special tokens, chat
 template). GGUF files (llama.cpp's format) are read by `gguf_llama.py`
@@ -53,9 +54,14 @@ from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 
 # model_type values whose HuggingFace model is Llama's computation exactly.
 LLAMA_MODEL_TYPES = ("llama", "mistral")
+# Every model_type `load_hf_llama` reads: Qwen2 adds q/k/v biases, Qwen3
+# the per-head query/key norms.
+MODEL_TYPES = (*LLAMA_MODEL_TYPES, "qwen2", "qwen3")
+# Qwen3's per-head norms: HuggingFace leaf -> our sublayer of the attention.
+QUERY_KEY_NORMS = (("q_norm.weight", "query_norm"), ("k_norm.weight", "key_norm"))
 
 
-def _layer_names(i, use_bias):
+def _layer_names(i, use_bias, query_key_norm=False):
     p = f"model.layers.{i}."
     names = [
         p + "self_attn.q_proj.weight",
@@ -70,6 +76,8 @@ def _layer_names(i, use_bias):
     ]
     if use_bias:
         names += [n[: -len("weight")] + "bias" for n in names if "_proj" in n]
+    if query_key_norm:
+        names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
     return names
 
 
@@ -79,7 +87,9 @@ def llama_hf_names(config):
     if not config["tie_word_embeddings"]:
         names.append("lm_head.weight")
     for i in range(config["num_layers"]):
-        names += _layer_names(i, config["use_bias"])
+        names += _layer_names(
+            i, config["use_bias"], config.get("query_key_norm", False)
+        )
     return names
 
 
@@ -108,6 +118,8 @@ def llama_hf_shapes(config):
         elif leaf in matrices:
             rows = matrices[leaf][0]
             shapes[name] = matrices[leaf] if name.endswith("weight") else (rows,)
+        elif leaf in ("q_norm", "k_norm"):  # one scale per head feature
+            shapes[name] = (config["head_dim"],)
         else:  # The RMSNorm scales.
             shapes[name] = (hidden,)
     return shapes
@@ -180,6 +192,9 @@ def convert_weights(tensors, config, source="the checkpoint"):
         weights[ours + "feed_forward_norm/scale"] = get(
             p + "post_attention_layernorm.weight"
         )
+        if config.get("query_key_norm", False):
+            for hf, ours_norm in QUERY_KEY_NORMS:
+                weights[f"{ours}self_attention/{ours_norm}/scale"] = get(attention + hf)
     return weights
 
 
@@ -236,6 +251,11 @@ def hf_llama_tensors(weights, config):
         tensors[p + "post_attention_layernorm.weight"] = weights[
             ours + "feed_forward_norm/scale"
         ]
+        if config.get("query_key_norm", False):
+            for hf, ours_norm in QUERY_KEY_NORMS:
+                tensors[attention + hf] = weights[
+                    f"{ours}self_attention/{ours_norm}/scale"
+                ]
     return tensors
 
 
@@ -257,12 +277,10 @@ def _rope_theta(config, where):
 def convert_backbone_config(config, directory="."):
     """`CausalLM` arguments from a Llama/Mistral config.json dict."""
     where = f"{directory}/config.json"
-    model_type = check_model_type(
-        config, (*LLAMA_MODEL_TYPES, "qwen2"), "Llama-family", directory
-    )
-    if model_type == "qwen2" and config.get("use_sliding_window"):
+    model_type = check_model_type(config, MODEL_TYPES, "Llama-family", directory)
+    if model_type in ("qwen2", "qwen3") and config.get("use_sliding_window"):
         raise ValueError(
-            "Qwen2's sliding-window attention is not supported. Received: "
+            "Qwen's sliding-window attention is not supported. Received: "
             f"use_sliding_window={config['use_sliding_window']!r} in {where}"
         )
     if config.get("hidden_act", "silu") != "silu":
@@ -305,6 +323,7 @@ def convert_backbone_config(config, directory="."):
         use_bias=use_bias,
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         padding_id=None,
+        query_key_norm=model_type == "qwen3",
     )
 
 
@@ -393,27 +412,28 @@ def convert_tokenizer(directory, config):
 def load_hf_llama(directory, max_sequence_length=None):
     """Loads a HuggingFace Llama-family checkpoint as a `CausalLM`.
 
-    Llama, Mistral and Qwen2 checkpoints (`model_type` "llama", "mistral",
-    "qwen2"; SmolLM is a Llama) become a pre-norm `CausalLM` with RMSNorm, SwiGLU,
-    grouped-query attention (the config's `num_key_value_heads` and
-    `head_dim`), RoPE with the config's base (`rope_theta`; RoPE scaling is
-    refused), biases when `attention_bias` or `mlp_bias` say so (the ones a
-    checkpoint lacks load as zeros, the same computation), and the
-    head tied or untied as `tie_word_embeddings` says. `padding_id` is None
-    (Llama masks no token id). A Mistral sliding window caps
-    `max_sequence_length` (within the window the attention is the same).
-    Qwen2's query, key and value biases load into a model with
+    Llama, Mistral, Qwen2 and Qwen3 checkpoints (`model_type` "llama",
+    "mistral", "qwen2", "qwen3"; SmolLM is a Llama) become a pre-norm
+    `CausalLM` with RMSNorm, SwiGLU, grouped-query attention (the config's
+    `num_key_value_heads` and `head_dim`), RoPE with the config's base
+    (`rope_theta`; RoPE scaling is refused), biases when `attention_bias` or
+    `mlp_bias` say so (the ones a checkpoint lacks load as zeros, the same
+    computation), and the head tied or untied as `tie_word_embeddings` says.
+    `padding_id` is None (Llama masks no token id). A Mistral sliding window
+    caps `max_sequence_length` (within the window the attention is the
+    same). Qwen2's query, key and value biases load into a model with
     `use_bias=True` whose output and feed-forward biases are zeros (the same
     computation; `save_hf_llama` then writes a Llama with all biases).
-    The tokenizer is attached: a `ByteLevelBPETokenizer` (keras-hub's
-    byte-level BPE) with the vocabulary, merges and pre-tokenization of
-    tokenizer.json (GPT-2's split, SmolLM's digit split, or the Split regex
-    of Llama 3 and Qwen2, with Qwen2's NFC normalizer and Llama 3's
-    `ignore_merges`), the special tokens and chat template of
-    tokenizer_config.json. SentencePiece-style BPE tokenizers (Llama 2,
-    Mistral v0.1) are refused. It adds no BOS token (Llama 3's
-    post-processor does): prepend `tokenizer.start_token_id` where the
-    checkpoint expects one.
+    Qwen3's per-head `q_norm` and `k_norm` load into a model with
+    `query_key_norm=True` (`save_hf_llama` writes it back as a Qwen3). The
+    tokenizer is attached: a `ByteLevelBPETokenizer` (keras-hub's byte-level
+    BPE) with the vocabulary, merges and pre-tokenization of tokenizer.json
+    (GPT-2's split, SmolLM's digit split, or the Split regex of Llama 3 and
+    Qwen2, with Qwen2's NFC normalizer and Llama 3's `ignore_merges`), the
+    special tokens and chat template of tokenizer_config.json.
+    SentencePiece-style BPE tokenizers (Llama 2, Mistral v0.1) are refused.
+    It adds no BOS token (Llama 3's post-processor does): prepend
+    `tokenizer.start_token_id` where the checkpoint expects one.
 
     Args:
         directory: a folder with config.json, model.safetensors (or an index
@@ -470,12 +490,24 @@ def _saveable_config(model, tokenizer):
     return config
 
 
+def _refuse_feed_forward_biases(tensors):
+    """Drops the feed-forward biases of a Qwen3, refused unless all zero."""
+    for name in [n for n in tensors if n.endswith("_proj.bias") and ".mlp." in n]:
+        if np.any(tensors.pop(name)):
+            raise ValueError(
+                "A Qwen3 checkpoint (what a model with query_key_norm=True is "
+                f"saved as) has no feed-forward biases, but {name} is not zero"
+            )
+
+
 def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
     """Writes a `CausalLM` and its tokenizer as a HuggingFace Llama checkpoint.
 
     The folder gets config.json (a `LlamaForCausalLM` config with
-    `rope_parameters`), model.safetensors (float32, the names of `convert_weights`;
-    no lm_head.weight when tied), tokenizer.json (made by `tokenizers`,
+    `rope_parameters`; `Qwen3ForCausalLM` for a model with
+    `query_key_norm`, whose feed-forward biases, if any, must be zero),
+    model.safetensors (float32, the names of `convert_weights`; no
+    lm_head.weight when tied), tokenizer.json (made by `tokenizers`,
     with the tokenizer's pre-tokenization) and tokenizer_config.json.
     `load_hf_llama` and transformers' `AutoModelForCausalLM` /
     `AutoTokenizer` read it back.
@@ -503,6 +535,11 @@ def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
     """
     tokenizer = model.tokenizer if tokenizer is None else tokenizer
     config = _saveable_config(model, tokenizer)
+    tensors = hf_llama_tensors(model_weights(model), config)
+    # A Llama has no query/key norms; a Qwen3 no feed-forward biases.
+    family = "Qwen3" if model.query_key_norm else "Llama"
+    if model.query_key_norm and model.use_bias:
+        _refuse_feed_forward_biases(tensors)
     target = Path(directory)
     with atomic_directory(target, overwrite) as directory:
 
@@ -510,8 +547,8 @@ def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
             return None if token is None else int(tokenizer.token_to_id(token))
 
         hf_config = {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+            "architectures": [f"{family}ForCausalLM"],
+            "model_type": family.lower(),
             "vocab_size": model.vocabulary_size,
             "hidden_size": model.hidden_dim,
             "intermediate_size": model.intermediate_dim,
@@ -527,7 +564,7 @@ def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
                 "rope_theta": model.rotary_max_wavelength,
             },
             "attention_bias": model.use_bias,
-            "mlp_bias": model.use_bias,
+            **({} if model.query_key_norm else {"mlp_bias": model.use_bias}),
             "attention_dropout": model.dropout,
             "tie_word_embeddings": model.tie_word_embeddings,
             "bos_token_id": token_id(tokenizer.bos_token),
@@ -536,7 +573,7 @@ def save_hf_llama(model, directory, tokenizer=None, overwrite=False):
             "initializer_range": 0.02,
         }
         write_json(directory / "config.json", hf_config)
-        write_safetensors(hf_llama_tensors(model_weights(model), config), directory)
+        write_safetensors(tensors, directory)
         write_tokenizer_json(directory, tokenizer)
         settings = {
             "tokenizer_class": "PreTrainedTokenizerFast",

@@ -20,7 +20,7 @@ from keras_tfm.models.legacy_configs import flat_arguments
 from keras_tfm.tokenizers import byte_level_bpe_tokenizer as gguf_tokenizer
 from tests.convert import decoder_checks as checks
 
-NAMES = ["llama_gqa", "llama_tied", "mistral", "qwen2"]
+NAMES = ["llama_gqa", "llama_tied", "mistral", "qwen2", "qwen3"]
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -79,6 +79,33 @@ def test_configs_are_the_checkpoints():
     assert not np.asarray(output_bias).any() and np.asarray(query_bias).any()
     with pytest.raises(ValueError, match="sliding_window=32"):
         load_hf_llama(checks.FIXTURES / "tiny_mistral_hf", max_sequence_length=33)
+    qwen3 = load_hf_llama(checks.FIXTURES / "tiny_qwen3_hf")
+    assert (qwen3.query_key_norm, qwen3.use_bias, qwen3.head_dim) == (True, False, 8)
+    assert not load_hf_llama(checks.FIXTURES / "tiny_qwen2_hf").query_key_norm
+
+
+def test_qwen3_query_key_norms_matter():
+    # Unit norm scales instead of the checkpoint's move the logits by more
+    # than the tolerance: the scales are read and applied.
+    model = load_hf_llama(checks.FIXTURES / "tiny_qwen3_hf")
+    reference = checks.reference("qwen3")
+    for weight in model.weights:
+        if weight.path.endswith(("query_norm/scale", "key_norm/scale")):
+            weight.assign(np.ones(weight.shape, "float32"))
+    gap = np.abs(np.asarray(model(reference["token_ids"])) - reference["logits"])
+    assert gap.max() > 1e-2
+
+
+def test_a_qwen3_model_with_feed_forward_biases_is_refused(tmp_path):
+    model = load_hf_llama(checks.FIXTURES / "tiny_qwen3_hf")
+    config = {**flat_arguments(model), "use_bias": True, "tokenizer": model.tokenizer}
+    biased = CausalLM.from_config(config)
+    save_hf_llama(biased, tmp_path / "zeros")  # zero biases: a Qwen3 without
+    for weight in biased.weights:
+        if weight.path.endswith("feed_forward/intermediate/bias"):
+            weight.assign(np.ones(weight.shape, "float32"))
+    with pytest.raises(ValueError, match=r"no feed-forward biases.*mlp\.gate_proj"):
+        save_hf_llama(biased, tmp_path / "out")
 
 
 def test_token_ids_equal_transformers(case):
@@ -138,6 +165,10 @@ def test_save_then_load_is_exact(case, tmp_path):
     original = load_file(str(checks.FIXTURES / f"tiny_{name}_hf" / "model.safetensors"))
     if model.tie_word_embeddings:
         original.pop("lm_head.weight", None)
+    expected_type = "qwen3" if name == "qwen3" else "llama"
+    assert json.loads((folder / "config.json").read_text())["model_type"] == (
+        expected_type
+    )
     if name == "qwen2":
         # Written as a Llama with every bias; Qwen2 lacks these (zeros).
         extra = sorted(set(saved) - set(original))
@@ -171,6 +202,7 @@ SPECIAL_TOKENS = {
     "llama_tied": ("<|im_start|>", "<|im_end|>"),
     "mistral": ("<|im_start|>", "<|im_end|>"),
     "qwen2": (None, "<|im_end|>"),
+    "qwen3": (None, "<|im_end|>"),
 }
 
 
