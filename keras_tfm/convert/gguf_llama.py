@@ -1,6 +1,7 @@
-"""Llama-architecture GGUF files (llama.cpp's format) -> `CausalLM`.
+"""GGUF files (llama.cpp's format) of the Llama family -> `CausalLM`.
 
-A GGUF file gives the sizes in its `llama.*` metadata and the tokenizer in
+`general.architecture` "llama", "qwen2" or "qwen3" (`ARCHITECTURES`). A
+GGUF file gives the sizes in its `{architecture}.*` metadata and the tokenizer in
 `tokenizer.ggml.*`; its tensors, dequantised to float32 by gguf_reader.py
 (or kept as int8 blocks, gguf_blocks.py), are renamed to HuggingFace's
 names with their q/k rows put back in HuggingFace's order (gguf_names.py)
@@ -26,6 +27,9 @@ from keras_tfm.convert.gguf_reader import (
     tensor_table,
 )
 from keras_tfm.convert.llama import (
+    QUERY_KEY_NORMS,
+    _add_zero_biases,
+    _zero_biases,
     convert_backbone_config,
     convert_weights,
     llama_hf_shapes,
@@ -39,53 +43,70 @@ from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 CONTROL_TOKEN = 3  # llama.cpp's LLAMA_TOKEN_TYPE_CONTROL in tokenizer.ggml.token_type
 
 
-def convert_gguf_backbone_config(reader):
-    """`CausalLM` arguments from a GGUF file's `llama.*` metadata.
+# `general.architecture` values this loader reads: each is the HuggingFace
+# `model_type` of the same name, converted by `llama.convert_backbone_config`.
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+
+
+def _shortest(value):
+    """A float32 metadata value as the shortest decimal that rounds to it
+    (1e-06, not 9.999999974752427e-07: the config.json value it came from)."""
+    return float(str(np.float32(value)))
+
+
+def gguf_hf_config(reader):
+    """The config.json a GGUF file's `{architecture}.*` metadata stands for.
 
     The metadata is checked for what only GGUF can say (the architecture,
-    partial RoPE, RoPE scaling), then read as the config.json keys it
-    stands for and converted by `convert_backbone_config`, as a
-    HuggingFace checkpoint's config is.
+    partial RoPE, RoPE scaling) first, before any tensor is read;
+    transformers reads a GGUF file's metadata into the same keys.
     """
     architecture = metadata(reader, "general.architecture")
-    if architecture != "llama":
+    if architecture not in ARCHITECTURES:
         raise ValueError(
-            "Only the Llama architecture is supported. Received: "
-            f"general.architecture={architecture!r}"
+            f"Only the GGUF architectures {list(ARCHITECTURES)} are supported. "
+            f"Received: general.architecture={architecture!r}"
         )
-    num_heads = metadata(reader, "llama.attention.head_count")
-    hidden_dim = metadata(reader, "llama.embedding_length")
-    head_dim = metadata(reader, "llama.attention.key_length", None, False)
-    head_dim = head_dim or hidden_dim // num_heads
-    rope_dims = metadata(reader, "llama.rope.dimension_count", head_dim, False)
+
+    def key(name, default=None):  # required unless it has a default
+        return metadata(reader, f"{architecture}.{name}", default, default is None)
+
+    num_heads = key("attention.head_count")
+    hidden_dim = key("embedding_length")
+    head_dim = key("attention.key_length", 0) or hidden_dim // num_heads
+    rope_dims = key("rope.dimension_count", head_dim)
     if rope_dims != head_dim:
         raise ValueError(
             "Only RoPE over whole heads is supported. Received: "
-            f"llama.rope.dimension_count={rope_dims}, head size {head_dim}"
+            f"{architecture}.rope.dimension_count={rope_dims}, head size {head_dim}"
         )
-    scaling = metadata(reader, "llama.rope.scaling.type", "none", False)
+    scaling = key("rope.scaling.type", "none")
     if scaling != "none":
         raise ValueError(
             "RoPE scaling is not supported. Received: "
-            f"llama.rope.scaling.type={scaling!r}"
+            f"{architecture}.rope.scaling.type={scaling!r}"
         )
-    # config.json's keys for the metadata (transformers reads GGUF so too).
-    hf_config = {
-        "model_type": "llama",
+    return {
+        "model_type": architecture,
         "vocab_size": len(metadata(reader, "tokenizer.ggml.tokens")),
-        "num_hidden_layers": metadata(reader, "llama.block_count"),
+        "num_hidden_layers": key("block_count"),
         "num_attention_heads": num_heads,
         "hidden_size": hidden_dim,
-        "intermediate_size": metadata(reader, "llama.feed_forward_length"),
-        "max_position_embeddings": metadata(reader, "llama.context_length"),
-        "num_key_value_heads": metadata(reader, "llama.attention.head_count_kv"),
+        "intermediate_size": key("feed_forward_length"),
+        "max_position_embeddings": key("context_length"),
+        "num_key_value_heads": key("attention.head_count_kv"),
         "head_dim": head_dim,
-        "rms_norm_eps": metadata(reader, "llama.attention.layer_norm_rms_epsilon"),
-        "rope_theta": metadata(reader, "llama.rope.freq_base", 10000.0, False),
+        "rms_norm_eps": _shortest(key("attention.layer_norm_rms_epsilon")),
+        "rope_theta": _shortest(key("rope.freq_base", 10000.0)),
         # Without an `output.weight` tensor the head is the embedding.
         "tie_word_embeddings": "output.weight" not in tensor_table(reader),
     }
-    return convert_backbone_config(hf_config, reader.data.filename)
+
+
+def convert_gguf_backbone_config(reader):
+    """`CausalLM` arguments from a GGUF file's metadata (`gguf_hf_config`,
+    converted by `convert_backbone_config` as a HuggingFace config is)."""
+    return convert_backbone_config(gguf_hf_config(reader), reader.data.filename)
 
 
 def convert_gguf_tokenizer(reader):
@@ -129,23 +150,34 @@ def gguf_tensors(reader, config, read=dequantize):
 
     Each tensor is renamed (`gguf_names.hf_name_from_gguf`; a tensor with no
     HuggingFace name is refused), dequantised with the shape `config` needs
-    and, for q and k, put back in HuggingFace's row order. GGUF matrices are
-    (out, in), as in PyTorch. `read(tensor, shape)` may return a tuple of
-    arrays of `shape`'s rows instead (`_read_blocks`); each is reordered.
+    and, for q and k of a "llama" file, put back in HuggingFace's row order
+    (llama.cpp's converter reorders them for ggml's Llama RoPE, not Qwen's,
+    whose NEOX RoPE pairs rows as HuggingFace does). The biases a Qwen2 file
+    has none of (output, feed-forward) are zeros, as `load_hf_llama` makes
+    them. GGUF matrices are (out, in), as in PyTorch. `read(tensor, shape)`
+    may return a tuple of arrays of `shape`'s rows instead (`_read_blocks`);
+    each is reordered.
     """
+    architecture = metadata(reader, "general.architecture")
+    zero_biases, who = _zero_biases({"model_type": architecture})
+    zero_names = set(_add_zero_biases({}, config, zero_biases, who))
     table = tensor_table(reader)
     names = {hf_name_from_gguf(name): name for name in table}
     tensors = {}
     for hf_name, shape in llama_hf_shapes(config).items():
+        if hf_name in zero_names:
+            continue
         if hf_name not in names:
             raise ValueError(
-                f"The GGUF file has no tensor {gguf_name_from_hf(hf_name)!r}, which a "
-                "Llama model with this metadata needs. Received tensors such "
-                f"as {sorted(table)[:4]}"
+                f"The GGUF file has no tensor {gguf_name_from_hf(hf_name)!r}, which "
+                f"a {architecture!r} model with this metadata needs. Received "
+                f"tensors such as {sorted(table)[:4]}"
             )
         value = read(table[names.pop(hf_name)], shape)
         heads = None
-        if hf_name.endswith("q_proj.weight"):
+        if architecture != "llama":
+            pass
+        elif hf_name.endswith("q_proj.weight"):
             heads = config["num_heads"]
         elif hf_name.endswith("k_proj.weight"):
             heads = config["num_key_value_heads"]
@@ -154,12 +186,12 @@ def gguf_tensors(reader, config, read=dequantize):
         elif heads is not None:
             value = unpermute_rows(value, heads)
         tensors[hf_name] = value
-    if names:  # e.g. layers beyond llama.block_count.
+    if names:  # e.g. layers beyond {architecture}.block_count.
         raise ValueError(
-            f"The GGUF file has tensors this Llama model has no place for: "
-            f"{sorted(names.values())[:4]}"
+            f"The GGUF file has tensors this {architecture!r} model has no place "
+            f"for: {sorted(names.values())[:4]}"
         )
-    return tensors
+    return _add_zero_biases(tensors, config, zero_biases, who)
 
 
 WEIGHT_MODES = ("float32", INT8_BLOCKS)
@@ -178,6 +210,14 @@ def _read_blocks(tensor, shape):
     return blocks
 
 
+def _check_block_config(config):
+    if config["use_bias"]:
+        raise ValueError(
+            "int8 blocks are supported for models without biases (not Qwen2). "
+            f"Received: use_bias={config['use_bias']}"
+        )
+
+
 def block_weights(tensors, config):
     """Our weight paths -> arrays for a model holding int8 blocks.
 
@@ -191,11 +231,7 @@ def block_weights(tensors, config):
         `{layer path: (values, scale, offset)}` for `hold_blocks`, and our
         float weight paths -> arrays (the norms).
     """
-    if config["use_bias"]:
-        raise ValueError(
-            "int8 blocks are supported for Llama models without biases. "
-            f"Received: use_bias={config['use_bias']}"
-        )
+    _check_block_config(config)
 
     def rows(*names):  # fused projections: the parts' output rows stacked
         return tuple(np.concatenate([tensors[n][i] for n in names]) for i in range(3))
@@ -224,6 +260,9 @@ def block_weights(tensors, config):
         floats[ours + "feed_forward_norm/scale"] = tensors[
             p + "post_attention_layernorm.weight"
         ]
+        if config["query_key_norm"]:
+            for hf, norm in QUERY_KEY_NORMS:
+                floats[f"{ours}self_attention/{norm}/scale"] = tensors[attention + hf]
     return blocks, floats
 
 
@@ -231,7 +270,11 @@ BLOCK_PARTS = ("values", "scale", "offset")
 
 
 def load_gguf_llama(path, max_sequence_length=None, weights="float32"):
-    """Loads a Llama-architecture GGUF file as a `CausalLM` with its tokenizer.
+    """Loads a GGUF file of the Llama family as a `CausalLM` with its tokenizer.
+
+    `general.architecture` "llama", "qwen2" (q/k/v biases) or "qwen3"
+    (per-head query/key norms); any other is refused by name before a
+    weight is read.
 
     The conversion (config, tokenizer, float32 weights) is kept in the
     cache folder, keyed by the file's SHA-256, `max_sequence_length` and the
@@ -240,20 +283,23 @@ def load_gguf_llama(path, max_sequence_length=None, weights="float32"):
 
     The weights are dequantised to float32 (supported types:
     `gguf_reader.SUPPORTED_TYPES`: F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0 and
-    the K-quants); the query/key rows are put back in the half-split order
-    of our rotary embedding, and the tensors, renamed to HuggingFace's
-    names, go through `convert_weights` as `load_hf_llama`'s do. The model
-    is pre-norm with RMSNorm, SwiGLU, grouped-query attention, RoPE with the
-    file's base (RoPE scaling is refused) and no biases; the head is the
-    embedding unless the file has an `output.weight`. The
-    tokenizer (a `ByteLevelBPETokenizer` with the file's vocabulary, merges,
-    pre-tokenizer, special tokens and ChatML chat template) is attached, so
-    `generate` takes strings.
+    the K-quants); a "llama" file's query/key rows are put back in the
+    half-split order of our rotary embedding (Qwen files keep it), and the
+    tensors, renamed to HuggingFace's names, go through `convert_weights` as
+    `load_hf_llama`'s do. The model is pre-norm with RMSNorm, SwiGLU,
+    grouped-query attention, RoPE with the file's base (RoPE scaling is
+    refused) and, but for Qwen2's, no biases; the head is the embedding
+    unless the file has an `output.weight`. The tokenizer (a
+    `ByteLevelBPETokenizer` with the file's vocabulary, merges,
+    pre-tokenizer, special tokens and chat template) is attached, so
+    `generate` takes strings. `weights="int8_blocks"` holds the matrices as
+    int8 blocks (Q8_0, Q4_0 and Q4_1 kept as stored; not for Qwen2, whose
+    biases the block layers lack).
 
     Args:
         path: a .gguf file.
         max_sequence_length: the longest sequence the model accepts; defaults
-            to the file's `llama.context_length`.
+            to the file's `{architecture}.context_length`.
 
     Returns:
         A float32 `keras_tfm.models.CausalLM`.
@@ -340,6 +386,7 @@ def convert_gguf(path, max_sequence_length, weights="float32"):
             tokenizer,
             convert_weights(tensors, config, f"The GGUF file {path}"),
         )
+    _check_block_config(config)  # before any weight is read
     blocks, floats = block_weights(gguf_tensors(reader, config, _read_blocks), config)
     for layer, parts in blocks.items():
         floats.update(

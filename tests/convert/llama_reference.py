@@ -7,7 +7,11 @@ kv_heads)), SwiGLU (silu(x Wg) * (x Wu)) Wd, and the embedding as the head.
 RoPE is applied as ggml does for Llama, to adjacent pairs (2i, 2i + 1) of
 the query and key rows *as the GGUF file stores them*, so this reference
 needs no un-permutation: that keras_tfm's un-permuted, half-split version
-gives the same logits checks the row order.
+gives the same logits checks the row order. Qwen2 and Qwen3 files
+(`rope="half_split"`: ggml's NEOX RoPE, pairs (i, i + d / 2), rows as
+HuggingFace has them) add what their tensors hold: q/k/v biases
+(`attn_q.bias`, ...) and each head's query/key RMSNorm before the rotation
+(`attn_q_norm.weight`, `attn_k_norm.weight`).
 """
 
 import numpy as np
@@ -40,11 +44,27 @@ def rope_adjacent_pairs(x, base):
     return out
 
 
-def llama_logits(tensors, token_ids, num_heads, num_kv_heads, epsilon, base):
+def rope_half_split(x, base):
+    """x: (seq, heads, d); rotates (x[i], x[i + d/2]) by pos * base^(-2i/d)."""
+    seq, _, dim = x.shape
+    angles = np.arange(seq)[:, None] * base ** (-np.arange(0, dim, 2) / dim)
+    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+    first, second = x[..., : dim // 2], x[..., dim // 2 :]
+    return np.concatenate([first * cos - second * sin, first * sin + second * cos], -1)
+
+
+def llama_logits(
+    tensors, token_ids, num_heads, num_kv_heads, epsilon, base, rope="adjacent"
+):
     """float64 logits (seq, vocabulary) for one sequence of ids."""
+    rotate = rope_adjacent_pairs if rope == "adjacent" else rope_half_split
 
     def w(name):
         return tensors[name].astype("float64")
+
+    def project(x, name):  # x W^T (+ b where the file has a bias)
+        out = x @ w(name + ".weight").T
+        return out + w(name + ".bias") if name + ".bias" in tensors else out
 
     embedding = w("token_embd.weight")
     h = embedding[np.asarray(token_ids)]
@@ -56,10 +76,13 @@ def llama_logits(tensors, token_ids, num_heads, num_kv_heads, epsilon, base):
     while f"blk.{layer}.attn_q.weight" in tensors:
         b = f"blk.{layer}."
         x = rms_norm(h, w(b + "attn_norm.weight"), epsilon)
-        q = (x @ w(b + "attn_q.weight").T).reshape(seq, num_heads, head_dim)
-        k = (x @ w(b + "attn_k.weight").T).reshape(seq, num_kv_heads, head_dim)
-        v = (x @ w(b + "attn_v.weight").T).reshape(seq, num_kv_heads, head_dim)
-        q, k = rope_adjacent_pairs(q, base), rope_adjacent_pairs(k, base)
+        q = project(x, b + "attn_q").reshape(seq, num_heads, head_dim)
+        k = project(x, b + "attn_k").reshape(seq, num_kv_heads, head_dim)
+        v = project(x, b + "attn_v").reshape(seq, num_kv_heads, head_dim)
+        if b + "attn_q_norm.weight" in tensors:
+            q = rms_norm(q, w(b + "attn_q_norm.weight"), epsilon)
+            k = rms_norm(k, w(b + "attn_k_norm.weight"), epsilon)
+        q, k = rotate(q, base), rotate(k, base)
         heads = []
         for head in range(num_heads):
             scores = q[:, head] @ k[:, head // group].T / np.sqrt(head_dim) + causal

@@ -1,0 +1,132 @@
+"""Qwen2 and Qwen3 GGUF files written by llama.cpp's own converter.
+
+The files (tests/fixtures/gguf/, made by tools/make_gguf_fixtures.py from
+the tiny HuggingFace checkpoints) are checked against three references:
+a float64 NumPy forward pass over their tensors as stored
+(tests/convert/llama_reference.py, with ggml's NEOX RoPE), llama.cpp's
+own logits of the same tokens, and transformers' logits of the checkpoint
+they came from.
+"""
+
+import json
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from keras_tfm.convert import gguf_reader, load_gguf_llama, load_hf_llama
+from keras_tfm.models.legacy_configs import flat_arguments
+from tests.convert import decoder_checks as checks
+from tests.convert.llama_reference import llama_logits, tensors_of
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NAMES = ("qwen2", "qwen3")
+TYPES = ("f32", "f16", "q8_0")
+# The real checkpoints' templates the files carry (chat_templates.json).
+TEMPLATES = {"qwen2": "qwen2.5", "qwen3": "qwen3"}
+# llama.cpp's CPU matmuls round the activations to F16 and Q8_0 for weights
+# of those types (ours do not): its logits differ by up to 0.2% and 6% of
+# their range on these files (measured, tools/make_gguf_fixtures.py); on
+# F32 weights, by 2e-6.
+LLAMA_CPP_GAP = {"f32": 1e-5, "f16": 5e-3, "q8_0": 0.1}
+
+
+def path_of(name, kind):
+    return FIXTURES / "gguf" / f"tiny_{name}_{kind}.gguf"
+
+
+@pytest.fixture(scope="module", params=[(n, t) for n in NAMES for t in TYPES])
+def case(request):
+    name, kind = request.param
+    return name, kind, load_gguf_llama(path_of(name, kind))
+
+
+def relative_gap(ours, theirs):
+    theirs = np.asarray(theirs, "float64")
+    span = theirs.max() - theirs.min()
+    return float(np.max(np.abs(np.asarray(ours, "float64") - theirs)) / span)
+
+
+def test_config_is_the_checkpoints(case):
+    name, _, model = case
+    hf = load_hf_llama(FIXTURES / f"tiny_{name}_hf")
+    ours, want = flat_arguments(model), flat_arguments(hf)
+    for config in (ours, want):
+        config.pop("tokenizer", None)
+    assert ours == want
+    assert model.query_key_norm is (name == "qwen3")
+    assert model.use_bias is (name == "qwen2")
+
+
+def test_logits_equal_the_numpy_reference_of_the_stored_tensors(case):
+    name, kind, model = case
+    reader = gguf_reader.open_gguf(path_of(name, kind))
+    tensors = tensors_of(reader)
+    ids = checks.reference(name)["token_ids"][:2]
+    ours = np.asarray(model(ids))
+    for row in range(len(ids)):
+        want = llama_logits(
+            tensors, ids[row], model.num_heads, model.num_key_value_heads,
+            model.layer_norm_epsilon, model.rotary_max_wavelength,
+            rope="half_split",
+        )  # fmt: skip
+        assert relative_gap(ours[row], want) < 1e-5
+
+
+def test_logits_match_llama_cpp(case):
+    name, kind, model = case
+    llama_cpp = np.load(FIXTURES / "gguf" / f"tiny_{name}_llama_cpp.npz")
+    theirs = llama_cpp[f"logits_{kind}"]
+    ours = np.asarray(model(checks.reference(name)["token_ids"][: len(theirs)]))
+    assert relative_gap(ours, theirs) < LLAMA_CPP_GAP[kind]
+    agreement = np.mean(ours.argmax(-1) == theirs.argmax(-1))
+    assert agreement >= (1.0 if kind != "q8_0" else 0.85)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_float32_file_is_the_transformers_model(name):
+    model = load_gguf_llama(path_of(name, "f32"))
+    reference = checks.reference(name)
+    assert relative_gap(model(reference["token_ids"]), reference["logits"]) < 1e-5
+    checks.check_greedy(model, reference)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_files_tokenizer_is_llama_cpps(name):
+    # llama.cpp's "qwen2" pre-tokenizer is Qwen2's split without the NFC
+    # normalizer of transformers' tokenizer.json: the ids are llama.cpp's,
+    # and differ from transformers' only where NFC changes the text.
+    tokenizer = load_gguf_llama(path_of(name, "f16")).tokenizer
+    llama_cpp = np.load(FIXTURES / "gguf" / f"tiny_{name}_llama_cpp.npz")
+    reference = checks.reference(name)
+    for i, text in enumerate(str(t) for t in reference["texts"]):
+        ours = np.asarray(tokenizer(text)).tolist()
+        assert ours == llama_cpp[f"ids_{i}"].tolist(), text
+        if unicodedata.normalize("NFC", text) == text:
+            assert ours == reference[f"ids_{i}"].tolist(), text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_files_chat_template_renders_as_transformers(name):
+    tokenizer = load_gguf_llama(path_of(name, "q8_0")).tokenizer
+    fixture = json.loads((FIXTURES / "chat_templates.json").read_text())
+    template = fixture[TEMPLATES[name]]
+    assert tokenizer.chat_template == template["template"]
+    assert tokenizer.eos_token == "<|im_end|>"
+    case = template["cases"][0]
+    prompt = tokenizer.apply_chat_template(case["messages"])
+    assert prompt == case["text"]
+
+
+def test_qwen3_as_int8_blocks_equals_its_float32_load():
+    path = path_of("qwen3", "q8_0")
+    ids = checks.reference("qwen3")["token_ids"][:2]
+    blocks = load_gguf_llama(path, weights="int8_blocks")
+    floats = load_gguf_llama(path)
+    assert relative_gap(blocks(ids), floats(ids)) < 1e-5
+
+
+def test_qwen2_as_int8_blocks_is_refused_by_its_biases():
+    with pytest.raises(ValueError, match="without biases"):
+        load_gguf_llama(path_of("qwen2", "q8_0"), weights="int8_blocks")
