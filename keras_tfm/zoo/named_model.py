@@ -7,6 +7,7 @@ Example:
 
 from pathlib import Path
 
+from keras_tfm.convert.checkpoint import is_checkpoint, load_checkpoint
 from keras_tfm.saving import load_model
 from keras_tfm.zoo.catalogue import (
     did_you_mean,
@@ -19,18 +20,23 @@ from keras_tfm.zoo.catalogue import (
 
 
 def load_named_model(reference, weights=None):
-    """A `.keras` file if `reference` is a path that exists (loaded through
+    """Another framework's checkpoint if `reference` is one (a GGUF file or
+    a HuggingFace folder: `keras_tfm.convert.load_checkpoint`), a `.keras`
+    file if it is a path that exists (loaded through
     `keras_tfm.saving.load_model`), a preset folder if it is the path of one
     ("./my_preset"), else a preset of the zoo.
 
     Args:
-        reference: a file path, a preset folder's path or a preset name.
-        weights: "int8_blocks" loads a GGUF preset's blocks as they are;
-            otherwise the preset's own weights.
+        reference: a checkpoint's or a file's path, a preset folder's path
+            or a preset name.
+        weights: "int8_blocks" loads a GGUF file's (or GGUF preset's)
+            blocks as they are; otherwise the preset's own weights.
 
     Raises:
         ValueError: `reference` is neither, or the file is not a model.
     """
+    if is_checkpoint(reference):
+        return load_checkpoint(reference, weights)
     if Path(reference).is_file():
         return load_model(reference)
     if is_folder_path(reference) and Path(reference).is_dir():

@@ -130,3 +130,79 @@ def test_qwen3_as_int8_blocks_equals_its_float32_load():
 def test_qwen2_as_int8_blocks_is_refused_by_its_biases():
     with pytest.raises(ValueError, match="without biases"):
         load_gguf_llama(path_of("qwen2", "q8_0"), weights="int8_blocks")
+
+
+def test_keras_tfm_chat_answers_from_the_file_with_its_template(capsys):
+    from keras_tfm import cli
+
+    # Qwen3's template (Qwen2.5's default system prompt is longer than the
+    # tiny model's 64 positions with its 320-token vocabulary).
+    path = path_of("qwen3", "q8_0")
+    case = json.loads((FIXTURES / "chat_templates.json").read_text())["qwen3"]
+    case = case["cases"][0]  # "Hi!", rendered by transformers
+    model = load_gguf_llama(path)
+    # The answer: a greedy argmax loop over full forward passes of the
+    # prompt transformers' rendering gives, up to the end-of-turn token.
+    ids, answer = np.asarray(model.tokenizer(case["text"])).tolist(), []
+    for _ in range(4):
+        next_id = int(np.argmax(np.asarray(model(np.array([ids])))[0, -1]))
+        if next_id == model.tokenizer.end_token_id:
+            break
+        ids.append(next_id)
+        answer.append(next_id)
+    assert answer  # the answer is not the end of the turn at once
+    cli.main(["chat", case["messages"], "--model", str(path), "--max-new-tokens", "4"])
+    assert capsys.readouterr().out == model.tokenizer.detokenize(answer) + "\n"
+
+
+def test_an_unsupported_architecture_is_refused_by_name(tmp_path):
+    from keras_tfm import cli
+    from tests.convert.tiny_gguf import write_tiny_llama
+
+    path = tmp_path / "tiny_gemma2.gguf"
+    write_tiny_llama(path, architecture="gemma2")
+    with pytest.raises(SystemExit, match="general.architecture='gemma2'"):
+        cli.main(["chat", "Hi!", "--model", str(path)])
+
+
+def test_load_checkpoint_takes_either_kind_by_what_it_is(tmp_path):
+    from keras_tfm.convert import checkpoint, load_checkpoint
+
+    assert checks.run_docstring_examples(
+        [load_checkpoint], {"FIXTURES": FIXTURES}
+    ).failed == 0  # fmt: skip
+    folder = checks.copy_fixture("qwen3", tmp_path / "hf")
+    assert load_checkpoint(folder).query_key_norm
+    checks.edit_json(folder, "config.json", model_type="gemma2")
+    with pytest.raises(ValueError, match="model_type 'gemma2' are not supported"):
+        load_checkpoint(folder)
+    # A keras-tfm preset folder (a config.json naming a class) is no checkpoint.
+    preset = tmp_path / "preset"
+    preset.mkdir()
+    (preset / "config.json").write_text('{"class_name": "CausalLM", "config": {}}')
+    assert not checkpoint.is_checkpoint(preset)
+    with pytest.raises(ValueError, match="neither a GGUF file nor a HuggingFace"):
+        load_checkpoint(preset)
+
+
+def test_a_k_quant_file_from_llama_cpps_quantizer():
+    # Q4_K_M, as llama.cpp's quantizer writes it (Q4_K and Q6_K blocks), of
+    # a Qwen3 256 wide: the NumPy reference over gguf's dequantization, and
+    # llama.cpp within what its Q8_K activations cost (1.6% of the range,
+    # 29 of 32 top-1 ids, measured).
+    path = FIXTURES / "gguf" / "tiny_qwen3_wide_q4_k_m.gguf"
+    reader = gguf_reader.open_gguf(path)
+    assert {t.tensor_type.name for t in reader.tensors} == {"F32", "Q4_K", "Q6_K"}
+    model = load_gguf_llama(path)
+    ids = checks.reference("qwen3")["token_ids"][:2]
+    ours = np.asarray(model(ids))
+    tensors = tensors_of(reader)
+    for row in range(len(ids)):
+        want = llama_logits(
+            tensors, ids[row], 4, 2, 1e-6, 1e6, rope="half_split"
+        )  # fmt: skip
+        assert relative_gap(ours[row], want) < 1e-5
+    theirs = np.load(FIXTURES / "gguf" / "tiny_qwen3_wide_llama_cpp.npz")
+    theirs = theirs["logits_q4_k_m"]
+    assert relative_gap(ours, theirs) < 0.05
+    assert np.mean(ours.argmax(-1) == theirs.argmax(-1)) >= 0.85

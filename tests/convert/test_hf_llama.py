@@ -411,14 +411,21 @@ def test_docstring_examples():
 
 
 def test_gguf_names_map_onto_the_same_mapping():
-    # Every HuggingFace name of a two-layer untied Llama has one GGUF name.
+    # Every HuggingFace name of a two-layer untied Llama has one GGUF name,
+    # and the others are Qwen2's q/k/v biases and Qwen3's q/k norms.
     config = {"num_layers": 2, "use_bias": False, "tie_word_embeddings": False}
     gguf = ["token_embd.weight", "output_norm.weight", "output.weight"]
     for i in range(2):
         table = gguf_names.GGUF_TO_HF
         gguf += [key.replace("{i}", str(i)) for key in table if "{i}" in key]
-    hf = [gguf_names.hf_name_from_gguf(name) for name in gguf]
-    assert sorted(hf) == sorted(llama.llama_hf_names(config))
+    hf = {gguf_names.hf_name_from_gguf(name) for name in gguf}
+    llama_names = set(llama.llama_hf_names(config))
+    assert llama_names <= hf
+    assert {name.split(".", 3)[-1] for name in hf - llama_names} == {
+        f"self_attn.{leaf}"
+        for leaf in ("q_proj.bias", "k_proj.bias", "v_proj.bias",
+                     "q_norm.weight", "k_norm.weight")
+    }  # fmt: skip
     with pytest.raises(ValueError, match="'blk.0.attn_qkv.weight'"):
         gguf_names.hf_name_from_gguf("blk.0.attn_qkv.weight")
 
