@@ -88,6 +88,48 @@ np.savez_compressed(out, **result)
 """
 
 
+# A Qwen3 wide enough for k-quant blocks (256 weights a row): made here with
+# random weights and the tiny Qwen3's tokenizer, converted at F16 and
+# quantized by llama.cpp to Q4_K_M (Q4_K and Q6_K blocks), as llama.cpp's
+# `llama-quantize` does.
+WIDE = """
+import shutil, sys
+import torch, transformers
+source, target = sys.argv[1:]
+config = transformers.Qwen3Config(
+    vocab_size=320, hidden_size=256, intermediate_size=256,
+    num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+    head_dim=64, max_position_embeddings=64, tie_word_embeddings=False,
+    rope_theta=1000000.0, rms_norm_eps=1e-6, bos_token_id=None,
+    eos_token_id=2)
+torch.manual_seed(60)
+model = transformers.Qwen3ForCausalLM(config).eval()
+generator = torch.Generator().manual_seed(60)
+with torch.no_grad():
+    for name, parameter in model.named_parameters():
+        noise = torch.randn(parameter.shape, generator=generator)
+        if "norm" in name:
+            parameter.copy_(1.0 + 0.1 * noise)
+        else:
+            parameter.copy_(0.1 * noise)
+model.save_pretrained(target)
+for name in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(f"{source}/{name}", f"{target}/{name}")
+"""
+
+QUANTIZE = """
+import ctypes, sys
+import llama_cpp
+source, target = sys.argv[1:]
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+status = llama_cpp.llama_model_quantize(
+    source.encode(), target.encode(), ctypes.byref(params))
+sys.exit(status)
+"""
+K_QUANT = "q4_k_m"
+
+
 def with_chat_template(name, folder):
     """A copy of the tiny checkpoint in `folder` with the real model's chat
     template in its tokenizer_config.json (the converter copies it)."""
@@ -99,9 +141,10 @@ def with_chat_template(name, folder):
     return folder
 
 
-def convert(llama_cpp, torch_python, name, out_type, target):
+def convert(llama_cpp, torch_python, name, out_type, target, checkpoint=None):
     pre = CHECKPOINTS[name][0]
-    checkpoint = with_chat_template(name, Path(tempfile.mkdtemp()) / name)
+    if checkpoint is None:
+        checkpoint = with_chat_template(name, Path(tempfile.mkdtemp()) / name)
     arguments = [
         str(checkpoint),
         "--outtype",
@@ -119,12 +162,13 @@ def main():
     parser.add_argument("--torch-python", required=True)
     parser.add_argument("--llama-python", required=True)
     parser.add_argument("names", nargs="*", default=list(CHECKPOINTS))
+    parser.add_argument("--k-quant-only", action="store_true")
     args = parser.parse_args()
     import numpy as np
 
     folder = FIXTURES / "gguf"
     folder.mkdir(exist_ok=True)
-    for name in args.names:
+    for name in [] if args.k_quant_only else args.names:
         files = {}
         for out_type in OUT_TYPES:
             target = folder / f"tiny_{name}_{out_type}.gguf"
@@ -137,6 +181,31 @@ def main():
         payload = json.dumps([files, token_ids, texts, str(out)])
         subprocess.run([args.llama_python, "-c", LOGITS, payload], check=True)
         print(f"{name}: wrote {sorted(files.values())} and {out.name}", file=sys.stderr)
+    make_k_quant(args, folder)
+
+
+def make_k_quant(args, folder):
+    """tiny_qwen3_wide_q4_k_m.gguf and llama.cpp's logits for it."""
+    import numpy as np
+
+    work = Path(tempfile.mkdtemp())
+    wide = with_chat_template("qwen3", work / "source")
+    subprocess.run(
+        [args.torch_python, "-c", WIDE, str(wide), str(work / "wide")], check=True
+    )
+    f16 = work / "wide_f16.gguf"
+    convert(args.llama_cpp, args.torch_python, "qwen3", "f16", f16, work / "wide")
+    target = folder / f"tiny_qwen3_wide_{K_QUANT}.gguf"
+    subprocess.run(
+        [args.llama_python, "-c", QUANTIZE, str(f16), str(target)], check=True
+    )
+    reference = np.load(FIXTURES / "tiny_qwen3_reference.npz")
+    out = folder / "tiny_qwen3_wide_llama_cpp.npz"
+    payload = json.dumps(
+        [{K_QUANT: str(target)}, reference["token_ids"][:ROWS].tolist(), [], str(out)]
+    )
+    subprocess.run([args.llama_python, "-c", LOGITS, payload], check=True)
+    print(f"wrote {target.name} and {out.name}", file=sys.stderr)
 
 
 if __name__ == "__main__":
