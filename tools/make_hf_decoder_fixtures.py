@@ -15,7 +15,7 @@ runpy.run_path('tools/make_hf_decoder_fixtures.py', run_name='__main__')"`).
 For each family it writes tests/fixtures/tiny_<name>_hf/ (config.json,
 model.safetensors and tokenizer files, made by transformers with random
 weights and a byte-level BPE trained on TRAINING_TEXT by `tokenizers`, with
-the pre-tokenizer of GPT-2 (gpt2, mistral), SmolLM (llama_tied), Llama 3
+the pre-tokenizer of GPT-2 (gpt2, mistral, phi3), SmolLM (llama_tied), Llama 3
 (llama_gqa: Meta's Split regex, ignore_merges, a BOS post-processor) or
 Qwen2 (qwen2, qwen3: its Split regex and NFC)) and
 tests/fixtures/tiny_<name>_reference.npz with
@@ -105,6 +105,12 @@ SMOLLM_SPECIALS = (
     ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
     ("<|im_start|>", "<|im_end|>"),
 )
+# Phi-3.5's chat tokens, its eos_token (tokenizer_config.json) and no BOS
+# (its "<s>" is a SentencePiece token).
+PHI3_SPECIALS = (
+    ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"],
+    (None, "<|endoftext|>"),
+)
 
 
 def train_tokenizer(directory, vocab_size):
@@ -122,14 +128,15 @@ def train_tokenizer(directory, vocab_size):
     return transformers.AutoTokenizer.from_pretrained(directory)
 
 
-def train_llama_tokenizer(directory, vocab_size, style):
+def train_llama_tokenizer(directory, vocab_size, style, specials=None):
     """A byte-level BPE with one of four pre-tokenizers (`style`): "gpt2",
     "smollm" (digits split first), "llama3" (Llama 3's regex split,
     ignore_merges and a BOS-adding post-processor, as Meta's tokenizer.json)
-    or "qwen2" (Qwen2's regex split and NFC normalizer)."""
+    or "qwen2" (Qwen2's regex split and NFC normalizer); `specials`:
+    (special tokens, (bos, eos)), by default the style's."""
     from tokenizers import Regex, normalizers, pre_tokenizers, processors
 
-    special, (bos, eos) = SPECIALS.get(style, SMOLLM_SPECIALS)
+    special, (bos, eos) = specials or SPECIALS.get(style, SMOLLM_SPECIALS)
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if style == "gpt2":
@@ -276,7 +283,9 @@ def make_gpt2():
 def make_llama(name, style, seed, config_class=None, **options):
     directory = FIXTURES / f"tiny_{name}_hf"
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_llama_tokenizer(directory, 320, style)
+    tokenizer = train_llama_tokenizer(
+        directory, 320, style, options.pop("specials", None)
+    )
     config_class = config_class or transformers.LlamaConfig
     config = config_class(
         vocab_size=len(tokenizer),
@@ -313,6 +322,7 @@ def make_all():
         "mistral": make_mistral,
         "qwen2": make_qwen2,
         "qwen3": make_qwen3,
+        "phi3": make_phi3,
     }
 
 
@@ -391,6 +401,28 @@ def make_qwen3():
         tie_word_embeddings=False,
         rope_theta=1000000.0,
         rms_norm_eps=1e-6,
+    )
+
+
+def make_phi3():
+    # Phi-3: Llama's computation with fused qkv_proj and gate_up_proj, no
+    # biases, untied, RoPE over whole heads, no sliding window; a GPT-2
+    # style byte-level BPE (Phi-4's kind; Phi-3's own is SentencePiece).
+    make_llama(
+        "phi3",
+        style="gpt2",
+        seed=70,
+        config_class=transformers.Phi3Config,
+        specials=PHI3_SPECIALS,
+        num_key_value_heads=2,
+        # Rows of 64: whole blocks of 32 for Q8_0 in every matrix.
+        intermediate_size=64,
+        original_max_position_embeddings=64,
+        sliding_window=None,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        pad_token_id=None,
     )
 
 

@@ -1,18 +1,21 @@
 """The Llama family: HuggingFace checkpoints <-> `CausalLM`, and the weight
 mapping every Llama file format goes through.
 
-Llama 2/3, Mistral, Qwen2, Qwen3 and SmolLM share one computation: pre-norm
-with RMSNorm, SwiGLU (gate and up fused into one kernel, gate first),
-grouped-query attention (key and value fused, all key heads first) and RoPE
-in the half-split pairing HuggingFace uses; Qwen3 adds an RMSNorm of each
-head's query and key (`query_key_norm`). One weight mapping serves every
+Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3 and SmolLM share one computation:
+pre-norm with RMSNorm, SwiGLU (gate and up fused into one kernel, gate
+first), grouped-query attention (key and value fused, all key heads first)
+and RoPE in the half-split pairing HuggingFace uses; Qwen3 adds an RMSNorm
+of each head's query and key (`query_key_norm`), Phi-3 fuses its
+projections differently (`split_phi3_tensors` splits them into Llama's
+names). One weight mapping serves every
 file format: `convert_weights` takes tensors under HuggingFace's names
 (`model.layers.{i}.self_attn.q_proj.weight`, ...) as NumPy arrays, (out, in)
 as PyTorch stores them, and returns our weight paths; `hf_llama_tensors` is
 its inverse.
 
 A HuggingFace directory (`load_hf_llama`, `save_hf_llama`) holds
-config.json (`model_type` "llama", "mistral", "qwen2" or "qwen3"), the weights as
+config.json (`model_type` "llama", "mistral", "qwen2", "qwen3" or "phi3"), the
+weights as
 safetensors (one file or shards, read by hf_directory.py) and a byte-level
 BPE tokenizer.json with tokenizer_config.json (special tokens, chat
 template). GGUF files (llama.cpp's format) are read by `gguf_llama.py`
@@ -55,8 +58,10 @@ from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
 # model_type values whose HuggingFace model is Llama's computation exactly.
 LLAMA_MODEL_TYPES = ("llama", "mistral")
 # Every model_type `load_hf_llama` reads: Qwen2 adds q/k/v biases, Qwen3
-# the per-head query/key norms.
-MODEL_TYPES = (*LLAMA_MODEL_TYPES, "qwen2", "qwen3")
+# the per-head query/key norms, Phi-3 fuses its projections.
+MODEL_TYPES = (*LLAMA_MODEL_TYPES, "qwen2", "qwen3", "phi3")
+# model_types whose `sliding_window` caps `max_sequence_length`.
+SLIDING_WINDOW_TYPES = ("mistral", "phi3")
 # Qwen3's per-head norms: HuggingFace leaf -> our sublayer of the attention.
 QUERY_KEY_NORMS = (("q_norm.weight", "query_norm"), ("k_norm.weight", "key_norm"))
 
@@ -123,6 +128,84 @@ def llama_hf_shapes(config):
         else:  # The RMSNorm scales.
             shapes[name] = (hidden,)
     return shapes
+
+
+# Phi-3's fused projections (a layer's leaf -> the Llama leaves whose rows it
+# stacks, in order): query heads, then key heads, then value heads; gate,
+# then up.
+PHI3_FUSED = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+}
+
+
+def _phi3_parts(config):
+    """(fused name, [(Llama name, rows)]) of every Phi-3 fused tensor."""
+    shapes = llama_hf_shapes(config)
+    parts = []
+    for i in range(config["num_layers"]):
+        for leaf in ("weight", "bias") if config["use_bias"] else ("weight",):
+            for fused, names in PHI3_FUSED.items():
+                names = [f"model.layers.{i}.{name}.{leaf}" for name in names]
+                parts.append(
+                    (
+                        f"model.layers.{i}.{fused}.{leaf}",
+                        [(name, shapes[name][0]) for name in names],
+                    )
+                )
+    return parts
+
+
+def phi3_hf_shapes(config):
+    """`llama_hf_shapes` with Phi-3's fused tensors in place of their parts."""
+    shapes = llama_hf_shapes(config)
+    for fused, names in _phi3_parts(config):
+        columns = shapes[names[0][0]][1:]  # () for a bias
+        for name, _ in names:
+            del shapes[name]
+        shapes[fused] = (sum(rows for _, rows in names), *columns)
+    return shapes
+
+
+def split_phi3_tensors(tensors, config, source="the checkpoint"):
+    """Phi-3's tensors under Llama's names: each `qkv_proj` split into its
+    `q_proj`, `k_proj` and `v_proj` rows, each `gate_up_proj` into
+    `gate_proj` and `up_proj` (`PHI3_FUSED`).
+
+    Args:
+        tensors: HuggingFace name -> array, (out, in) for matrices; a value
+            may be a tuple of arrays (out, ...) each (int8 blocks), split
+            alike.
+        config: the `CausalLM` arguments, with `head_dim` and
+            `num_key_value_heads`.
+        source: how errors name the checkpoint.
+
+    Returns:
+        A new dict; the other tensors are passed through.
+    """
+    tensors = dict(tensors)
+    for fused, names in _phi3_parts(config):
+        if fused not in tensors:
+            raise ValueError(f"The Phi-3 checkpoint {source} lacks {fused}")
+        value = tensors.pop(fused)
+        parts = value if isinstance(value, tuple) else (value,)
+        want = sum(rows for _, rows in names)
+        if any(len(part) != want for part in parts):
+            raise ValueError(
+                f"{fused} in {source} must have {want} rows "
+                f"({' + '.join(str(rows) for _, rows in names)}). Received: "
+                f"shape={tuple(parts[0].shape)}"
+            )
+        start = 0
+        for name, rows in names:
+            if name in tensors:
+                raise ValueError(
+                    f"The Phi-3 checkpoint {source} has both {fused} and {name}"
+                )
+            pieces = tuple(part[start : start + rows] for part in parts)
+            tensors[name] = pieces if isinstance(value, tuple) else pieces[0]
+            start += rows
+    return tensors
 
 
 def convert_weights(tensors, config, source="the checkpoint"):
@@ -274,8 +357,24 @@ def _rope_theta(config, where):
     return float(theta)
 
 
+def _check_whole_head_rope(config, where):
+    """Refuses RoPE over part of each head (Phi-4-mini's
+    `partial_rotary_factor` 0.75), at the top level or in the RoPE dicts."""
+    for key, spec in (
+        ("partial_rotary_factor", config),
+        ("rope_parameters.partial_rotary_factor", config.get("rope_parameters")),
+        ("rope_scaling.partial_rotary_factor", config.get("rope_scaling")),
+    ):
+        factor = (spec or {}).get("partial_rotary_factor", 1.0)
+        if factor is not None and float(factor) != 1.0:
+            raise ValueError(
+                "Only RoPE over whole heads is supported (partial_rotary_factor "
+                f"1.0). Received: {key}={factor!r} in {where}"
+            )
+
+
 def convert_backbone_config(config, directory="."):
-    """`CausalLM` arguments from a Llama/Mistral config.json dict."""
+    """`CausalLM` arguments from a Llama-family config.json dict."""
     where = f"{directory}/config.json"
     model_type = check_model_type(config, MODEL_TYPES, "Llama-family", directory)
     if model_type in ("qwen2", "qwen3") and config.get("use_sliding_window"):
@@ -297,12 +396,14 @@ def convert_backbone_config(config, directory="."):
     for key in ("pretraining_tp",):
         if config.get(key, 1) != 1:
             raise ValueError(f"Received: {key}={config[key]!r} in {where}")
+    _check_whole_head_rope(config, where)
     num_heads = config["num_attention_heads"]
     hidden = config["hidden_size"]
     max_length = config["max_position_embeddings"]
-    # Mistral's sliding window changes nothing for sequences that fit in it.
+    # Mistral's and Phi-3's sliding window changes nothing for sequences
+    # that fit in it.
     window = config.get("sliding_window")
-    if model_type == "mistral" and window is not None:
+    if model_type in SLIDING_WINDOW_TYPES and window is not None:
         max_length = min(max_length, window)
     return dict(
         vocabulary_size=config["vocab_size"],
@@ -412,16 +513,24 @@ def convert_tokenizer(directory, config):
 def load_hf_llama(directory, max_sequence_length=None):
     """Loads a HuggingFace Llama-family checkpoint as a `CausalLM`.
 
-    Llama, Mistral, Qwen2 and Qwen3 checkpoints (`model_type` "llama",
-    "mistral", "qwen2", "qwen3"; SmolLM is a Llama) become a pre-norm
+    Llama, Mistral, Qwen2, Qwen3 and Phi-3 checkpoints (`model_type`
+    "llama", "mistral", "qwen2", "qwen3", "phi3"; SmolLM is a Llama) become a pre-norm
     `CausalLM` with RMSNorm, SwiGLU, grouped-query attention (the config's
     `num_key_value_heads` and `head_dim`), RoPE with the config's base
     (`rope_theta`; RoPE scaling is refused), biases when `attention_bias` or
     `mlp_bias` say so (the ones a checkpoint lacks load as zeros, the same
     computation), and the head tied or untied as `tie_word_embeddings` says.
-    `padding_id` is None (Llama masks no token id). A Mistral sliding window
-    caps `max_sequence_length` (within the window the attention is the
-    same). Qwen2's query, key and value biases load into a model with
+    `padding_id` is None (Llama masks no token id). A Mistral or Phi-3
+    sliding window caps `max_sequence_length` (within the window the
+    attention is the same). RoPE over part of each head
+    (`partial_rotary_factor` other than 1.0, Phi-4-mini's 0.75) is refused
+    by name. Phi-3's fused `qkv_proj` (query, key, value rows) and
+    `gate_up_proj` (gate, up rows) are split into Llama's projections
+    (`split_phi3_tensors`); its LongRoPE (`rope_type` "longrope" or "su":
+    Phi-3-128k, Phi-3.5) is refused as RoPE scaling is, and its
+    `resid_pdrop`/`embd_pdrop` are ignored (inference: the model's dropout
+    is `attention_dropout`); `save_hf_llama` writes it back as a Llama,
+    which transformers reads. Qwen2's query, key and value biases load into a model with
     `use_bias=True` whose output and feed-forward biases are zeros (the same
     computation; `save_hf_llama` then writes a Llama with all biases).
     Qwen3's per-head `q_norm` and `k_norm` load into a model with
@@ -454,7 +563,7 @@ def load_hf_llama(directory, max_sequence_length=None):
     config = convert_backbone_config(hf_config, directory)
     if max_sequence_length is not None:
         window = hf_config.get("sliding_window")
-        if hf_config.get("model_type") == "mistral" and window is not None:
+        if hf_config.get("model_type") in SLIDING_WINDOW_TYPES and window is not None:
             if max_sequence_length > window:
                 raise ValueError(
                     "`max_sequence_length` must not exceed the checkpoint's "
@@ -463,6 +572,8 @@ def load_hf_llama(directory, max_sequence_length=None):
                 )
         config["max_sequence_length"] = max_sequence_length
     tensors = read_safetensors(directory)
+    if hf_config.get("model_type") == "phi3":
+        tensors = split_phi3_tensors(tensors, config, str(directory))
     projections, who = _zero_biases(hf_config)
     tensors = _add_zero_biases(tensors, config, projections, who)
     weights = convert_weights(tensors, config, str(directory))

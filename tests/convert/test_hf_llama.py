@@ -20,7 +20,7 @@ from keras_tfm.models.legacy_configs import flat_arguments
 from keras_tfm.tokenizers import byte_level_bpe_tokenizer as gguf_tokenizer
 from tests.convert import decoder_checks as checks
 
-NAMES = ["llama_gqa", "llama_tied", "mistral", "qwen2", "qwen3"]
+NAMES = ["llama_gqa", "llama_tied", "mistral", "qwen2", "qwen3", "phi3"]
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -82,6 +82,28 @@ def test_configs_are_the_checkpoints():
     qwen3 = load_hf_llama(checks.FIXTURES / "tiny_qwen3_hf")
     assert (qwen3.query_key_norm, qwen3.use_bias, qwen3.head_dim) == (True, False, 8)
     assert not load_hf_llama(checks.FIXTURES / "tiny_qwen2_hf").query_key_norm
+    phi3 = load_hf_llama(checks.FIXTURES / "tiny_phi3_hf")
+    assert (phi3.head_dim, phi3.num_key_value_heads, phi3.intermediate_dim) == (
+        8,
+        2,
+        64,
+    )
+    assert (phi3.use_bias, phi3.query_key_norm, phi3.tie_word_embeddings) == (
+        False,
+        False,
+        False,
+    )
+    assert (phi3.max_sequence_length, phi3.rotary_max_wavelength) == (64, 10000.0)
+
+
+def test_a_phi3_sliding_window_caps_the_length_as_mistrals(tmp_path):
+    folder = checks.copy_fixture("phi3", tmp_path)
+    checks.edit_json(folder, "config.json", sliding_window=16)
+    assert load_hf_llama(folder).max_sequence_length == 16
+    with pytest.raises(ValueError, match="sliding_window=16"):
+        load_hf_llama(folder, max_sequence_length=17)
+    # Within the window transformers' logits are those without one.
+    checks.check_logits(load_hf_llama(folder), checks.reference("phi3"))
 
 
 def test_qwen3_query_key_norms_matter():
@@ -165,6 +187,7 @@ def test_save_then_load_is_exact(case, tmp_path):
     original = load_file(str(checks.FIXTURES / f"tiny_{name}_hf" / "model.safetensors"))
     if model.tie_word_embeddings:
         original.pop("lm_head.weight", None)
+    # A Phi-3 is written as a Llama (its fused tensors split).
     expected_type = "qwen3" if name == "qwen3" else "llama"
     assert json.loads((folder / "config.json").read_text())["model_type"] == (
         expected_type
@@ -175,9 +198,34 @@ def test_save_then_load_is_exact(case, tmp_path):
         assert len(extra) == 4 * model.num_layers
         assert all(not saved[key].any() for key in extra)
         saved = {key: saved[key] for key in original}
+    if name == "phi3":
+        original = split_as_phi3_does(original, name)
     assert sorted(saved) == sorted(original)
     for key, value in original.items():
         np.testing.assert_array_equal(saved[key], value)
+
+
+def split_as_phi3_does(tensors, name):
+    """`tensors` with each fused Phi-3 tensor replaced by its parts, sliced
+    as transformers' Phi3Attention and Phi3MLP slice their outputs."""
+    hf = json.loads((checks.FIXTURES / f"tiny_{name}_hf" / "config.json").read_text())
+    head_dim = hf["hidden_size"] // hf["num_attention_heads"]
+    query = hf["num_attention_heads"] * head_dim
+    key = hf["num_key_value_heads"] * head_dim
+    inner = hf["intermediate_size"]
+    tensors = dict(tensors)
+    for i in range(hf["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        qkv = tensors.pop(p + "self_attn.qkv_proj.weight")
+        assert qkv.shape[0] == query + 2 * key
+        tensors[p + "self_attn.q_proj.weight"] = qkv[:query]
+        tensors[p + "self_attn.k_proj.weight"] = qkv[query : query + key]
+        tensors[p + "self_attn.v_proj.weight"] = qkv[query + key :]
+        gate_up = tensors.pop(p + "mlp.gate_up_proj.weight")
+        assert gate_up.shape[0] == 2 * inner
+        tensors[p + "mlp.gate_proj.weight"] = gate_up[:inner]  # chunk(2): gate first
+        tensors[p + "mlp.up_proj.weight"] = gate_up[inner:]
+    return tensors
 
 
 def test_mapping_round_trips_on_its_own(case):
@@ -203,6 +251,7 @@ SPECIAL_TOKENS = {
     "mistral": ("<|im_start|>", "<|im_end|>"),
     "qwen2": (None, "<|im_end|>"),
     "qwen3": (None, "<|im_end|>"),
+    "phi3": (None, "<|endoftext|>"),
 }
 
 
@@ -283,6 +332,58 @@ def test_unsupported_configs_raise(tmp_path, edit, message):
     folder = checks.copy_fixture("llama_gqa", tmp_path)
     checks.edit_json(folder, "config.json", **edit)
     with pytest.raises(ValueError, match=message):
+        load_hf_llama(folder)
+
+
+LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "short_factor": [1.0] * 4,
+    "long_factor": [2.0] * 4,
+    "original_max_position_embeddings": 32,
+}
+SU = {key: value for key, value in LONGROPE.items() if key != "rope_type"}
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        # Phi-4-mini's RoPE over three quarters of each head, as older
+        # configs write it and as transformers 5 does.
+        ({"partial_rotary_factor": 0.75}, r"partial_rotary_factor=0\.75"),
+        (
+            {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                 "partial_rotary_factor": 0.75}},
+            r"rope_parameters\.partial_rotary_factor=0\.75",
+        ),
+        # Phi-3-128k's and Phi-3.5's LongRoPE, and its older name "su".
+        ({"rope_parameters": LONGROPE}, "rope_parameters.rope_type='longrope'"),
+        ({"rope_scaling": {**SU, "type": "su"}}, "rope_scaling.rope_type='su'"),
+        ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ],
+)  # fmt: skip
+def test_unsupported_phi3_configs_raise(tmp_path, edit, message):
+    folder = checks.copy_fixture("phi3", tmp_path)
+    checks.edit_json(folder, "config.json", **edit)
+    with pytest.raises(ValueError, match=message):
+        load_hf_llama(folder)
+
+
+def test_phi3_fused_tensors_are_checked(tmp_path):
+    qkv = "model.layers.1.self_attn.qkv_proj.weight"
+    folder = checks.copy_fixture("phi3", tmp_path / "a", drop=qkv)
+    with pytest.raises(ValueError, match=f"lacks {qkv}"):
+        load_hf_llama(folder)
+    folder = checks.copy_fixture(
+        "phi3", tmp_path / "b", add={qkv: np.zeros((60, 32), "float32")}
+    )
+    with pytest.raises(ValueError, match=rf"{qkv} .* 64 rows \(32 \+ 16 \+ 16\)"):
+        load_hf_llama(folder)
+    folder = checks.copy_fixture(
+        "phi3", tmp_path / "c",
+        add={"model.layers.0.mlp.up_proj.weight": np.zeros((64, 32), "float32")},
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"both .*gate_up_proj.* and .*up_proj"):
         load_hf_llama(folder)
 
 
