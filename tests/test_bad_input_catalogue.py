@@ -429,9 +429,9 @@ CATALOGUE = [
     Row("convert", "`load_hf_llama` of a SentencePiece-style (Llama 2) tokenizer",
         "ValueError", "SentencePiece-style BPE tokenizers", lambda d:
         convert.load_hf_llama(sentencepiece_copy(d))),
-    Row("convert", "a GGUF file with a SentencePiece tokenizer", "ValueError",
-        "tokenizer.ggml.model='llama'", lambda d:
-        convert.load_gguf_llama(tiny_gguf(d, tokenizer_model="llama"))),
+    Row("convert", "a GGUF file with a WordPiece (BERT) tokenizer", "ValueError",
+        "tokenizer.ggml.model='bert'", lambda d:
+        convert.load_gguf_llama(tiny_gguf(d, tokenizer_model="bert"))),
     Row("convert", "`load_hf_gpt2` of a config that disagrees with the weights",
         "ValueError", "shape", lambda d:
         convert.load_hf_gpt2(hf_copy(d, "gpt2", n_inner=64))),

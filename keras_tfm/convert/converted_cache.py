@@ -33,6 +33,7 @@ True
 ({'a': 1}, [1.0, 1.0, 1.0])
 """
 
+import base64
 import json
 import shutil
 from pathlib import Path
@@ -49,6 +50,7 @@ from keras_tfm.lite.user_cache import (
 )
 from keras_tfm.saving import atomic_directory
 from keras_tfm.tokenizers.byte_level_bpe_tokenizer import ByteLevelBPETokenizer
+from keras_tfm.tokenizers.sentencepiece_bpe_tokenizer import SentencePieceBPETokenizer
 
 CONVERTER_VERSION = 1
 """Bumped whenever a converter's output for the same file changes."""
@@ -143,7 +145,11 @@ def write_entry(source, settings, described, weights, root=None):
 
 def describe_tokenizer(tokenizer):
     """A JSON-able description of a `ByteLevelBPETokenizer` (config, vocabulary
-    and merges: Keras's config leaves the last two to asset files)."""
+    and merges: Keras's config leaves the last two to asset files) or of a
+    `SentencePieceBPETokenizer` (config and its model, base64)."""
+    if isinstance(tokenizer, SentencePieceBPETokenizer):
+        proto = base64.b64encode(tokenizer.proto).decode("ascii")
+        return {"config": tokenizer.get_config(), "sentencepiece": proto}
     return {
         "config": tokenizer.get_config(),
         "vocabulary": dict(tokenizer.vocabulary),
@@ -152,7 +158,12 @@ def describe_tokenizer(tokenizer):
 
 
 def restore_tokenizer(described):
-    """The `ByteLevelBPETokenizer` that `describe_tokenizer` described."""
+    """The tokenizer that `describe_tokenizer` described."""
+    if "sentencepiece" in described:
+        proto = base64.b64decode(described["sentencepiece"])
+        return SentencePieceBPETokenizer.from_config(
+            {**described["config"], "proto": proto}
+        )
     return ByteLevelBPETokenizer.from_config(
         {
             **described["config"],

@@ -26,6 +26,7 @@ from keras_tfm.convert.gguf_reader import (
     open_gguf,
     tensor_table,
 )
+from keras_tfm.convert.gguf_sentencepiece import convert_gguf_sentencepiece
 from keras_tfm.convert.llama import (
     QUERY_KEY_NORMS,
     _add_zero_biases,
@@ -110,13 +111,16 @@ def convert_gguf_backbone_config(reader):
 
 
 def convert_gguf_tokenizer(reader):
-    """A `ByteLevelBPETokenizer` from the `tokenizer.*` metadata."""
+    """A `ByteLevelBPETokenizer` from the `tokenizer.*` metadata; for a
+    SentencePiece vocabulary ("llama"), a `SentencePieceBPETokenizer`
+    (`gguf_sentencepiece.py`)."""
     model = metadata(reader, "tokenizer.ggml.model")
+    if model == "llama":
+        return convert_gguf_sentencepiece(reader)
     if model != "gpt2":
         raise ValueError(
-            "Only byte-level BPE tokenizers (tokenizer.ggml.model 'gpt2') are "
-            "supported, not SentencePiece ones (Llama 2, Mistral v0.1: 'llama'). "
-            f"Received: tokenizer.ggml.model={model!r}"
+            "Only byte-level BPE ('gpt2') and SentencePiece ('llama') "
+            f"vocabularies are supported. Received: tokenizer.ggml.model={model!r}"
         )
     pre = metadata(reader, "tokenizer.ggml.pre", "gpt2", False)
     if pre not in GGUF_PRE_TOKENIZERS:

@@ -13,7 +13,7 @@ from keras_hub.src.tokenizers.byte_pair_tokenizer import SPLIT_PATTERN_TOKENIZER
 from tokenizers import Regex, models, normalizers, pre_tokenizers
 
 from keras_tfm._optional import tensorflow as tf
-from keras_tfm.lite.chat_template import render_chat_template
+from keras_tfm.tokenizers.chat_formatting import ChatTemplateMixin
 
 # How text is cut into pieces before the merges. "gpt2": GPT-2's byte-level
 # regex. "smollm" (also StarCoder's): every Unicode numeral (\p{N}) is first
@@ -52,7 +52,7 @@ def _check_split_pattern(pre_tokenizer, split_pattern):
 
 
 @keras.saving.register_keras_serializable(package="keras_tfm")
-class ByteLevelBPETokenizer(keras_hub.tokenizers.BytePairTokenizer):
+class ByteLevelBPETokenizer(ChatTemplateMixin, keras_hub.tokenizers.BytePairTokenizer):
     """keras-hub's `BytePairTokenizer` with a checkpoint's pre-tokenization,
     special tokens and chat template.
 
@@ -223,38 +223,6 @@ class ByteLevelBPETokenizer(keras_hub.tokenizers.BytePairTokenizer):
         if unbatched:
             tokens = tokens[0]
         return tokens
-
-    def apply_chat_template(self, messages, add_generation_prompt=True):
-        """The conversation as text, formatted by the checkpoint's template.
-
-        Args:
-            messages: a string (one user message) or a list of {"role",
-                "content"} dicts (roles "system", "user", "assistant").
-            add_generation_prompt: end with the opening of the assistant's
-                turn, for generating its answer.
-
-        Returns:
-            The formatted text (tokenize it to get ids; the special tokens in
-            it become single ids).
-        """
-        if self.chat_template is None:
-            raise ValueError(
-                "This tokenizer has no chat template. Received: chat_template=None"
-            )
-        return render_chat_template(
-            self.chat_template,
-            messages,
-            add_generation_prompt,
-            **self.template_tokens(),
-        )
-
-    def template_tokens(self):
-        """The special tokens a chat template may use, by its names for them."""
-        return {
-            "bos_token": self.bos_token,
-            "eos_token": self.eos_token,
-            "pad_token": self.pad_token,
-        }
 
     def get_config(self):
         config = super().get_config()
