@@ -37,6 +37,7 @@ def dot_product_attention(
     training=None,
     return_scores=False,
     bias=None,
+    logit_soft_cap=None,
 ):
     """`(outputs, scores)`: softmax(Q K^T * scale + bias, masked) V, tiled when long.
 
@@ -69,6 +70,10 @@ def dot_product_attention(
         return_scores: whether to return the attention weights.
         bias: optional float (batch or 1, num_heads, q_len, k_len) added to
             the scaled logits before the masks (T5's relative position bias).
+        logit_soft_cap: optional c: the scaled logits become
+            c * tanh(logits / c) before the bias and masks (Gemma 2's
+            attention soft-capping); the plain kernel runs it at every
+            length (neither fused nor tiled kernel has the step).
 
     Returns:
         Always a pair `(outputs, scores)`: outputs (batch, q_len, num_heads,
@@ -88,8 +93,9 @@ def dot_product_attention(
     """
     query_length, key_length = query.shape[1], key.shape[1]
     weights_needed = return_scores or (dropout_layer is not None and bool(training))
+    plain_only = bias is not None or logit_soft_cap is not None
     if (
-        bias is None
+        not plain_only
         and fused_attention.fuses_on_this_backend()
         and fused_attention.can_fuse(query, key, mask, causal_start, weights_needed)
     ):
@@ -99,7 +105,7 @@ def dot_product_attention(
         return outputs, None
     if (
         weights_needed
-        or bias is not None
+        or plain_only
         # The tiled kernel's loops are TensorFlow's.
         or keras.backend.backend() != "tensorflow"
         or query_length == 1
@@ -112,6 +118,7 @@ def dot_product_attention(
         outputs, scores = plain_dot_product_attention(
             query, key, value, mask=combined, scale=scale,
             dropout_layer=dropout_layer, training=training, bias=bias,
+            logit_soft_cap=logit_soft_cap,
         )  # fmt: skip
         return outputs, scores if return_scores else None
     outputs = chunked_dot_product_attention(

@@ -5,7 +5,7 @@ from keras import ops
 from keras_tfm.kernels.masks import MASKED_LOGIT
 
 
-def grouped_logits(query, key, keep=None, bias=None):
+def grouped_logits(query, key, keep=None, bias=None, logit_soft_cap=None):
     """Float32 logits Q K^T, (batch, kv_heads, groups, q_len, k_len), masked.
 
     Args:
@@ -16,6 +16,8 @@ def grouped_logits(query, key, keep=None, bias=None):
             False `MASKED_LOGIT` is added to the logit.
         bias: optional float (batch or 1, num_heads, q_len, k_len) added to
             the logits (in float32) before the mask.
+        logit_soft_cap: optional c: the logits become c * tanh(logits / c)
+            before the bias and the mask (Gemma 2).
 
     Example:
     >>> q = np.ones((1, 2, 4, 3), "float32")
@@ -29,6 +31,8 @@ def grouped_logits(query, key, keep=None, bias=None):
     query = ops.reshape(query, (batch, q_len, kv_heads, groups, head_dim))
     logits = ops.einsum("btkgh,bskh->bkgts", query, key)  # (B, K, G, T, S)
     logits = ops.cast(logits, "float32")
+    if logit_soft_cap is not None:
+        logits = logit_soft_cap * ops.tanh(logits / logit_soft_cap)
     if bias is not None:
         bias = ops.cast(bias, "float32")
         bias = ops.reshape(bias, (ops.shape(bias)[0], kv_heads, groups, q_len, -1))
@@ -51,6 +55,7 @@ def plain_dot_product_attention(
     dropout_layer=None,
     training=None,
     bias=None,
+    logit_soft_cap=None,
 ):
     """softmax(Q K^T * scale + bias, masked) V with grouped key/value heads.
 
@@ -65,6 +70,8 @@ def plain_dot_product_attention(
         training: passed to `dropout_layer`.
         bias: optional float (batch or 1, num_heads, q_len, k_len) added to
             the scaled logits before the mask (T5's relative position bias).
+        logit_soft_cap: optional c: the scaled logits become
+            c * tanh(logits / c) first (Gemma 2).
 
     Returns:
         `(outputs, weights)`: outputs (batch, q_len, num_heads, head_dim) in the
@@ -82,7 +89,7 @@ def plain_dot_product_attention(
     query = query * ops.cast(scale, query.dtype)
     if mask is not None:
         mask = ops.cast(mask, "bool")[:, None, None]  # (B, 1, 1, T, S)
-    logits = grouped_logits(query, key, mask, bias)
+    logits = grouped_logits(query, key, mask, bias, logit_soft_cap)
     if logits.shape[-1] == 1:
         # One key (a one-token uncached pass): ops.softmax would warn.
         weights = ops.ones_like(logits)

@@ -72,6 +72,8 @@ CHECKS = {
     "use_rotary": as_bool,
     "scale_attention": as_bool,
     "query_key_norm": as_bool,
+    "attention_logit_soft_cap": optional(check_positive_float),
+    "sandwich_norm": as_bool,
     "rotary_max_wavelength": check_positive_float,
     "use_bias": as_bool,
 }

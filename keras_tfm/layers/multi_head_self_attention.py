@@ -35,6 +35,7 @@ ATTENTION_ARGUMENTS = (
     "scale_attention",
     "query_key_norm",
     "layer_norm_epsilon",
+    "attention_logit_soft_cap",
 )
 
 
@@ -109,6 +110,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             before the rotary embedding (Qwen3, Gemma 3, OLMo 2: the
             `query_norm` and `key_norm` sublayers). Default False.
         layer_norm_epsilon: the epsilon of those norms.
+        attention_logit_soft_cap: None (default), or c: the scaled logits
+            become c * tanh(logits / c) before the masks (Gemma 2's 50.0).
+            Such attention runs the plain kernel at every length.
         kernel_initializer, bias_initializer: initializers of the projections.
 
     Call arguments:
@@ -151,6 +155,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         scale_attention=True,
         query_key_norm=False,
         layer_norm_epsilon=1e-6,
+        attention_logit_soft_cap=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
@@ -410,6 +415,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             training=training,
             return_scores=return_scores,
             bias=attention_bias,
+            logit_soft_cap=self.attention_logit_soft_cap,
         )
         outputs = ops.reshape(
             outputs, (batch, query_length, self.num_heads * self.effective_head_dim)

@@ -36,7 +36,13 @@ BLOCK_ARGUMENTS = (
 )
 # Options of the blocks that the backbones pass only where they use them
 # (`Seq2SeqBackbone` for T5), so the other families' arguments stay as they are.
-BLOCK_OPTIONS = ("scale_attention", "inner_dropout", "query_key_norm")
+BLOCK_OPTIONS = (
+    "scale_attention",
+    "inner_dropout",
+    "query_key_norm",
+    "attention_logit_soft_cap",
+    "sandwich_norm",
+)
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -48,6 +54,7 @@ class TransformerBlock(keras.layers.Layer):
         residual = x
         x = norm(x)            # pre-LN (normalize_first=True) only
         x = sublayer(x)
+        x = post_norm(x)       # sandwich_norm=True only (Gemma 2)
         x = dropout(x)
         x = x + residual
         x = norm(x)            # post-LN (the paper) only
@@ -72,11 +79,18 @@ class TransformerBlock(keras.layers.Layer):
         scale_attention=True,
         inner_dropout=0.0,
         query_key_norm=False,
+        attention_logit_soft_cap=None,
+        sandwich_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         # Each argument above, checked, under its own name.
         store_checked(self, locals(), BLOCK_ARGUMENTS + BLOCK_OPTIONS)
+        if self.sandwich_norm and not self.normalize_first:
+            raise ValueError(
+                "`sandwich_norm=True` (a norm after each sublayer too) needs a "
+                "pre-LN block: pass normalize_first=True."
+            )
         check_heads(num_heads, head_dim, num_key_value_heads)
         store_initializers(self, locals())
         self.supports_masking = True
@@ -106,6 +120,9 @@ class TransformerBlock(keras.layers.Layer):
         self.self_attention.build(inputs_shape)
         self.self_attention_norm = self._make_norm("self_attention_norm")
         self.self_attention_norm.build(inputs_shape)
+        self.self_attention_post_norm = self._make_post_norm(
+            "self_attention_post_norm", inputs_shape
+        )
         self.self_attention_dropout = self._make_dropout("self_attention_dropout")
 
     def _build_feed_forward(self, inputs_shape):
@@ -113,14 +130,27 @@ class TransformerBlock(keras.layers.Layer):
         self.feed_forward.build(inputs_shape)
         self.feed_forward_norm = self._make_norm("feed_forward_norm")
         self.feed_forward_norm.build(inputs_shape)
+        self.feed_forward_post_norm = self._make_post_norm(
+            "feed_forward_post_norm", inputs_shape
+        )
         self.feed_forward_dropout = self._make_dropout("feed_forward_dropout")
+
+    def _make_post_norm(self, name, inputs_shape):
+        """The norm of a sublayer's output with `sandwich_norm`, else None."""
+        if not self.sandwich_norm:
+            return None
+        norm = self._make_norm(name)
+        norm.build(inputs_shape)
+        return norm
 
     def _pre(self, x, norm):
         """The sublayer's input: `norm(x)` in a pre-LN block, else `x`."""
         return norm(x) if self.normalize_first else x
 
-    def _post(self, x, residual, norm, dropout, training):
-        """`residual + dropout(x)`, then `norm` in a post-LN block."""
+    def _post(self, x, residual, norm, dropout, training, post_norm=None):
+        """`residual + dropout(post_norm(x))`, then `norm` in a post-LN block."""
+        if post_norm is not None:
+            x = post_norm(x)
         x = dropout(x, training=training)
         x = x + residual
         return x if self.normalize_first else norm(x)
@@ -143,7 +173,7 @@ class TransformerBlock(keras.layers.Layer):
             x = self.self_attention(x, training=training, **masks)
         x = self._post(
             x, residual, self.self_attention_norm, self.self_attention_dropout,
-            training,
+            training, self.self_attention_post_norm,
         )  # fmt: skip
         return x, extra
 
@@ -151,8 +181,9 @@ class TransformerBlock(keras.layers.Layer):
         residual = x
         x = self.feed_forward(self._pre(x, self.feed_forward_norm), training=training)
         return self._post(
-            x, residual, self.feed_forward_norm, self.feed_forward_dropout, training
-        )
+            x, residual, self.feed_forward_norm, self.feed_forward_dropout,
+            training, self.feed_forward_post_norm,
+        )  # fmt: skip
 
     def compute_output_shape(self, inputs_shape, *args, **kwargs):
         return inputs_shape

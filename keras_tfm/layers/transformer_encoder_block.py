@@ -40,6 +40,11 @@ class TransformerEncoderBlock(TransformerBlock):
             its activation (T5's); 0 (default) adds none.
         query_key_norm: RMS-normalize each attention head's queries and keys
             (`MultiHeadSelfAttention`'s argument; Qwen3's). Default False.
+        attention_logit_soft_cap: None, or c: attention logits soft-capped
+            to c * tanh(logits / c) (`MultiHeadSelfAttention`'s; Gemma 2).
+        sandwich_norm: also normalize each sublayer's output before the
+            residual sum (`*_post_norm` sublayers; Gemma 2). Needs
+            `normalize_first`. Default False.
 
     Call arguments:
         inputs: (batch, seq, hidden_dim).

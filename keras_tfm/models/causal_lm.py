@@ -134,9 +134,11 @@ class CausalLM(QuantizationMixin, Task):
 
     def logits(self, hidden):
         """float32 logits (batch, seq, vocabulary_size) of the hidden states."""
-        if self.lm_head is None:
+        if self.lm_head is None:  # its soft cap is the embedding's
             return self.backbone.token_embedding(hidden, reverse=True)
-        return ops.cast(self.lm_head(hidden), "float32")
+        logits = ops.cast(self.lm_head(hidden), "float32")
+        cap = getattr(self.backbone, "final_logit_soft_cap", None)
+        return logits if cap is None else cap * ops.tanh(logits / cap)
 
     def call(self, token_ids, training=None, return_attention_scores=False):
         outputs = self.backbone(
@@ -171,7 +173,10 @@ class CausalLM(QuantizationMixin, Task):
         None where the logits are not its plain product (quantized, bfloat16
         or block weights, a logit soft cap)."""
         if self.lm_head is not None:
-            if self.lm_head.quantization_mode is not None:
+            if (
+                self.lm_head.quantization_mode is not None
+                or getattr(self.backbone, "final_logit_soft_cap", None) is not None
+            ):
                 return None
             return ops.transpose(self.lm_head.kernel)
         embedding = self.backbone.token_embedding

@@ -74,6 +74,14 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         query_key_norm: RMS-normalize each head's queries and keys before
             the rotary embedding, with `layer_norm_epsilon` (Qwen3's
             `q_norm` and `k_norm`; `MultiHeadSelfAttention`). Default False.
+        attention_logit_soft_cap: None (default), or c: every attention
+            logit becomes c * tanh(logit / c) (Gemma 2's 50.0).
+        sandwich_norm: also normalize each sublayer's output before the
+            residual sum (Gemma 2); pre-LN only. Default False.
+        scale_embeddings: multiply the token embeddings by sqrt(hidden_dim)
+            (Gemma). Default False.
+        final_logit_soft_cap: None (default), or c: the language-model
+            logits become c * tanh(logits / c) (Gemma 2's 30.0).
 
     Call arguments:
         token_ids: int (batch, seq).
@@ -103,6 +111,10 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         "num_layers": check_positive_int,
         "initializer_range": _optional_positive_float,
         "query_key_norm": as_bool,
+        "attention_logit_soft_cap": _optional_positive_float,
+        "sandwich_norm": as_bool,
+        "scale_embeddings": as_bool,
+        "final_logit_soft_cap": _optional_positive_float,
     }
     rematerialize_blocks = False
 
@@ -127,6 +139,10 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         padding_id=0,
         initializer_range=None,
         query_key_norm=False,
+        attention_logit_soft_cap=None,
+        sandwich_norm=False,
+        scale_embeddings=False,
+        final_logit_soft_cap=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -137,6 +153,8 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         self.token_embedding = TokenEmbedding(
             self.vocabulary_size,
             self.hidden_dim,
+            scale_embeddings=self.scale_embeddings,
+            logit_soft_cap=self.final_logit_soft_cap,
             dtype=self.dtype_policy,
             name="token_embedding",
         )
@@ -146,7 +164,11 @@ class DecoderBackbone(PresetMixin, TransformerModel):
         self.transformer_layers = []
         for i in range(self.num_layers):
             block = DecoderBlock(
-                **self._block_arguments(query_key_norm=self.query_key_norm),
+                **self._block_arguments(
+                    query_key_norm=self.query_key_norm,
+                    attention_logit_soft_cap=self.attention_logit_soft_cap,
+                    sandwich_norm=self.sandwich_norm,
+                ),
                 name=f"transformer_layer_{i}",
             )
             block.build((None, None, self.hidden_dim))

@@ -41,6 +41,14 @@ def attention_fn(attention, context=None, mask=None):
             attention.effective_head_dim,
             mask=mask,
             rotary_positions=attention.use_rotary,
+            query_key_norm=None
+            if attention.query_norm is None
+            else (
+                _f64(attention.query_norm.scale),
+                _f64(attention.key_norm.scale),
+                attention.layer_norm_epsilon,
+            ),
+            logit_soft_cap=attention.attention_logit_soft_cap,
         )
         return out
 
@@ -52,11 +60,13 @@ def block(layer, x, self_mask, context=None, cross_mask=None):
     x = np.asarray(x, np.float64)
     norm = lambda n: norm_fn(n, layer.normalization, layer.layer_norm_epsilon)  # noqa: E731
     first = layer.normalize_first
+    sandwich = getattr(layer, "sandwich_norm", False)
     x = ref.residual(
         x,
         attention_fn(layer.self_attention, mask=self_mask),
         norm(layer.self_attention_norm),
         first,
+        norm(layer.self_attention_post_norm) if sandwich else None,
     )
     if context is not None:
         x = ref.residual(
@@ -68,5 +78,6 @@ def block(layer, x, self_mask, context=None, cross_mask=None):
             first,
         )
     return ref.residual(
-        x, feed_forward_fn(layer.feed_forward), norm(layer.feed_forward_norm), first
-    )
+        x, feed_forward_fn(layer.feed_forward), norm(layer.feed_forward_norm), first,
+        norm(layer.feed_forward_post_norm) if sandwich else None,
+    )  # fmt: skip

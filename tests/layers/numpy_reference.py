@@ -52,6 +52,7 @@ def attention(
     mask=None,
     rotary_positions=False,
     query_key_norm=None,
+    logit_soft_cap=None,
 ):
     """Multi-head attention with explicit per-head loops.
 
@@ -61,7 +62,9 @@ def attention(
     mask: (batch, q, k) booleans, True = attend. A row with no True gets zero
     weights. query_key_norm: optional (query scale, key scale, epsilon):
     each head's query and key RMS-normalized over its features and scaled,
-    before the rotation. Returns (outputs, weights (batch, heads, q, k)).
+    before the rotation. logit_soft_cap: optional c, the scaled logits
+    become c * tanh(logits / c). Returns (outputs, weights (batch, heads,
+    q, k)).
     """
     x, context = np.asarray(x, np.float64), np.asarray(context, np.float64)
     batch, q_len, _ = x.shape
@@ -88,6 +91,8 @@ def attention(
         k = k_heads[:, :, h // group]
         v = v_heads[:, :, h // group]
         scores = q @ k.transpose(0, 2, 1) / math.sqrt(head_dim)
+        if logit_soft_cap is not None:
+            scores = logit_soft_cap * np.tanh(scores / logit_soft_cap)
         scores = np.where(mask, scores, -np.inf)
         p = np.zeros_like(scores)
         for b in range(batch):
@@ -135,7 +140,9 @@ def feed_forward(x, w1, b1, w2, b2, activation, inner_mask=None):
     return h @ w2 + b2
 
 
-def residual(x, sublayer, norm, normalize_first):
+def residual(x, sublayer, norm, normalize_first, post_norm=None):
+    if post_norm is not None:  # sandwich: pre-LN with the output normalized
+        return x + post_norm(sublayer(norm(x)))
     if normalize_first:
         return x + sublayer(norm(x))
     return norm(x + sublayer(x))

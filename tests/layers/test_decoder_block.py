@@ -60,8 +60,21 @@ def test_matches_reference_with_cross_attention(kwargs):
     np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5, rtol=0)
 
 
-def test_matches_reference_decoder_only():
-    layer = _built(cross=False, normalize_first=True, use_rotary=True)
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        # Gemma 2's block: sandwich norms, soft-capped attention logits,
+        # GeGLU; with Qwen3's per-head query/key norms as well.
+        {
+            "normalization": "rms_norm", "activation": "geglu_approximate",
+            "sandwich_norm": True, "attention_logit_soft_cap": 2.0,
+            "query_key_norm": True, "num_key_value_heads": 1,
+        },
+    ],
+)  # fmt: skip
+def test_matches_reference_decoder_only(kwargs):
+    layer = _built(cross=False, normalize_first=True, use_rotary=True, **kwargs)
     x = _x(2, T, DIM, seed=1)
     causal = np.broadcast_to(np.tril(np.ones((T, T), bool)), (2, T, T))
     np.testing.assert_allclose(
@@ -185,6 +198,11 @@ def test_layer_contract_decoder_only(tmp_path):
         expected_output_shape=(2, T, DIM),
         tmp_path=tmp_path,
     )
+
+
+def test_sandwich_norm_needs_a_pre_ln_block():
+    with pytest.raises(ValueError, match="normalize_first=True"):
+        DecoderBlock(num_heads=2, intermediate_dim=8, sandwich_norm=True)
 
 
 def test_misuse_is_refused():

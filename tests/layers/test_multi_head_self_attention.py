@@ -146,6 +146,25 @@ def test_query_key_norm_matches_reference():
     assert np.abs(plain - expected).max() > 1e-2
 
 
+def test_attention_logit_soft_cap_matches_reference():
+    layer = _built(num_heads=2, use_rotary=True, attention_logit_soft_cap=0.5)
+    x = _x(BATCH, Q_LEN, DIM, seed=5) * 3
+    mask = np.broadcast_to(
+        np.tril(np.ones((Q_LEN, Q_LEN), bool)), (BATCH, Q_LEN, Q_LEN)
+    )
+    out, weights = layer.call_with_scores(x, use_causal_mask=True)
+    args = (x, x, reference_weights(layer), 2, 2, 4)
+    expected, expected_weights = ref.attention(
+        *args, mask=mask, rotary_positions=True, logit_soft_cap=0.5
+    )
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(weights), expected_weights, atol=1e-5)
+    uncapped, _ = ref.attention(*args, mask=mask, rotary_positions=True)
+    assert np.abs(uncapped - expected).max() > 1e-2  # the cap is applied
+    with pytest.raises(ValueError, match="attention_logit_soft_cap"):
+        MultiHeadSelfAttention(num_heads=2, attention_logit_soft_cap=-1.0)
+
+
 def test_explicit_head_dim():
     layer = _built(num_heads=3, head_dim=5)
     assert layer.query_dense.kernel.shape == (DIM, 15)
@@ -267,6 +286,7 @@ def test_mixed_precision_is_finite_and_close(policy):
         {"num_heads": 4, "num_key_value_heads": 2},
         {"use_rotary": True},
         {"use_rotary": True, "query_key_norm": True},
+        {"use_rotary": True, "attention_logit_soft_cap": 1.0},
     ],
 )
 def test_cached_decoding_equals_the_full_causal_pass(kwargs):
