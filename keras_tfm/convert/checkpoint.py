@@ -22,6 +22,8 @@ HF_LOADERS = {
     "gpt2": "load_hf_gpt2",
     "t5": "load_hf_t5",
     "marian": "load_hf_marian",
+    "gemma": "load_hf_gemma",
+    "gemma2": "load_hf_gemma",
 }
 
 
