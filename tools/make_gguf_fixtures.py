@@ -32,8 +32,10 @@ reference's `texts` (`ids_<i>`).
 The converter names a tokenizer's pre-tokenizer by the hash of its output
 on a test string; the fixtures' tokenizers are trained here, so no hash is
 known, and `get_vocab_base_pre` is given the name their pre-tokenizer has
-(Qwen2's split: "qwen2"). Each file carries the chat template of the
-real model of its family (Qwen2.5's, Qwen3's).
+(Qwen2's split: "qwen2"; GPT-2's: "gpt-2"). Each file carries the chat
+template of the real model of its family (Qwen2.5's, Qwen3's, Phi-3.5's).
+Names on the command line (qwen2, qwen3, phi3) remake those files only;
+with none, every file is remade, the k-quant one too.
 """
 
 import argparse
@@ -48,7 +50,26 @@ FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 # name -> (the pre-tokenizer the converter cannot recognise by its hash,
 # the chat template the file carries: the real checkpoint's, from
 # tests/fixtures/chat_templates.json).
-CHECKPOINTS = {"qwen2": ("qwen2", "qwen2.5"), "qwen3": ("qwen2", "qwen3")}
+CHECKPOINTS = {
+    "qwen2": ("qwen2", "qwen2.5"),
+    "qwen3": ("qwen2", "qwen3"),
+    "phi3": ("gpt-2", "phi3.5"),
+}
+# Converter patches by name. Phi3MiniModel.set_vocab takes the byte-level
+# BPE path (`_set_vocab_gpt2`) only when tokenizer_config.json names
+# "GPT2Tokenizer" (as Phi-4's does) and otherwise reads a SentencePiece
+# tokenizer.model; transformers 5 names the fixture's tokenizer
+# "TokenizersBackend", so the BPE path is chosen here.
+PATCHES = {
+    "phi3": "from conversion import phi\n"
+    "phi.Phi3MiniModel.set_vocab = base.TextModel._set_vocab_gpt2\n"
+}
+# Converter arguments by name. llama.cpp's vocabulary loader takes a file
+# whose general.name contains "phi3" for Phi-3's SentencePiece vocabulary
+# (it looks up "<s>", "</s>" and "<unk>" and strips the space after special
+# tokens) and fails on the fixture's; this architecture's byte-level BPE
+# files are Phi-4's, named "Phi 4 ...", so the file gets such a name.
+ARGUMENTS = {"phi3": ["--model-name", "Tiny Phi 4 style"]}
 OUT_TYPES = ("f32", "f16", "q8_0")
 ROWS = 2  # of the reference's `token_ids`, evaluated by llama.cpp
 
@@ -59,6 +80,7 @@ sys.path.insert(0, {llama_cpp!r} + "/gguf-py")
 import convert_hf_to_gguf
 from conversion import base
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: {pre!r}
+{patch}
 sys.argv = ["convert_hf_to_gguf.py", *{arguments!r}]
 convert_hf_to_gguf.main()
 """
@@ -151,8 +173,14 @@ def convert(llama_cpp, torch_python, name, out_type, target, checkpoint=None):
         out_type,
         "--outfile",
         str(target),
+        *ARGUMENTS.get(name, []),
     ]
-    code = CONVERT.format(llama_cpp=str(llama_cpp), pre=pre, arguments=arguments)
+    code = CONVERT.format(
+        llama_cpp=str(llama_cpp),
+        pre=pre,
+        arguments=arguments,
+        patch=PATCHES.get(name, ""),
+    )
     subprocess.run([torch_python, "-c", code], check=True, cwd=llama_cpp)
 
 
@@ -161,14 +189,18 @@ def main():
     parser.add_argument("--llama-cpp", type=Path, required=True)
     parser.add_argument("--torch-python", required=True)
     parser.add_argument("--llama-python", required=True)
-    parser.add_argument("names", nargs="*", default=list(CHECKPOINTS))
+    # Names given: those files only; none: every file, the k-quant one too.
+    parser.add_argument("names", nargs="*")
     parser.add_argument("--k-quant-only", action="store_true")
     args = parser.parse_args()
+    unknown = sorted(set(args.names) - set(CHECKPOINTS))
+    if unknown:
+        parser.error(f"unknown names {unknown}; known: {list(CHECKPOINTS)}")
     import numpy as np
 
     folder = FIXTURES / "gguf"
     folder.mkdir(exist_ok=True)
-    for name in [] if args.k_quant_only else args.names:
+    for name in [] if args.k_quant_only else args.names or list(CHECKPOINTS):
         files = {}
         for out_type in OUT_TYPES:
             target = folder / f"tiny_{name}_{out_type}.gguf"
@@ -181,7 +213,8 @@ def main():
         payload = json.dumps([files, token_ids, texts, str(out)])
         subprocess.run([args.llama_python, "-c", LOGITS, payload], check=True)
         print(f"{name}: wrote {sorted(files.values())} and {out.name}", file=sys.stderr)
-    make_k_quant(args, folder)
+    if args.k_quant_only or not args.names:
+        make_k_quant(args, folder)
 
 
 def make_k_quant(args, folder):

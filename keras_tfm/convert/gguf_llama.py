@@ -1,13 +1,15 @@
 """GGUF files (llama.cpp's format) of the Llama family -> `CausalLM`.
 
-`general.architecture` "llama", "qwen2" or "qwen3" (`ARCHITECTURES`). A
-GGUF file gives the sizes in its `{architecture}.*` metadata and the tokenizer in
-`tokenizer.ggml.*`; its tensors, dequantised to float32 by gguf_reader.py
-(or kept as int8 blocks, gguf_blocks.py), are renamed to HuggingFace's
-names with their q/k rows put back in HuggingFace's order (gguf_names.py)
-and go through the same `llama.convert_weights` as a HuggingFace
-checkpoint's. A conversion is kept in the cache folder
-(`converted_cache.py`) and read back by the next load of the same file.
+`general.architecture` "llama", "qwen2", "qwen3" or "phi3"
+(`ARCHITECTURES`). A GGUF file gives the sizes in its `{architecture}.*`
+metadata and the tokenizer in `tokenizer.ggml.*`; its tensors, dequantised
+to float32 by gguf_reader.py (or kept as int8 blocks, gguf_blocks.py), are
+renamed to HuggingFace's names with their q/k rows put back in
+HuggingFace's order (gguf_names.py), Phi-3's fused ones split as
+`load_hf_llama` splits them, and go through the same
+`llama.convert_weights` as a HuggingFace checkpoint's. A conversion is
+kept in the cache folder (`converted_cache.py`) and read back by the next
+load of the same file.
 """
 
 import numpy as np
@@ -31,9 +33,12 @@ from keras_tfm.convert.llama import (
     QUERY_KEY_NORMS,
     _add_zero_biases,
     _zero_biases,
+    check_window,
     convert_backbone_config,
     convert_weights,
     llama_hf_shapes,
+    phi3_hf_shapes,
+    split_phi3_tensors,
 )
 from keras_tfm.convert.weights import built_with_weights
 from keras_tfm.models.causal_lm import CausalLM
@@ -46,7 +51,11 @@ CONTROL_TOKEN = 3  # llama.cpp's LLAMA_TOKEN_TYPE_CONTROL in tokenizer.ggml.toke
 
 # `general.architecture` values this loader reads: each is the HuggingFace
 # `model_type` of the same name, converted by `llama.convert_backbone_config`.
-ARCHITECTURES = ("llama", "qwen2", "qwen3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3")
+# Phi-3's LongRoPE factors (Phi-3-128k, Phi-3.5): RoPE scaling written as
+# tensors, with no `rope.scaling.type`. (Llama 3.1's `rope_freqs.weight` is
+# refused as a tensor with no HuggingFace name.)
+ROPE_SCALING_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 
 def _shortest(value):
@@ -59,8 +68,10 @@ def gguf_hf_config(reader):
     """The config.json a GGUF file's `{architecture}.*` metadata stands for.
 
     The metadata is checked for what only GGUF can say (the architecture,
-    partial RoPE, RoPE scaling) first, before any tensor is read;
-    transformers reads a GGUF file's metadata into the same keys.
+    partial RoPE, RoPE scaling, also as factor tensors) first, before any
+    tensor is read; transformers reads a GGUF file's metadata into the same
+    keys. A Phi-3 file's `attention.sliding_window` (0: none) becomes
+    `sliding_window`, which caps the length as in `load_hf_llama`.
     """
     architecture = metadata(reader, "general.architecture")
     if architecture not in ARCHITECTURES:
@@ -87,6 +98,16 @@ def gguf_hf_config(reader):
             "RoPE scaling is not supported. Received: "
             f"{architecture}.rope.scaling.type={scaling!r}"
         )
+    table = tensor_table(reader)
+    for name in ROPE_SCALING_TENSORS:
+        if name in table:
+            raise ValueError(
+                "RoPE scaling is not supported (Phi-3's LongRoPE factors). "
+                f"Received: a tensor {name!r} in a {architecture!r} file"
+            )
+    extra = {}
+    if architecture == "phi3":
+        extra["sliding_window"] = key("attention.sliding_window", 0) or None
     return {
         "model_type": architecture,
         "vocab_size": len(metadata(reader, "tokenizer.ggml.tokens")),
@@ -100,7 +121,8 @@ def gguf_hf_config(reader):
         "rms_norm_eps": _shortest(key("attention.layer_norm_rms_epsilon")),
         "rope_theta": _shortest(key("rope.freq_base", 10000.0)),
         # Without an `output.weight` tensor the head is the embedding.
-        "tie_word_embeddings": "output.weight" not in tensor_table(reader),
+        "tie_word_embeddings": "output.weight" not in table,
+        **extra,
     }
 
 
@@ -155,8 +177,10 @@ def gguf_tensors(reader, config, read=dequantize):
     Each tensor is renamed (`gguf_names.hf_name_from_gguf`; a tensor with no
     HuggingFace name is refused), dequantised with the shape `config` needs
     and, for q and k of a "llama" file, put back in HuggingFace's row order
-    (llama.cpp's converter reorders them for ggml's Llama RoPE, not Qwen's,
-    whose NEOX RoPE pairs rows as HuggingFace does). The biases a Qwen2 file
+    (llama.cpp's converter reorders them for ggml's Llama RoPE, not Qwen's
+    or Phi-3's, whose NEOX RoPE pairs rows as HuggingFace does). A Phi-3
+    file's fused `attn_qkv` and `ffn_up` (gate and up rows) are read whole
+    and split (`llama.split_phi3_tensors`). The biases a Qwen2 file
     has none of (output, feed-forward) are zeros, as `load_hf_llama` makes
     them. GGUF matrices are (out, in), as in PyTorch. `read(tensor, shape)`
     may return a tuple of arrays of `shape`'s rows instead (`_read_blocks`);
@@ -166,14 +190,16 @@ def gguf_tensors(reader, config, read=dequantize):
     zero_biases, who = _zero_biases({"model_type": architecture})
     zero_names = set(_add_zero_biases({}, config, zero_biases, who))
     table = tensor_table(reader)
-    names = {hf_name_from_gguf(name): name for name in table}
+    names = {hf_name_from_gguf(name, architecture): name for name in table}
+    shapes = phi3_hf_shapes(config) if architecture == "phi3" else None
     tensors = {}
-    for hf_name, shape in llama_hf_shapes(config).items():
+    for hf_name, shape in (shapes or llama_hf_shapes(config)).items():
         if hf_name in zero_names:
             continue
         if hf_name not in names:
             raise ValueError(
-                f"The GGUF file has no tensor {gguf_name_from_hf(hf_name)!r}, which "
+                f"The GGUF file has no tensor "
+                f"{gguf_name_from_hf(hf_name, architecture)!r}, which "
                 f"a {architecture!r} model with this metadata needs. Received "
                 f"tensors such as {sorted(table)[:4]}"
             )
@@ -195,6 +221,8 @@ def gguf_tensors(reader, config, read=dequantize):
             f"The GGUF file has tensors this {architecture!r} model has no place "
             f"for: {sorted(names.values())[:4]}"
         )
+    if architecture == "phi3":
+        tensors = split_phi3_tensors(tensors, config, "the GGUF file")
     return _add_zero_biases(tensors, config, zero_biases, who)
 
 
@@ -276,9 +304,14 @@ BLOCK_PARTS = ("values", "scale", "offset")
 def load_gguf_llama(path, max_sequence_length=None, weights="float32"):
     """Loads a GGUF file of the Llama family as a `CausalLM` with its tokenizer.
 
-    `general.architecture` "llama", "qwen2" (q/k/v biases) or "qwen3"
-    (per-head query/key norms); any other is refused by name before a
-    weight is read.
+    `general.architecture` "llama", "qwen2" (q/k/v biases), "qwen3"
+    (per-head query/key norms) or "phi3" (fused `attn_qkv` and gate-up
+    `ffn_up`, split into Llama's projections; Phi-3's files have a
+    SentencePiece vocabulary, Phi-4's a byte-level BPE); any other is
+    refused by name before a weight is read, as are RoPE over part of each
+    head (`rope.dimension_count` less than the head size: Phi-4-mini) and
+    LongRoPE (`rope_factors_long.weight`: Phi-3-128k, Phi-3.5). A Phi-3
+    `attention.sliding_window` caps the length.
 
     The conversion (config, tokenizer, float32 weights) is kept in the
     cache folder, keyed by the file's SHA-256, `max_sequence_length` and the
@@ -288,12 +321,13 @@ def load_gguf_llama(path, max_sequence_length=None, weights="float32"):
     The weights are dequantised to float32 (supported types:
     `gguf_reader.SUPPORTED_TYPES`: F32, F16, BF16, Q4_0/1, Q5_0/1, Q8_0 and
     the K-quants); a "llama" file's query/key rows are put back in the
-    half-split order of our rotary embedding (Qwen files keep it), and the
-    tensors, renamed to HuggingFace's names, go through `convert_weights` as
-    `load_hf_llama`'s do. The model is pre-norm with RMSNorm, SwiGLU,
-    grouped-query attention, RoPE with the file's base (RoPE scaling is
-    refused) and, but for Qwen2's, no biases; the head is the embedding
-    unless the file has an `output.weight`. The tokenizer (a
+    half-split order of our rotary embedding (Qwen and Phi-3 files keep
+    it), and the tensors, renamed to HuggingFace's names (Phi-3's fused
+    ones split), go through `convert_weights` as `load_hf_llama`'s do. The
+    model is pre-norm with RMSNorm, SwiGLU, grouped-query attention, RoPE
+    with the file's base (RoPE scaling is refused) and, but for Qwen2's, no
+    biases; the head is the embedding unless the file has an
+    `output.weight`. The tokenizer (a
     `ByteLevelBPETokenizer` with the file's vocabulary, merges,
     pre-tokenizer, special tokens and chat template) is attached, so
     `generate` takes strings. `weights="int8_blocks"` holds the matrices as
@@ -373,8 +407,10 @@ def converted_gguf(path, max_sequence_length=None, weights="float32", mark=None)
 def convert_gguf(path, max_sequence_length, weights="float32"):
     """(model arguments, tokenizer, weights as `converted_gguf` says)."""
     reader = open_gguf(path)
-    config = convert_gguf_backbone_config(reader)
+    hf_config = gguf_hf_config(reader)
+    config = convert_backbone_config(hf_config, reader.data.filename)
     if max_sequence_length is not None:
+        check_window(hf_config, max_sequence_length)
         config["max_sequence_length"] = max_sequence_length
     tokenizer = convert_gguf_tokenizer(reader)
     if tokenizer.vocabulary_size() != config["vocabulary_size"]:

@@ -1,7 +1,8 @@
 """llama.cpp's names (tensors, pre-tokenizers) and q/k row order.
 
 llama.cpp's converter renames every tensor (`blk.{i}.attn_q.weight` for
-`model.layers.{i}.self_attn.q_proj.weight`) and reorders the rows of each
+`model.layers.{i}.self_attn.q_proj.weight`; Phi-3's fused `attn_qkv` and
+`ffn_up` keep HuggingFace's fused tensors) and reorders the rows of each
 query and key head: ggml's Llama RoPE rotates adjacent pairs (2i, 2i + 1),
 HuggingFace's and ours rotate the half-split pairs (i, i + head_dim / 2).
 Within a head of size d, GGUF row 2i + j (j = 0, 1) is HuggingFace row
@@ -60,27 +61,39 @@ GGUF_TO_HF = {
 }
 
 
-def hf_name_from_gguf(name):
-    """The HuggingFace name of a GGUF Llama tensor name.
+# Phi-3 files keep HuggingFace's fused projections: `attn_qkv` (query,
+# key, value rows) and `ffn_up` holding gate and up rows (`gate_up_proj`).
+PHI3_GGUF_TO_HF = {
+    **GGUF_TO_HF,
+    "blk.{i}.attn_qkv.weight": "model.layers.{i}.self_attn.qkv_proj.weight",
+    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.gate_up_proj.weight",
+}
+# `general.architecture` -> its names, where they are not GGUF_TO_HF.
+NAMES_BY_ARCHITECTURE = {"phi3": PHI3_GGUF_TO_HF}
+
+
+def hf_name_from_gguf(name, architecture="llama"):
+    """The HuggingFace name of a GGUF tensor name of a Llama-family file
+    (Phi-3's fused tensors under Phi-3's names).
 
     Example:
     >>> hf_name_from_gguf("blk.3.attn_q.weight")
     'model.layers.3.self_attn.q_proj.weight'
+    >>> hf_name_from_gguf("blk.3.ffn_up.weight", "phi3")
+    'model.layers.3.mlp.gate_up_proj.weight'
     """
+    table = NAMES_BY_ARCHITECTURE.get(architecture, GGUF_TO_HF)
     parts = name.split(".")
     if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
         pattern = ".".join(["blk", "{i}", *parts[2:]])
-        if pattern in GGUF_TO_HF:
-            return GGUF_TO_HF[pattern].format(i=parts[1])
-    elif name in GGUF_TO_HF:
-        return GGUF_TO_HF[name]
+        if pattern in table:
+            return table[pattern].format(i=parts[1])
+    elif name in table:
+        return table[name]
     raise ValueError(
-        f"No HuggingFace Llama name for GGUF tensor {name!r}. Known: "
-        f"{sorted(GGUF_TO_HF)}"
+        f"No HuggingFace name for GGUF tensor {name!r} of architecture "
+        f"{architecture!r}. Known: {sorted(table)}"
     )
-
-
-_HF_TO_GGUF = {hf: gguf for gguf, hf in GGUF_TO_HF.items()}
 
 
 def unpermute_rows(weight, num_heads):
@@ -95,14 +108,16 @@ def unpermute_rows(weight, num_heads):
     return weight.reshape(num_heads, half, 2, -1).swapaxes(1, 2).reshape(weight.shape)
 
 
-def gguf_name_from_hf(hf_name):
-    """The GGUF name of a HuggingFace Llama tensor name (`hf_name_from_gguf`'s
+def gguf_name_from_hf(hf_name, architecture="llama"):
+    """The GGUF name of a HuggingFace tensor name (`hf_name_from_gguf`'s
     inverse).
 
     Example:
     >>> gguf_name_from_hf("model.layers.3.self_attn.q_proj.weight")
     'blk.3.attn_q.weight'
     """
+    table = NAMES_BY_ARCHITECTURE.get(architecture, GGUF_TO_HF)
+    inverse = {hf: gguf for gguf, hf in table.items()}
     pattern = re.sub(r"^model\.layers\.(\d+)\.", "model.layers.{i}.", hf_name)
     layer = re.match(r"^model\.layers\.(\d+)\.", hf_name)
-    return _HF_TO_GGUF[pattern].format(i=layer.group(1) if layer else "")
+    return inverse[pattern].format(i=layer.group(1) if layer else "")

@@ -476,6 +476,19 @@ def _add_zero_biases(tensors, config, projections, who):
     return tensors
 
 
+def check_window(hf_config, max_sequence_length):
+    """Refuses a `max_sequence_length` beyond a Mistral's or Phi-3's
+    `sliding_window` (our attention has none)."""
+    window = hf_config.get("sliding_window")
+    if hf_config.get("model_type") in SLIDING_WINDOW_TYPES and window is not None:
+        if max_sequence_length > window:
+            raise ValueError(
+                "`max_sequence_length` must not exceed the checkpoint's "
+                f"sliding_window={window}: our attention has no window. "
+                f"Received: max_sequence_length={max_sequence_length}"
+            )
+
+
 def _token(value):
     return value.get("content") if isinstance(value, dict) else value
 
@@ -562,14 +575,7 @@ def load_hf_llama(directory, max_sequence_length=None):
     hf_config = read_json(directory / "config.json")
     config = convert_backbone_config(hf_config, directory)
     if max_sequence_length is not None:
-        window = hf_config.get("sliding_window")
-        if hf_config.get("model_type") in SLIDING_WINDOW_TYPES and window is not None:
-            if max_sequence_length > window:
-                raise ValueError(
-                    "`max_sequence_length` must not exceed the checkpoint's "
-                    f"sliding_window={window}: our attention has no window. "
-                    f"Received: max_sequence_length={max_sequence_length}"
-                )
+        check_window(hf_config, max_sequence_length)
         config["max_sequence_length"] = max_sequence_length
     tensors = read_safetensors(directory)
     if hf_config.get("model_type") == "phi3":

@@ -11,7 +11,11 @@ gives the same logits checks the row order. Qwen2 and Qwen3 files
 (`rope="half_split"`: ggml's NEOX RoPE, pairs (i, i + d / 2), rows as
 HuggingFace has them) add what their tensors hold: q/k/v biases
 (`attn_q.bias`, ...) and each head's query/key RMSNorm before the rotation
-(`attn_q_norm.weight`, `attn_k_norm.weight`).
+(`attn_q_norm.weight`, `attn_k_norm.weight`). Phi-3 files (NEOX RoPE too)
+fuse the projections as llama.cpp's phi3 graph reads them: `attn_qkv`'s
+rows are all query heads, then key heads, then value heads, and `ffn_up`
+without an `ffn_gate` holds the gate rows, then the up rows (ggml's SwiGLU
+applies silu to the first half).
 """
 
 import numpy as np
@@ -73,12 +77,21 @@ def llama_logits(
     group = num_heads // num_kv_heads
     causal = np.triu(np.full((seq, seq), -np.inf), k=1)
     layer = 0
-    while f"blk.{layer}.attn_q.weight" in tensors:
+    while f"blk.{layer}.attn_norm.weight" in tensors:
         b = f"blk.{layer}."
         x = rms_norm(h, w(b + "attn_norm.weight"), epsilon)
-        q = project(x, b + "attn_q").reshape(seq, num_heads, head_dim)
-        k = project(x, b + "attn_k").reshape(seq, num_kv_heads, head_dim)
-        v = project(x, b + "attn_v").reshape(seq, num_kv_heads, head_dim)
+        if b + "attn_qkv.weight" in tensors:  # Phi-3
+            qkv = project(x, b + "attn_qkv")
+            width, kv_width = num_heads * head_dim, num_kv_heads * head_dim
+            assert qkv.shape[-1] == width + 2 * kv_width
+            q = qkv[:, :width]
+            k = qkv[:, width : width + kv_width]
+            v = qkv[:, width + kv_width :]
+        else:
+            q, k, v = (project(x, b + n) for n in ("attn_q", "attn_k", "attn_v"))
+        q = q.reshape(seq, num_heads, head_dim)
+        k = k.reshape(seq, num_kv_heads, head_dim)
+        v = v.reshape(seq, num_kv_heads, head_dim)
         if b + "attn_q_norm.weight" in tensors:
             q = rms_norm(q, w(b + "attn_q_norm.weight"), epsilon)
             k = rms_norm(k, w(b + "attn_k_norm.weight"), epsilon)
@@ -91,8 +104,11 @@ def llama_logits(
             heads.append(scores @ v[:, head // group])
         h = h + np.concatenate(heads, axis=-1) @ w(b + "attn_output.weight").T
         x = rms_norm(h, w(b + "ffn_norm.weight"), epsilon)
-        gate = x @ w(b + "ffn_gate.weight").T
         up = x @ w(b + "ffn_up.weight").T
+        if b + "ffn_gate.weight" in tensors:
+            gate = x @ w(b + "ffn_gate.weight").T
+        else:  # Phi-3: gate rows, then up rows
+            gate, up = np.split(up, 2, axis=-1)
         h = h + (gate / (1 + np.exp(-gate)) * up) @ w(b + "ffn_down.weight").T
         layer += 1
     h = rms_norm(h, w("output_norm.weight"), epsilon)

@@ -531,6 +531,28 @@ def test_gguf_names_map_onto_the_same_mapping():
         gguf_names.hf_name_from_gguf("blk.0.attn_qkv.weight")
 
 
+def test_phi3_gguf_names_are_its_fused_tensors():
+    # A Phi-3 file's names cover the fused HuggingFace tensors, each once;
+    # its ffn_up is the gate-up tensor, a Llama file's the up projection.
+    config = dict(
+        num_layers=2, use_bias=False, tie_word_embeddings=False, hidden_dim=32,
+        intermediate_dim=64, num_heads=4, head_dim=8, num_key_value_heads=2,
+        vocabulary_size=320,
+    )  # fmt: skip
+    hf = set(llama.phi3_hf_shapes(config))
+    gguf = {gguf_names.gguf_name_from_hf(name, "phi3") for name in hf}
+    assert len(gguf) == len(hf)
+    assert {gguf_names.hf_name_from_gguf(name, "phi3") for name in gguf} == hf
+    assert {"blk.1.attn_qkv.weight", "blk.1.ffn_up.weight"} <= gguf
+    assert gguf_names.hf_name_from_gguf("blk.1.ffn_up.weight") == (
+        "model.layers.1.mlp.up_proj.weight"
+    )
+    assert llama.phi3_hf_shapes(config)["model.layers.1.mlp.gate_up_proj.weight"] == (
+        128,
+        32,
+    )
+
+
 def test_llama_mapping_docstring_examples():
     result = doctest.testmod(gguf_names, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
