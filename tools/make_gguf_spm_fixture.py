@@ -124,7 +124,7 @@ def main():
     target = FIXTURES / "gguf" / "tiny_llama_spm_q8_0.gguf"
     arguments = [str(checkpoint), "--outtype", "q8_0", "--outfile", str(target)]
     code = CONVERT.format(
-        llama_cpp=str(args.llama_cpp), pre="default", arguments=arguments
+        llama_cpp=str(args.llama_cpp), pre="default", patch="", arguments=arguments
     )
     subprocess.run([args.torch_python, "-c", code], check=True, cwd=args.llama_cpp)
     rng = np.random.default_rng(71)

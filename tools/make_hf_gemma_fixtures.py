@@ -4,7 +4,11 @@ Run once, as tools/make_hf_decoder_fixtures.py is run (a Python with
 keras_tfm, torch and transformers; it reuses that tool's texts and
 checks):
 
-    python tools/make_hf_gemma_fixtures.py
+    python tools/make_hf_gemma_fixtures.py                 # the HF folder
+    python tools/make_hf_gemma_fixtures.py --gguf \
+        --llama-cpp .../vendor/llama.cpp \
+        --torch-python /work/torchenv/bin/python \
+        --llama-python /work/lcpenv/bin/python          # and its GGUF files
 
 tests/fixtures/tiny_gemma2_hf/ gets config.json and model.safetensors made
 by transformers' `Gemma2ForCausalLM` with random weights, and Gemma's
@@ -18,9 +22,20 @@ enough to bend these logits, `query_pre_attn_scalar` unlike head_dim, a
 sliding window (as long as the context, so every layer attends alike).
 tests/fixtures/tiny_gemma2_reference.npz holds what
 make_hf_decoder_fixtures.references writes.
+
+With `--gguf`, llama.cpp's converter writes the folder as
+tests/fixtures/gguf/tiny_gemma2_{f32,q8_0}.gguf and
+tests/fixtures/gguf/tiny_gemma2_llama_cpp.npz gets llama.cpp's logits and
+token ids (tools/make_gguf_fixtures.py's LOGITS). llama.cpp scales Gemma 2
+queries by head_dim ** -0.5 whatever `query_pre_attn_scalar` says (the
+file has no such key; only the 27B model's hidden / heads is known to it),
+so its logits here differ from transformers': the GGUF loader follows
+llama.cpp.
 """
 
+import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -108,6 +123,38 @@ def make_gemma2():
     )  # fmt: skip
 
 
+def make_gemma2_gguf(args):
+    import numpy as np
+    from make_gguf_fixtures import CONVERT, LOGITS
+
+    folder = FIXTURES / "gguf"
+    files = {}
+    for out_type in ("f32", "q8_0"):
+        target = folder / f"tiny_gemma2_{out_type}.gguf"
+        arguments = [str(FIXTURES / "tiny_gemma2_hf"), "--outtype", out_type,
+                     "--outfile", str(target)]  # fmt: skip
+        code = CONVERT.format(
+            llama_cpp=str(args.llama_cpp), pre="default", patch="", arguments=arguments
+        )
+        subprocess.run([args.torch_python, "-c", code], check=True, cwd=args.llama_cpp)
+        files[out_type] = str(target)
+    reference = np.load(FIXTURES / "tiny_gemma2_reference.npz")
+    texts = [str(text) for text in reference["texts"]]
+    out = folder / "tiny_gemma2_llama_cpp.npz"
+    payload = json.dumps([files, reference["token_ids"][:2].tolist(), texts, str(out)])
+    subprocess.run([args.llama_python, "-c", LOGITS, payload], check=True)
+    print(f"wrote {sorted(files.values())} and {out.name}", file=sys.stderr)
+
+
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gguf", action="store_true")
+    parser.add_argument("--llama-cpp", type=Path)
+    parser.add_argument("--torch-python")
+    parser.add_argument("--llama-python")
+    args = parser.parse_args()
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    make_gemma2()
+    if args.gguf:
+        make_gemma2_gguf(args)
+    else:
+        make_gemma2()

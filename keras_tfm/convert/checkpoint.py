@@ -19,6 +19,7 @@ HF_LOADERS = {
     "mistral": "load_hf_llama",
     "qwen2": "load_hf_llama",
     "qwen3": "load_hf_llama",
+    "phi3": "load_hf_llama",
     "gpt2": "load_hf_gpt2",
     "t5": "load_hf_t5",
     "marian": "load_hf_marian",
