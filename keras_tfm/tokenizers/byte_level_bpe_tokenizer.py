@@ -136,24 +136,11 @@ class ByteLevelBPETokenizer(ChatTemplateMixin, keras_hub.tokenizers.BytePairToke
                 f"`normalizer` must be one of {list(NORMALIZERS)}. Received: "
                 f"normalizer={normalizer!r}"
             )
-        if chat_template is not None and not isinstance(chat_template, str):
-            raise ValueError(
-                "`chat_template` must be a string or None. Received: "
-                f"chat_template={chat_template!r}"
-            )
         self.pre_tokenizer = pre_tokenizer
         self.split_pattern = split_pattern
         self.normalizer = normalizer
         self.ignore_merges = bool(ignore_merges)
-        self.chat_template = chat_template
-        self.bos_token, self.eos_token, self.pad_token = bos_token, eos_token, pad_token
-        for token, role in (
-            (bos_token, "start_token"),
-            (eos_token, "end_token"),
-            (pad_token, "pad_token"),
-        ):
-            if token is not None:
-                self._add_special_token(token, role)
+        self._set_roles(bos_token, eos_token, pad_token, chat_template)
         super().__init__(
             vocabulary=vocabulary,
             merges=merges,

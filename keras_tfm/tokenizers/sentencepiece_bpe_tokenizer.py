@@ -135,23 +135,10 @@ class SentencePieceBPETokenizer(
         chat_template=None,
         **kwargs,
     ):
-        if chat_template is not None and not isinstance(chat_template, str):
-            raise ValueError(
-                "`chat_template` must be a string or None. Received: "
-                f"chat_template={chat_template!r}"
-            )
         self.unsplittable_tokens = (
             None if unsplittable_tokens is None else list(unsplittable_tokens)
         )
-        self.chat_template = chat_template
-        self.bos_token, self.eos_token, self.pad_token = bos_token, eos_token, pad_token
-        for token, role in (
-            (bos_token, "start_token"),
-            (eos_token, "end_token"),
-            (pad_token, "pad_token"),
-        ):
-            if token is not None:
-                self._add_special_token(token, role)
+        self._set_roles(bos_token, eos_token, pad_token, chat_template)
         super().__init__(proto=proto, **kwargs)
 
     def set_proto(self, proto):
